@@ -1,0 +1,1 @@
+"""Emulated clouds for dry runs and tests: moto, fake-gcs-server, a fake Cloud TPU API, TPU-VM hosts."""
