@@ -1,0 +1,44 @@
+# The two commands a newcomer needs: `make dry-run` and `make test`. Each sets up .venv first
+# (Python 3.11 + pip only; every package comes from PyPI, pinned in constraints.txt).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export NO_GCE_CHECK := true
+
+.PHONY: setup test lint typecheck pytest dry-run ui bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24"
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+## the whole test command CI runs: lint, type-check, tests
+test: $(STAMP) lint typecheck pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check tpu_ops
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+## the main job: the whole pipeline, locally, against emulated clouds
+dry-run: $(STAMP)
+	$(VENV)/bin/tpu-ops dry-run
+
+## the Prefect UI on http://127.0.0.1:4200
+ui: $(STAMP)
+	$(VENV)/bin/prefect server start --host 127.0.0.1
+
+bench: $(STAMP)
+	$(PY) bench/mirror_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Subcommands of ``tpu-ops``: each module exposes ``register(sub)`` and sets ``handler``."""

@@ -1,0 +1,79 @@
+"""The one table of TPU accelerator types tpu-ops knows.
+
+Naming follows Cloud TPU: the suffix counts TensorCores for v2-v4 and v5p (two per chip), and
+chips for v5e (``v5litepod``) and v6e (one TensorCore per chip). Hosts are the worker VMs of a
+slice, which is what ``len(node.networkEndpoints)`` reports at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorType:
+    """One row of the table: a TPU slice shape."""
+
+    name: str
+    generation: str
+    chips: int
+    hosts: int
+    topology: str
+    cores_per_chip: int
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+def _rows() -> dict[str, AcceleratorType]:
+    rows: dict[str, AcceleratorType] = {}
+
+    def add(gen: str, prefix: str, suffix: int, chips: int, hosts: int, topo: str, cores: int) -> None:
+        name = f"{prefix}-{suffix}"
+        rows[name] = AcceleratorType(name, gen, chips, hosts, topo, cores)
+
+    # v4 and v5p: 4 chips per host, 2 TensorCores per chip, 3-D torus.
+    cube = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8"}
+    for gen, prefix in (("v4", "v4"), ("v5p", "v5p")):
+        for chips, topo in cube.items():
+            add(gen, prefix, chips * 2, chips, max(1, chips // 4), topo, 2)
+    # v5e: 8 chips per host (v5litepod-16 = 2 hosts of 8 chips), 2-D torus.
+    flat = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+    for chips, topo in flat.items():
+        add("v5e", "v5litepod", chips, chips, max(1, chips // 8), topo, 1)
+    # v6e: single-host up to 8 chips, multi-host slices use 4 chips per host.
+    for chips, topo in flat.items():
+        hosts = 1 if chips <= 8 else chips // 4
+        add("v6e", "v6e", chips, chips, hosts, topo, 1)
+    return rows
+
+
+ACCELERATOR_TYPES: Final[dict[str, AcceleratorType]] = _rows()
+GENERATIONS: Final[tuple[str, ...]] = ("v4", "v5e", "v5p", "v6e")
+
+# Runtime versions Cloud TPU offers per generation (the fake API serves these too).
+RUNTIME_VERSIONS: Final[dict[str, tuple[str, ...]]] = {
+    "v4": ("tpu-ubuntu2204-base", "tpu-vm-v4-base"),
+    "v5e": ("v2-alpha-tpuv5-lite", "tpu-ubuntu2204-base"),
+    "v5p": ("v2-alpha-tpuv5", "tpu-ubuntu2204-base"),
+    "v6e": ("v2-alpha-tpuv6e",),
+}
+
+
+def lookup(name: str) -> AcceleratorType:
+    """Return the table row for ``name``; raise ``KeyError`` naming the allowed types."""
+    try:
+        return ACCELERATOR_TYPES[name]
+    except KeyError:
+        raise KeyError(f"unknown accelerator type {name!r}; allowed: {', '.join(known_names())}") from None
+
+
+def known_names() -> list[str]:
+    """All accelerator type names, grouped by generation and ordered by size."""
+    return sorted(ACCELERATOR_TYPES, key=lambda n: (ACCELERATOR_TYPES[n].generation, ACCELERATOR_TYPES[n].chips))

@@ -1,0 +1,1 @@
+"""Cloud adapters: the only modules that import the cloud SDKs."""

@@ -1,0 +1,69 @@
+"""Build the real SDK clients from ``Settings``, pointed at local servers in a dry run.
+
+Every factory checks the settings first, so a dry run with a missing or non-loopback endpoint
+fails before any request leaves the process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_ops.settings import Settings
+
+
+def _google_credentials(settings: Settings, emulated: bool) -> Any:
+    from google.auth.credentials import AnonymousCredentials
+
+    if emulated:
+        return AnonymousCredentials()  # type: ignore[no-untyped-call]
+    if settings.gcp_credentials_file:
+        from google.oauth2 import service_account
+
+        return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+            str(settings.gcp_credentials_file)
+        )
+    return None  # application default credentials
+
+
+def tpu_client(settings: Settings) -> Any:
+    """A ``google.cloud.tpu_v2.TpuClient`` over REST."""
+    settings.check_safe("tpu_endpoint")
+    from google.cloud import tpu_v2
+
+    endpoint = settings.tpu_endpoint
+    opts = {"api_endpoint": endpoint.rstrip("/")} if endpoint else None
+    return tpu_v2.TpuClient(
+        transport="rest", credentials=_google_credentials(settings, bool(endpoint)), client_options=opts
+    )
+
+
+def storage_client(settings: Settings) -> Any:
+    """A ``google.cloud.storage.Client``."""
+    settings.check_safe("gcs_endpoint")
+    from google.cloud import storage  # type: ignore[attr-defined]
+
+    endpoint = settings.gcs_endpoint
+    if endpoint and "://" not in endpoint:
+        endpoint = "http://" + endpoint
+    opts = {"api_endpoint": endpoint.rstrip("/")} if endpoint else None
+    return storage.Client(
+        project=settings.gcp_project,
+        credentials=_google_credentials(settings, bool(endpoint)),
+        client_options=opts,
+    )
+
+
+def boto3_client(settings: Settings, service: str, **config: Any) -> Any:
+    """A boto3 client for ``service`` (``s3``, ``sagemaker``, ``sts``)."""
+    settings.check_safe("aws_endpoint_url")
+    import boto3
+    from botocore.config import Config
+
+    kw: dict[str, Any] = {"region_name": settings.aws_region}
+    if settings.aws_endpoint_url:
+        kw["endpoint_url"] = settings.aws_endpoint_url
+    if settings.aws_access_key_id and settings.aws_secret_access_key:
+        kw["aws_access_key_id"] = settings.aws_access_key_id.get_secret_value()
+        kw["aws_secret_access_key"] = settings.aws_secret_access_key.get_secret_value()
+    cfg = Config(retries={"mode": "standard", "max_attempts": settings.retry_attempts}, **config)
+    return boto3.client(service, config=cfg, **kw)

@@ -1,0 +1,112 @@
+"""The one exception hierarchy of tpu-ops.
+
+Every error the library raises is a ``TpuOpsError``; SDK errors (google.api_core, botocore) are
+translated into it in one place, :mod:`tpu_ops.cloud.translate`. The tree::
+
+    TpuOpsError
+    ├── SpecError                 bad user input (field, value, what is allowed); before any cloud call
+    ├── ConfigError               settings: missing endpoint, non-loopback endpoint in a dry run
+    ├── BudgetError               an estimate over the spec's budget (both numbers)
+    ├── PolicyError               refused by policy: data residency, unsafe object key
+    ├── CloudError                a cloud API call failed (service, request id)
+    │   ├── TransientError        429/500/502/503/504 and timeouts: the one retry policy retries these
+    │   ├── NotFoundError         404
+    │   ├── AlreadyExistsError    409 on create
+    │   ├── AccessDeniedError     401/403
+    │   └── CapacityError         no capacity for a (zone, tier): stockout, quota, reservation full
+    │       └── QuotaError        quota exhausted (carries zone and tier too)
+    ├── ProvisioningError         every rung of the capacity ladder failed (carries the attempts)
+    ├── CheckpointError           no complete checkpoint, corrupt checkpoint
+    └── IntegrityError            checksum mismatch, source changed mid-run, broken audit chain
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class TpuOpsError(Exception):
+    """Root of every error tpu-ops raises."""
+
+
+class SpecError(TpuOpsError, ValueError):
+    """User input failed validation. ``errors`` holds one entry per bad field."""
+
+    def __init__(self, message: str, errors: Sequence[dict[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.errors: list[dict[str, Any]] = list(errors)
+
+
+class ConfigError(TpuOpsError):
+    """Settings are missing or unsafe (e.g. a non-loopback endpoint in a dry run)."""
+
+
+class BudgetError(TpuOpsError):
+    """An estimate exceeds the budget; both numbers are carried."""
+
+    def __init__(self, message: str, estimate_usd: float, budget_usd: float) -> None:
+        super().__init__(message)
+        self.estimate_usd = estimate_usd
+        self.budget_usd = budget_usd
+
+
+class PolicyError(TpuOpsError):
+    """Refused by policy: data residency, unsafe object keys."""
+
+
+class CloudError(TpuOpsError):
+    """A cloud API call failed."""
+
+    def __init__(
+        self, message: str, *, service: str = "", status: int | None = None, request_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.service = service
+        self.status = status
+        self.request_id = request_id
+
+
+class TransientError(CloudError):
+    """Worth retrying: throttling, server errors, timeouts."""
+
+
+class NotFoundError(CloudError):
+    """The resource does not exist."""
+
+
+class AlreadyExistsError(CloudError):
+    """A create found the resource already there."""
+
+
+class AccessDeniedError(CloudError):
+    """Credentials are missing or lack a permission."""
+
+
+class CapacityError(CloudError):
+    """No capacity for this zone and tier; failover moves to the next zone or rung."""
+
+    def __init__(self, message: str, *, zone: str, tier: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.zone = zone
+        self.tier = tier
+
+
+class QuotaError(CapacityError):
+    """Quota for this zone and tier is used up."""
+
+
+class ProvisioningError(TpuOpsError):
+    """No rung of the capacity ladder produced a slice; ``attempts`` says what was tried."""
+
+    def __init__(self, message: str, attempts: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.attempts = list(attempts)
+
+
+class CheckpointError(TpuOpsError):
+    """No usable (complete) checkpoint, or a checkpoint failed verification."""
+
+
+class IntegrityError(TpuOpsError):
+    """Data did not verify: checksum mismatch, source changed during a run, broken audit chain."""

@@ -1,0 +1,38 @@
+"""Typed specs for everything a user passes in; each is usable as a Prefect flow parameter."""
+
+from tpu_ops.specs.common import GcsUri, Name, RunId, S3Uri, StrictModel
+from tpu_ops.specs.jobs import ExportSpec, MirrorSpec, PipelineSpec, TrainSpec
+from tpu_ops.specs.loader import format_errors, load_spec, parse_spec
+from tpu_ops.specs.slice import (
+    CapacityLadder,
+    OnDemandRung,
+    ProvisionSpec,
+    ReservationRung,
+    Rung,
+    SliceSpec,
+    SpotRung,
+    Tier,
+)
+
+__all__ = [
+    "CapacityLadder",
+    "ExportSpec",
+    "GcsUri",
+    "MirrorSpec",
+    "Name",
+    "OnDemandRung",
+    "PipelineSpec",
+    "ProvisionSpec",
+    "ReservationRung",
+    "RunId",
+    "Rung",
+    "S3Uri",
+    "SliceSpec",
+    "SpotRung",
+    "StrictModel",
+    "Tier",
+    "TrainSpec",
+    "format_errors",
+    "load_spec",
+    "parse_spec",
+]

@@ -1,0 +1,124 @@
+"""Field types shared by every spec: names, URIs, durations, money, labels.
+
+Each type is an annotated ``str``/number so Prefect renders a plain form field, and each
+validator's message names the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+
+from tpu_ops.uris import check_key, parse_gs, parse_s3
+
+_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class StrictModel(BaseModel):
+    """Base of every spec: unknown fields are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+def _name(max_len: int) -> Any:
+    def check(value: str) -> str:
+        if not _NAME.match(value) or len(value) > max_len:
+            raise ValueError(
+                f"{value!r} is not allowed: use 1-{max_len} lowercase letters, digits and '-', "
+                "starting with a letter and not ending with '-'"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+Name = Annotated[str, _name(63), Field(json_schema_extra={"pattern": _NAME.pattern})]
+# Run ids get suffixes (attempt, rung, zone) inside 63-character resource names.
+RunId = Annotated[str, _name(40), Field(json_schema_extra={"pattern": _NAME.pattern, "maxLength": 40})]
+
+
+def _check_s3(value: str) -> str:
+    return str(parse_s3(value))
+
+
+def _check_gs(value: str) -> str:
+    return str(parse_gs(value))
+
+
+S3Uri = Annotated[str, AfterValidator(_check_s3), Field(json_schema_extra={"pattern": r"^s3://"})]
+GcsUri = Annotated[str, AfterValidator(_check_gs), Field(json_schema_extra={"pattern": r"^gs://"})]
+
+
+def _check_relkey(value: str) -> str:
+    try:
+        return check_key(value)
+    except Exception as exc:
+        raise ValueError(str(exc)) from None
+
+
+ObjectKey = Annotated[str, AfterValidator(_check_relkey)]
+
+
+def parse_duration(value: Any) -> Any:
+    """Accept ``90``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"`` or ISO 8601; pass timedeltas through."""
+    if isinstance(value, timedelta | bool):
+        return value
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+    return value  # let pydantic try ISO 8601 and report the error
+
+
+def bounded_duration(low: timedelta, high: timedelta) -> Any:
+    """A validator keeping a duration within ``[low, high]``."""
+
+    def check(value: timedelta) -> timedelta:
+        if not low <= value <= high:
+            raise ValueError(f"duration {value} is out of range: allowed {low} to {high}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _seconds(value: timedelta) -> str:
+    return f"{int(value.total_seconds())}s"
+
+
+def Duration(low: timedelta, high: timedelta) -> Any:
+    """A ``timedelta`` field written as ``"30m"``/``"2h"``/seconds, bounded to ``[low, high]``."""
+    return Annotated[
+        timedelta,
+        BeforeValidator(parse_duration),
+        bounded_duration(low, high),
+        PlainSerializer(_seconds, return_type=str, when_used="json"),
+        Field(json_schema_extra={"examples": ["30m", "2h", "3600s"]}),
+    ]
+
+
+Usd = Annotated[float, Field(gt=0, le=1_000_000, description="US dollars")]
+
+
+def _check_labels(labels: dict[str, str]) -> dict[str, str]:
+    if len(labels) > 48:
+        raise ValueError(f"{len(labels)} labels given; at most 48 (tpu-ops adds its own)")
+    for key, value in labels.items():
+        if not _LABEL_KEY.match(key):
+            raise ValueError(f"label key {key!r} is not allowed: lowercase letter, then [a-z0-9_-], ≤ 63")
+        if not _LABEL_VALUE.match(value):
+            raise ValueError(f"label value {value!r} for {key!r} is not allowed: [a-z0-9_-], ≤ 63")
+        if key.startswith("tpu-ops"):
+            raise ValueError(f"label key {key!r} is reserved: keys starting 'tpu-ops' are set by tpu-ops")
+    return labels
+
+
+Labels = Annotated[dict[str, str], AfterValidator(_check_labels)]

@@ -1,0 +1,187 @@
+"""Specs for a TPU slice, the capacity ladder, and a provisioning request."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
+
+from tpu_ops.accelerators import ACCELERATOR_TYPES, RUNTIME_VERSIONS, AcceleratorType, known_names, lookup
+from tpu_ops.specs.common import Duration, Labels, StrictModel, Usd
+
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_ZONE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
+_RUNTIME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+_RESERVATION = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RESERVATION_PATH = re.compile(r"^projects/([a-z][-a-z0-9]{4,28}[a-z0-9])/zones/([a-z0-9-]+)/reservations/(.+)$")
+
+Tier = Literal["reservation", "spot", "on-demand"]
+
+
+def _check_accelerator(value: str) -> str:
+    if value not in ACCELERATOR_TYPES:
+        raise ValueError(f"unknown accelerator type {value!r}; allowed: {', '.join(known_names())}")
+    return value
+
+
+AcceleratorName = Annotated[str, AfterValidator(_check_accelerator), Field(json_schema_extra={"enum": known_names()})]
+
+
+def _check_region(value: str) -> str:
+    if not _REGION.match(value):
+        raise ValueError(f"{value!r} is not a region name like 'us-central2'")
+    return value
+
+
+def _check_zone(value: str) -> str:
+    if not _ZONE.match(value):
+        raise ValueError(f"{value!r} is not a zone name like 'us-central2-b'")
+    return value
+
+
+Region = Annotated[str, AfterValidator(_check_region)]
+Zone = Annotated[str, AfterValidator(_check_zone)]
+
+
+class ReservationRung(StrictModel):
+    """Use a named reservation in one zone (``projects/P/zones/Z/reservations/N`` is accepted too)."""
+
+    kind: Literal["reservation"] = "reservation"
+    name: str = Field(description="Reservation name, or its full resource path.")
+    zone: Zone | None = Field(None, description="The reservation's zone; taken from a full path if given.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ReservationRung:
+        m = _RESERVATION_PATH.match(self.name)
+        if m:
+            if self.zone is not None and self.zone != m.group(2):
+                raise ValueError(f"reservation {self.name!r} is in zone {m.group(2)!r}, not {self.zone!r}")
+            object.__setattr__(self, "zone", _check_zone(m.group(2)))
+            leaf = m.group(3)
+        else:
+            leaf = self.name
+        if not _RESERVATION.match(leaf):
+            raise ValueError(f"reservation name {leaf!r} is not allowed: lowercase letters, digits, '-', ≤ 63")
+        if self.zone is None:
+            raise ValueError(f"reservation {self.name!r} needs a zone (a reservation belongs to one zone)")
+        return self
+
+    @property
+    def short_name(self) -> str:
+        return self.name.rsplit("/", 1)[-1]
+
+
+class SpotRung(StrictModel):
+    """Spot capacity: cheapest, preemptible, no notice."""
+
+    kind: Literal["spot"] = "spot"
+
+
+class OnDemandRung(StrictModel):
+    """On-demand capacity: the last resort."""
+
+    kind: Literal["on-demand"] = "on-demand"
+
+
+def _rung_shorthand(value: Any) -> Any:
+    """Accept ``"spot"``, ``"on-demand"`` and ``"reservation:NAME@ZONE"`` as well as objects."""
+    if isinstance(value, str):
+        if value in ("spot", "on-demand"):
+            return {"kind": value}
+        if value.startswith("reservation:"):
+            name, _, zone = value.removeprefix("reservation:").partition("@")
+            return {"kind": "reservation", "name": name, "zone": zone or None}
+        raise ValueError(f"rung {value!r} is not allowed: 'reservation:NAME@ZONE', 'spot' or 'on-demand'")
+    return value
+
+
+def _rung_kind(value: Any) -> str | None:
+    return value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+
+
+Rung = Annotated[
+    Annotated[ReservationRung, Tag("reservation")]
+    | Annotated[SpotRung, Tag("spot")]
+    | Annotated[OnDemandRung, Tag("on-demand")],
+    Discriminator(
+        _rung_kind,
+        custom_error_type="rung_kind",
+        custom_error_message=("rung kind must be 'reservation', 'spot' or 'on-demand'"),
+    ),
+    BeforeValidator(_rung_shorthand),
+]
+
+
+def _check_ladder(rungs: list[Any]) -> list[Any]:
+    seen: set[tuple[str, str, str]] = set()
+    for rung in rungs:
+        ident = (rung.kind, getattr(rung, "short_name", ""), getattr(rung, "zone", "") or "")
+        if ident in seen:
+            raise ValueError(f"duplicate rung {rung.kind}{' ' + ident[1] if ident[1] else ''} in the ladder")
+        seen.add(ident)
+    return rungs
+
+
+CapacityLadder = Annotated[list[Rung], Field(min_length=1, max_length=10), AfterValidator(_check_ladder)]
+
+
+class SliceSpec(StrictModel):
+    """A TPU slice: its shape, software, and where it may run."""
+
+    accelerator_type: AcceleratorName = Field(description="e.g. v4-32, v5litepod-16, v5p-128, v6e-8")
+    runtime_version: str | None = Field(None, description="TPU VM image; defaults per generation.")
+    region: Region = Field(description="e.g. us-central2")
+    zones: list[Zone] = Field(min_length=1, max_length=8, description="Zones to try, in order.")
+    labels: Labels = Field(default_factory=dict)
+    network: str | None = Field(None, pattern=r"^[a-z]([-a-z0-9/]{0,200}[a-z0-9])?$")
+    service_account: str | None = Field(None, pattern=r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$")
+
+    @model_validator(mode="after")
+    def _check(self) -> SliceSpec:
+        for zone in self.zones:
+            if not zone.startswith(self.region + "-"):
+                raise ValueError(f"zone {zone!r} is not in region {self.region!r}")
+        if len(set(self.zones)) != len(self.zones):
+            raise ValueError(f"zones {self.zones} has duplicates")
+        if self.runtime_version is not None and not _RUNTIME.match(self.runtime_version):
+            raise ValueError(f"runtime_version {self.runtime_version!r} is not a valid image name")
+        return self
+
+    @property
+    def accelerator(self) -> AcceleratorType:
+        return lookup(self.accelerator_type)
+
+    @property
+    def runtime(self) -> str:
+        """The runtime version to boot: the spec's, or the generation's default."""
+        return self.runtime_version or RUNTIME_VERSIONS[self.accelerator.generation][0]
+
+
+class ProvisionSpec(StrictModel):
+    """Provision one slice through the capacity ladder, within a budget."""
+
+    slice: SliceSpec
+    ladder: CapacityLadder = Field(description="Rungs tried in order, e.g. reservation, spot, on-demand.")
+    budget_usd: Usd = Field(description="Refuse to provision if the cost estimate exceeds this.")
+    hours: float = Field(gt=0, le=24 * 90, description="Expected hours of use, for the estimate.")
+    queue_timeout: Duration(timedelta(seconds=1), timedelta(days=7)) = Field(  # type: ignore[valid-type]
+        timedelta(minutes=30), description="How long one queued request may wait (validUntilDuration)."
+    )
+    overall_timeout: Duration(timedelta(seconds=1), timedelta(days=14)) = Field(  # type: ignore[valid-type]
+        timedelta(hours=2), description="How long the whole ladder may take."
+    )
+    quota_limit: str | None = Field(
+        None, pattern=r"^[a-z][-a-z0-9_]{0,62}$", description="Prefect global concurrency limit held in chips."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ProvisionSpec:
+        for rung in self.ladder:
+            if isinstance(rung, ReservationRung) and rung.zone not in self.slice.zones:
+                raise ValueError(
+                    f"reservation {rung.short_name!r} is in zone {rung.zone!r}, which is not one of the "
+                    f"slice's zones {self.slice.zones}"
+                )
+        return self
