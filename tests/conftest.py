@@ -1,0 +1,44 @@
+"""Shared fixtures: one local stack per test session, a Prefect test API when a test needs one.
+
+The stack is session-scoped because it takes seconds to start and moto keeps global state; tests
+that need a clean slate use ``stack`` (which resets the emulators' state first).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+# Tests never reach a real cloud: these make any client that slips past Settings fail fast.
+os.environ.setdefault("NO_GCE_CHECK", "true")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ["TPU_OPS_DRY_RUN"] = "true"
+for _var in ("AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS"):
+    os.environ.pop(_var, None)
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[object]:
+    """The emulated clouds (moto, fake-gcs-server, fake TPU API, host simulator), started once."""
+    from infra.local.stack import LocalStack
+
+    with LocalStack() as stack:
+        yield stack
+
+
+@pytest.fixture
+def stack(local_stack: object) -> Iterator[object]:
+    """The session stack with its state reset before the test."""
+    local_stack.reset()  # type: ignore[attr-defined]
+    yield local_stack
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """A throwaway Prefect API (≈10 s to start), for tests that run flows."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield

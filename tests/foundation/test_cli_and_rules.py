@@ -1,0 +1,148 @@
+"""The CLI, the settings' dry-run guard, the accelerator table and the layering rule."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.cli import build_parser, main
+from tpu_ops.accelerators import ACCELERATOR_TYPES, lookup
+from tpu_ops.errors import ConfigError
+from tpu_ops.settings import Settings, is_loopback
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = [
+    ("pipeline", ROOT / "examples" / "pipeline.yaml"),
+    ("provision", ROOT / "examples" / "provision.yaml"),
+    ("mirror", ROOT / "examples" / "mirror.json"),
+]
+
+
+@pytest.mark.parametrize(("kind", "path"), EXAMPLES, ids=[p.name for _, p in EXAMPLES])
+def test_validate_accepts_shipped_examples(kind: str, path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--kind", kind, str(path)]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_validate_rejects_unreadable_and_malformed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    assert main(["validate", str(broken), str(tmp_path / "missing.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err and "cannot read" in err
+
+
+def test_console_script_help_for_every_subcommand() -> None:
+    exe = Path(sys.executable).with_name("tpu-ops")
+    assert exe.exists(), "the tpu-ops console script is installed with the package"
+    top = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=True).stdout
+    sub = build_parser()._subparsers._group_actions[0]  # type: ignore[union-attr]
+    names = list(sub.choices)
+    assert "validate" in names
+    for name in names:
+        assert name in top
+        out = subprocess.run([str(exe), name, "--help"], capture_output=True, text=True)
+        assert out.returncode == 0, f"{name} --help failed: {out.stderr}"
+        assert "usage: tpu-ops" in out.stdout
+
+
+def test_accelerator_table_facts() -> None:
+    assert lookup("v4-32").hosts == 4 and lookup("v4-32").chips == 16 and lookup("v4-32").topology == "2x2x4"
+    assert lookup("v5p-128").hosts == 16 and lookup("v5p-128").chips == 64
+    assert lookup("v5litepod-16").hosts == 2
+    for gen in ("v4", "v5e", "v5p", "v6e"):
+        chips = {a.chips for a in ACCELERATOR_TYPES.values() if a.generation == gen}
+        assert {8, 16, 32, 64, 128, 256} <= chips, gen
+    for acc in ACCELERATOR_TYPES.values():
+        dims = [int(d) for d in acc.topology.split("x")]
+        product = 1
+        for d in dims:
+            product *= d
+        assert product == acc.chips, acc.name
+        assert acc.chips % acc.hosts == 0, acc.name
+    with pytest.raises(KeyError, match="allowed"):
+        lookup("v9-8")
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("http://127.0.0.1:9000", True),
+        ("127.0.0.1:4443", True),
+        ("http://localhost:1", True),
+        ("http://[::1]:80", True),
+        ("https://storage.googleapis.com", False),
+        ("http://10.0.0.5:9000", False),
+        ("http://127.0.0.1.nip.io:80", False),
+    ],
+)
+def test_loopback_detection(url: str, ok: bool) -> None:
+    assert is_loopback(url) is ok
+
+
+def test_dry_run_refuses_missing_and_remote_endpoints() -> None:
+    local = "http://127.0.0.1:1"
+    with pytest.raises(ConfigError, match="tpu_endpoint is not set"):
+        Settings(dry_run=True, aws_endpoint_url=local, gcs_endpoint=local, tpu_endpoint=None).check_safe()
+    with pytest.raises(ConfigError, match="not on loopback"):
+        Settings(
+            dry_run=True, aws_endpoint_url="https://s3.amazonaws.com", gcs_endpoint=local, tpu_endpoint=local
+        ).check_safe()
+    Settings(dry_run=True, aws_endpoint_url=local, gcs_endpoint=local, tpu_endpoint=local).check_safe()
+
+
+def test_client_factories_fail_fast_in_dry_run() -> None:
+    from tpu_ops.cloud import clients
+
+    bad = Settings(
+        dry_run=True, aws_endpoint_url=None, gcs_endpoint="https://storage.googleapis.com", tpu_endpoint=None
+    )
+    for factory in (clients.tpu_client, clients.storage_client, lambda s: clients.boto3_client(s, "s3")):
+        with pytest.raises(ConfigError):
+            factory(bad)
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_library_imports_no_prefect_flows_or_infra() -> None:
+    offenders = {}
+    files = sorted((ROOT / "tpu_ops").rglob("*.py"))
+    assert len(files) > 5
+    for path in files:
+        bad = _imports(path) & {"prefect", "prefect_aws", "prefect_gcp", "flows", "infra"}
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = sorted(bad)
+    assert not offenders, f"tpu_ops must not import the edge: {offenders}"
+
+
+def test_library_import_does_not_load_prefect() -> None:
+    code = (
+        "import sys, pkgutil, importlib, tpu_ops\n"
+        "for m in pkgutil.walk_packages(tpu_ops.__path__, 'tpu_ops.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('prefect', 'flows', 'infra')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_only_settings_reads_the_environment() -> None:
+    readers = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tpu_ops").rglob("*.py")
+        if ("os.environ" in p.read_text() or "os.getenv" in p.read_text()) and p.name != "settings.py"
+    ]
+    assert not readers, readers
