@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 
+from pydantic import BaseModel
+
 from tpu_ops.errors import SpecError
 from tpu_ops.specs import ExportSpec, MirrorSpec, PipelineSpec, ProvisionSpec, TrainSpec, load_spec
 
-KINDS = {
+KINDS: dict[str, type[BaseModel]] = {
     "pipeline": PipelineSpec,
     "mirror": MirrorSpec,
     "provision": ProvisionSpec,
