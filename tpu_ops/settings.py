@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     gcp_credentials_file: Path | None = Field(
         None, validation_alias=_env("gcp_credentials_file", "GOOGLE_APPLICATION_CREDENTIALS")
     )
+    gcp_credentials_info: SecretStr | None = Field(
+        None, description="A service-account key as JSON (e.g. from a Prefect GcpCredentials block)."
+    )
     retry_attempts: int = Field(6, ge=1, le=20)
     retry_initial_delay_s: float = Field(0.2, ge=0.0, le=60.0)
     retry_max_delay_s: float = Field(10.0, ge=0.0, le=600.0)

@@ -6,6 +6,7 @@ fails before any request leaves the process.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tpu_ops.settings import Settings
@@ -16,8 +17,12 @@ def _google_credentials(settings: Settings, emulated: bool) -> Any:
 
     if emulated:
         return AnonymousCredentials()  # type: ignore[no-untyped-call]
+    from google.oauth2 import service_account
+
+    if settings.gcp_credentials_info:
+        info = json.loads(settings.gcp_credentials_info.get_secret_value())
+        return service_account.Credentials.from_service_account_info(info)  # type: ignore[no-untyped-call]
     if settings.gcp_credentials_file:
-        from google.oauth2 import service_account
 
         return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
             str(settings.gcp_credentials_file)
