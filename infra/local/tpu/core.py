@@ -1,0 +1,321 @@
+"""Core of the fake TPU service: records by project, events, faults, time-driven state machines.
+
+Split from :mod:`infra.local.tpu.models` (which holds the API methods) to keep modules small.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import re
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from infra.local.tpu import exceptions as exc
+from infra.local.tpu.capacity import SPOT, Capacity, Pool
+from infra.local.tpu.clock import Clock, SystemClock
+from infra.local.tpu.records import (
+    ACCEL_CONFIG_TYPE,
+    EMPTY_TYPE,
+    NODE_INPUT_FIELDS,
+    NODE_TYPE,
+    Node,
+    NodeState,
+    Operation,
+    QrState,
+    QueuedResource,
+)
+from tpu_ops.accelerators import ACCELERATOR_TYPES, AcceleratorType, lookup
+
+_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAME_RE = re.compile(r"^projects/([^/]+)/locations/([^/]+)/(\w+)/([^/:]+)$")
+_PARENT_RE = re.compile(r"^projects/([^/]+)/locations/([^/]+)$")
+_GEN_BY_CONFIG_TYPE = {v: k for k, v in ACCEL_CONFIG_TYPE.items()}
+_CONFIG_TYPE_INTS = {2: "V2", 4: "V3", 7: "V4", 9: "V5LITE_POD", 10: "V5P", 11: "V6E"}
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """A node became READY (``kind="ready"``) or stopped (``"stopped"``; ``reason`` says why)."""
+
+    kind: str
+    reason: str
+    project: str
+    zone: str
+    node_id: str
+    node: dict[str, Any]  # the node's JSON at the time of the event
+
+
+@dataclass
+class Latency:
+    provision_s: float = 0.0  # node CREATING -> READY
+    delete_s: float = 0.0  # node DELETING -> gone
+
+
+@dataclass
+class _Fault:
+    pattern: re.Pattern[str]
+    method: str | None
+    status: int
+    remaining: int
+    message: str | None
+    served: int = 0
+
+
+@dataclass
+class _Project:
+    nodes: dict[tuple[str, str], Node] = field(default_factory=dict)  # (zone, id)
+    qrs: dict[tuple[str, str], QueuedResource] = field(default_factory=dict)
+    ops: dict[tuple[str, str], Operation] = field(default_factory=dict)
+
+
+def _split(name: str, collection: str) -> tuple[str, str, str]:
+    m = _NAME_RE.match(name)
+    if not m or m.group(3) != collection:
+        raise exc.InvalidArgument(f"invalid resource name {name!r}")
+    return m.group(1), m.group(2), m.group(4)
+
+
+def _split_parent(parent: str) -> tuple[str, str]:
+    m = _PARENT_RE.match(parent)
+    if not m:
+        raise exc.InvalidArgument(f"invalid parent {parent!r}")
+    return m.group(1), m.group(2)
+
+
+def _page(items: list[T], page_size: int | None, page_token: str | None) -> tuple[list[T], str]:
+    start = 0
+    if page_token:
+        try:
+            start = int(base64.urlsafe_b64decode(page_token.encode()).decode())
+        except ValueError:
+            raise exc.InvalidArgument(f"invalid page token {page_token!r}") from None
+    size = page_size if page_size and page_size > 0 else 1000
+    chunk = items[start : start + size]
+    nxt = start + size
+    token = base64.urlsafe_b64encode(str(nxt).encode()).decode() if nxt < len(items) else ""
+    return chunk, token
+
+
+class BackendCore:
+    """State, plumbing and the time-driven state machines; the API methods are in ``TpuBackend``."""
+
+    def __init__(
+        self, *, clock: Clock | None = None, latency: Latency | None = None, capacity: Capacity | None = None
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._initial_latency = latency or Latency()
+        self.latency = Latency(**vars(self._initial_latency))
+        self.capacity = capacity or Capacity()
+        self._lock = threading.RLock()
+        self._dispatch = threading.RLock()
+        self._pending: list[NodeEvent] = []
+        self._listeners: list[Callable[[NodeEvent], None]] = []
+        self._projects: dict[str, _Project] = {}
+        self._faults: list[_Fault] = []
+        self._uids = itertools.count(7_000_000_000_000_000_001)
+        self._ip_blocks = itertools.count(0)
+
+    # -- plumbing --------------------------------------------------------------------------
+    def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
+        self._listeners.append(listener)
+
+    def _call(self, method: str, path: str, fn: Callable[[], T]) -> T:
+        """Run one API method: faults first, then the state change, then deliver events."""
+        try:
+            with self._lock:
+                self._fault(method, path)
+                self._advance()
+                result = fn()
+                self._advance()
+                return result
+        finally:
+            self._flush()
+
+    def _fault(self, method: str, path: str) -> None:
+        for f in self._faults:
+            if f.remaining > 0 and (f.method is None or f.method == method) and f.pattern.search(path):
+                f.remaining -= 1
+                f.served += 1
+                raise exc.Injected(f.status, f.message)
+
+    def _emit(self, kind: str, reason: str, node: Node) -> None:
+        self._pending.append(NodeEvent(kind, reason, node.project, node.zone, node.node_id, node.to_json()))
+
+    def _flush(self) -> None:
+        # One dispatcher at a time pops the shared queue, so listeners see events in order.
+        with self._dispatch:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        return
+                    event = self._pending.pop(0)
+                for listener in list(self._listeners):
+                    listener(event)
+
+    def _proj(self, project: str) -> _Project:
+        return self._projects.setdefault(project, _Project())
+
+    def _new_op(self, project: str, zone: str, verb: str, target: str) -> Operation:
+        now = self.clock.now()
+        op_id = f"operation-{int(now * 1000)}-{secrets.token_hex(8)}"
+        op = Operation(project, zone, op_id, verb, target, now)
+        self._proj(project).ops[(zone, op_id)] = op
+        return op
+
+    def tick(self) -> None:
+        """Advance every state machine to the clock's now (the server calls this on a timer)."""
+        try:
+            with self._lock:
+                self._advance()
+        finally:
+            self._flush()
+
+    # -- the state machines ----------------------------------------------------------------
+    def _used(self, zone: str, pool: Pool) -> int:
+        return sum(
+            n.accel.chips
+            for p in self._projects.values()
+            for n in p.nodes.values()
+            if n.zone == zone and n.pool == pool
+        )
+
+    def _free_pool(self, zone: str, kind: str, reservation: str, chips: int) -> Pool | None:
+        cap = self.capacity.zone(zone)
+        for pool in self.capacity.candidates(zone, kind, reservation):
+            if cap.size(pool) - self._used(zone, pool) >= chips:
+                return pool
+        return None
+
+    def _advance(self) -> None:
+        now = self.clock.now()
+        for _ in range(4):  # zero latency settles a create -> ready -> active chain in one call
+            changed = False
+            for project in self._projects.values():
+                changed |= self._advance_nodes(project, now)
+                changed |= self._advance_qrs(project, now)
+                self._advance_ops(project, now)
+            if not changed:
+                break
+
+    def _advance_nodes(self, p: _Project, now: float) -> bool:
+        changed = False
+        for key, node in list(p.nodes.items()):
+            if node.state == NodeState.CREATING and node.ready_at <= now:
+                node.state = NodeState.READY
+                self._emit("ready", "created", node)
+                changed = True
+            elif node.state == NodeState.DELETING and node.gone_at <= now:
+                del p.nodes[key]
+                changed = True
+        return changed
+
+    def _advance_qrs(self, p: _Project, now: float) -> bool:
+        changed = False
+        for key, qr in sorted(p.qrs.items(), key=lambda kv: kv[1].create_time):
+            nodes = [p.nodes.get((qr.zone, n.rsplit("/", 1)[1])) for n in qr.node_names]
+            if qr.state == QrState.DELETING and not any(nodes):
+                del p.qrs[key]
+                changed = True
+            elif qr.state == QrState.PROVISIONING and all(n and n.state == NodeState.READY for n in nodes):
+                qr.state = QrState.ACTIVE
+                changed = True
+            elif qr.state == QrState.WAITING:
+                if qr.valid_until is not None and now >= qr.valid_until:
+                    qr.state, qr.initiator = QrState.FAILED, "SERVICE"
+                    qr.error = exc.ResourceExhausted(
+                        f"no {qr.kind} capacity for {qr.name} in {qr.zone} before queueingPolicy expired"
+                    ).to_status()
+                    changed = True
+                elif now >= qr.valid_after and self._allocate(p, qr, now):
+                    changed = True
+        return changed
+
+    def _allocate(self, p: _Project, qr: QueuedResource, now: float) -> bool:
+        specs = qr.node_specs()
+        accels = [self._accel(s.get("node", {})) for s in specs]
+        pools: list[Pool] = []
+        for accel in accels:
+            pool = self._free_pool(qr.zone, qr.kind, qr.reservation, accel.chips)
+            if pool is None:
+                return False
+            pools.append(pool)
+        for spec, accel, pool in zip(specs, accels, pools, strict=True):
+            node = self._make_node(qr.project, qr.zone, spec["nodeId"], spec.get("node", {}), accel, pool, now)
+            if qr.kind == SPOT:
+                node.spec["schedulingConfig"] = {**node.spec.get("schedulingConfig", {}), "spot": True}
+            node.queued_resource = qr.name
+            p.nodes[(qr.zone, node.node_id)] = node
+            qr.node_names.append(node.name)
+        qr.state, qr.initiator = QrState.PROVISIONING, "SERVICE"
+        return True
+
+    def _advance_ops(self, p: _Project, now: float) -> None:
+        for op in p.ops.values():
+            if op.done:
+                continue
+            collection, rid = op.target.split("/")[-2:]
+            zone = op.zone
+            if collection == "nodes":
+                node = p.nodes.get((zone, rid))
+                if node is None:
+                    if op.verb == "delete":
+                        op.finish(now, response={"@type": EMPTY_TYPE})
+                    else:
+                        op.finish(now, error=exc.TpuApiError(f"node {rid} was deleted while creating").to_status())
+                elif op.verb == "create" and node.state == NodeState.READY:
+                    op.finish(now, response={"@type": NODE_TYPE, **node.to_json()})
+                elif op.verb == "create" and node.state != NodeState.CREATING:
+                    op.finish(now, error=exc.TpuApiError(f"node {rid} is {node.state}").to_status())
+            elif op.verb == "delete" and (zone, rid) not in p.qrs:
+                op.finish(now, response={"@type": EMPTY_TYPE})
+
+    # -- helpers for input ----------------------------------------------------------------
+    def _accel(self, node_body: dict[str, Any]) -> AcceleratorType:
+        name = node_body.get("acceleratorType")
+        if name:
+            try:
+                return lookup(str(name))
+            except KeyError as e:
+                raise exc.InvalidArgument(str(e.args[0])) from None
+        cfg = node_body.get("acceleratorConfig") or {}
+        ctype = cfg.get("type")
+        ctype = _CONFIG_TYPE_INTS.get(ctype, ctype) if isinstance(ctype, int) else ctype
+        gen = _GEN_BY_CONFIG_TYPE.get(str(ctype))
+        for row in ACCELERATOR_TYPES.values():
+            if row.generation == gen and row.topology == cfg.get("topology"):
+                return row
+        raise exc.InvalidArgument("node needs acceleratorType or a known acceleratorConfig {type, topology}")
+
+    def _make_node(
+        self,
+        project: str,
+        zone: str,
+        node_id: str,
+        body: dict[str, Any],
+        accel: AcceleratorType,
+        pool: Pool,
+        now: float,
+    ) -> Node:
+        block = next(self._ip_blocks)
+        # Endpoints are loopback addresses (127.x.y.z): realistic per-host IPs that can never
+        # reach a real network if something does connect to them.
+        ips = [f"127.{10 + block // 250}.{block % 250}.{h + 2}" for h in range(accel.hosts)]
+        spec = {
+            k: body[k] for k in NODE_INPUT_FIELDS if k in body and k not in ("acceleratorType", "acceleratorConfig")
+        }
+        node = Node(project, zone, node_id, spec, accel, pool, next(self._uids), ips, now)
+        node.ready_at = now + self.latency.provision_s
+        return node
+
+    def _check_node_body(self, node_id: str, body: dict[str, Any]) -> AcceleratorType:
+        if not node_id or not _ID_RE.match(node_id):
+            raise exc.InvalidArgument(f"invalid node id {node_id!r}: lowercase letters, digits, hyphens")
+        accel = self._accel(body)
+        if not body.get("runtimeVersion"):
+            raise exc.InvalidArgument("node.runtimeVersion is required")
+        return accel

@@ -1,0 +1,50 @@
+"""Routing of the fake TPU API: (HTTP method, path regex) -> handler name on ``TpuResponses``."""
+
+from __future__ import annotations
+
+import re
+
+_LOC = r"projects/[^/]+/locations/[^/]+"
+_ID = r"[^/:]+"
+
+URL_PATHS: list[tuple[str, str, str]] = [
+    # Cloud TPU v2
+    ("GET", rf"^/v2/(?P<parent>{_LOC})/nodes$", "list_nodes"),
+    ("POST", rf"^/v2/(?P<parent>{_LOC})/nodes$", "create_node"),
+    ("GET", rf"^/v2/(?P<name>{_LOC}/nodes/{_ID})$", "get_node"),
+    ("DELETE", rf"^/v2/(?P<name>{_LOC}/nodes/{_ID})$", "delete_node"),
+    ("POST", rf"^/v2/(?P<name>{_LOC}/nodes/{_ID}):getGuestAttributes$", "get_guest_attributes"),
+    ("GET", rf"^/v2/(?P<parent>{_LOC})/queuedResources$", "list_queued_resources"),
+    ("POST", rf"^/v2/(?P<parent>{_LOC})/queuedResources$", "create_queued_resource"),
+    ("GET", rf"^/v2/(?P<name>{_LOC}/queuedResources/{_ID})$", "get_queued_resource"),
+    ("DELETE", rf"^/v2/(?P<name>{_LOC}/queuedResources/{_ID})$", "delete_queued_resource"),
+    ("POST", rf"^/v2/(?P<name>{_LOC}/queuedResources/{_ID}):reset$", "reset_queued_resource"),
+    ("GET", rf"^/v2/(?P<parent>{_LOC})/operations$", "list_operations"),
+    ("GET", rf"^/v2/(?P<name>{_LOC}/operations/{_ID})$", "get_operation"),
+    ("GET", rf"^/v2/(?P<parent>{_LOC})/(?P<collection>acceleratorTypes|runtimeVersions)$", "list_catalog"),
+    ("GET", rf"^/v2/(?P<name>{_LOC}/(?P<collection>acceleratorTypes|runtimeVersions)/{_ID})$", "get_catalog"),
+    # control endpoints for tests and dry runs
+    ("POST", r"^/_fake/reset$", "fake_reset"),
+    ("POST", rf"^/_fake/nodes/(?P<zone>{_ID})/(?P<node>{_ID}):preempt$", "fake_preempt"),
+    ("GET", r"^/_fake/capacity$", "fake_get_capacity"),
+    ("POST", r"^/_fake/capacity$", "fake_capacity"),
+    ("POST", r"^/_fake/faults$", "fake_faults"),
+    ("POST", r"^/_fake/latency$", "fake_latency"),
+    ("GET", r"^/_fake/state$", "fake_state"),
+    ("GET", rf"^/_fake/logs/(?P<zone>{_ID})/(?P<node>{_ID})$", "fake_logs"),
+]
+
+ROUTES: list[tuple[str, re.Pattern[str], str]] = [(m, re.compile(p), h) for m, p, h in URL_PATHS]
+
+
+def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+    """The handler name and path arguments for a request, or ``None`` if no route matches."""
+    for m, pattern, handler in ROUTES:
+        found = pattern.match(path)
+        if found and m == method:
+            return handler, found.groupdict()
+    return None
+
+
+def path_known(path: str) -> bool:
+    return any(p.match(path) for _, p, _ in ROUTES)
