@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     gcp_credentials_info: SecretStr | None = Field(
         None, description="A service-account key as JSON (e.g. from a Prefect GcpCredentials block)."
     )
+    metadata_host: str = Field(
+        "metadata.google.internal",
+        validation_alias=_env("metadata_host", "GCE_METADATA_HOST"),
+        description="The VM metadata server (a local fake on a simulated TPU host).",
+    )
     retry_attempts: int = Field(6, ge=1, le=20)
     retry_initial_delay_s: float = Field(0.2, ge=0.0, le=60.0)
     retry_max_delay_s: float = Field(10.0, ge=0.0, le=600.0)
@@ -71,6 +76,7 @@ class Settings(BaseSettings):
             "aws_endpoint_url": self.aws_endpoint_url,
             "gcs_endpoint": self.gcs_endpoint,
             "tpu_endpoint": self.tpu_endpoint,
+            "metadata_host": self.metadata_host,
         }
 
     def check_safe(self, *needed: str) -> None:
@@ -79,7 +85,7 @@ class Settings(BaseSettings):
         ``needed`` names endpoint settings (default: all of them). Outside a dry run an unset
         endpoint means the real cloud, which is the point of production.
         """
-        names = needed or tuple(self.endpoints())
+        names = needed or ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint")
         if not self.dry_run:
             return
         for name in names:
