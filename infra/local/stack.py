@@ -3,6 +3,7 @@
     with LocalStack() as stack:
         settings = stack.settings()      # tpu_ops Settings(dry_run=True, endpoints -> the stack)
         env = stack.env()                # the same, as environment variables for subprocesses
+        stack.preempt("us-central2-b", "my-node")
 
 Parts: moto in server mode (S3, SageMaker, STS) in a thread, fake-gcs-server as a subprocess in
 its own process group, the fake Cloud TPU API in a thread, and the TPU-VM host simulator. Every
@@ -13,11 +14,17 @@ kills every process the stack started.
 from __future__ import annotations
 
 import contextlib
+import json
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from infra.local._proc import http_call
 from infra.local.aws import MotoServer
 from infra.local.gcs import FakeGcs
+from infra.local.hostsim import HostSimulator
+from infra.local.tpu.models import Latency, TpuBackend
+from infra.local.tpu.server import TpuServer
 from tpu_ops.settings import Settings
 
 PROJECT = "tpu-ops-local"
@@ -27,12 +34,33 @@ FAKE_AWS_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testi
 
 
 class LocalStack:
-    """Context manager owning the emulators. One live stack per process (moto state is global)."""
+    """Context manager owning the emulators. One live stack per process (moto state is global).
 
-    def __init__(self, *, project: str = PROJECT) -> None:
+    ``tpu=False`` skips the fake TPU API and the host simulator (S3 + GCS only, fastest).
+    ``provision_s``/``delete_s`` are the fake TPU latencies; ``grace_s`` is the SIGTERM->SIGKILL
+    grace period of simulated hosts; ``workdir`` keeps worker directories (default: a temp dir
+    removed on stop).
+    """
+
+    def __init__(
+        self,
+        *,
+        project: str = PROJECT,
+        tpu: bool = True,
+        provision_s: float = 0.0,
+        delete_s: float = 0.0,
+        grace_s: float = 5.0,
+        workdir: Path | None = None,
+    ) -> None:
         self.project = project
+        self._tpu_enabled = tpu
+        self._latency = Latency(provision_s, delete_s)
+        self._grace_s = grace_s
+        self._workdir = workdir
         self.aws: MotoServer | None = None
         self.gcs: FakeGcs | None = None
+        self.tpu: TpuServer | None = None
+        self.hosts: HostSimulator | None = None
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -44,26 +72,31 @@ class LocalStack:
             self.gcs.start()
             self.aws = MotoServer()
             self.aws.start()
+            if self._tpu_enabled:
+                backend = TpuBackend(latency=self._latency)
+                self.tpu = TpuServer(backend, logs=self._logs).start()
+            self._started = True
+            if self._tpu_enabled:
+                assert self.tpu is not None
+                self.hosts = HostSimulator(self.tpu.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir)
         except BaseException:
             self.stop()
             raise
-        self._started = True
         return self
 
     def stop(self) -> None:
-        """Stop every part; safe to call twice and after a failed start."""
-        for part in (self.aws, self.gcs):
+        """Stop every part (workers first); safe to call twice and after a failed start."""
+        for part in (self.hosts, self.tpu, self.aws, self.gcs):
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
+        self.hosts = self.tpu = None
         self._started = False
 
     def __enter__(self) -> LocalStack:
         return self.start()
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     # -- endpoints ---------------------------------------------------------------------------
@@ -82,8 +115,18 @@ class LocalStack:
         """fake-gcs-server: ``http://127.0.0.1:PORT`` (what ``STORAGE_EMULATOR_HOST`` takes)."""
         return str(self._need(self.gcs, "gcs").url)
 
+    @property
+    def tpu_endpoint(self) -> str:
+        """Fake Cloud TPU API: ``http://127.0.0.1:PORT`` (no trailing slash; the Python client's form)."""
+        return str(self._need(self.tpu, "tpu").url)
+
+    @property
+    def backend(self) -> TpuBackend:
+        """The fake TPU API's state model (in-process control without HTTP)."""
+        return self._need(self.tpu, "tpu").backend  # type: ignore[no-any-return]
+
     def env(self) -> dict[str, str]:
-        """Environment variables pointing every client (ours, SDKs, CLIs) at the stack."""
+        """Environment variables pointing every client (ours, SDKs, gcloud) at the stack."""
         env = {
             "AWS_ENDPOINT_URL": self.aws_endpoint,
             "AWS_DEFAULT_REGION": AWS_REGION,
@@ -101,6 +144,9 @@ class LocalStack:
             "TPU_OPS_AWS_ACCESS_KEY_ID": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "TPU_OPS_AWS_SECRET_ACCESS_KEY": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
         }
+        if self.tpu is not None:
+            env["TPU_OPS_TPU_ENDPOINT"] = self.tpu_endpoint
+            env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] = self.tpu_endpoint + "/"  # gcloud needs the slash
         return env
 
     def settings(self, **overrides: Any) -> Settings:
@@ -111,12 +157,72 @@ class LocalStack:
             "aws_region": AWS_REGION,
             "aws_endpoint_url": self.aws_endpoint,
             "gcs_endpoint": self.gcs_endpoint,
+            "tpu_endpoint": self.tpu_endpoint if self.tpu is not None else None,
             "aws_access_key_id": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
         }
         values.update(overrides)
         return Settings(**values)
 
+    def tpu_client(self) -> Any:
+        """A ``google.cloud.tpu_v2.TpuClient`` (REST, anonymous) on the fake TPU API."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import tpu_v2
+
+        return tpu_v2.TpuClient(
+            transport="rest",
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            client_options={"api_endpoint": self.tpu_endpoint},
+        )
+
+    # -- control -----------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget all AWS state (GCS buckets are reset by deleting them; see ``reset_gcs``)."""
+        """Forget all cloud state: AWS (moto), GCS buckets, TPU nodes/queued resources (workers stopped)."""
         self._need(self.aws, "aws").reset()
+        self.reset_gcs()
+        if self.tpu is not None:
+            self.tpu.backend.reset()
+
+    def reset_gcs(self) -> None:
+        """Delete every object and bucket in the GCS emulator (it has no reset of its own)."""
+        base = self.gcs_endpoint + "/storage/v1/b"
+        for bucket in json.loads(http_call(base + f"?project={self.project}")).get("items", []):
+            name = bucket["name"]
+            for obj in json.loads(http_call(f"{base}/{name}/o")).get("items", []):
+                http_call(f"{base}/{name}/o/{_quote(obj['name'])}", "DELETE")
+            http_call(f"{base}/{name}", "DELETE")
+
+    def preempt(self, zone: str, node_id: str) -> dict[str, Any]:
+        """Spot-preempt a node: PREEMPTED, its queued resource SUSPENDED, its workers SIGTERMed."""
+        return self.backend.preempt(zone, node_id, self.project)
+
+    def set_capacity(self, spec: dict[str, Any]) -> None:
+        """``{"<zone>"|"*": {"spot": chips, "on_demand": chips, "reservations": {name: chips}}}``."""
+        self.backend.configure_capacity(spec)
+
+    def add_fault(self, path_regex: str, status: int, count: int = 1, method: str | None = None) -> None:
+        """Answer the next ``count`` TPU API calls whose path matches with ``status`` (e.g. 503)."""
+        self.backend.add_fault(path_regex, status, count, method)
+
+    def set_latency(self, provision_s: float | None = None, delete_s: float | None = None) -> None:
+        self.backend.set_latency(provision_s, delete_s)
+
+    def state(self) -> dict[str, Any]:
+        """Fake TPU counts by state (``nodes``, ``queued_resources``, ...) plus running worker pids."""
+        out = self.backend.state()
+        out["worker_pids"] = self.hosts.running_pids() if self.hosts else []
+        return out
+
+    def worker_logs(self, zone: str, node_id: str) -> dict[str, Any]:
+        return self._logs(zone, node_id)
+
+    def _logs(self, zone: str, node_id: str) -> dict[str, Any]:
+        if self.hosts is None:
+            return {"zone": zone, "node": node_id, "workers": []}
+        return self.hosts.logs(zone, node_id)
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name, safe="")

@@ -1,0 +1,191 @@
+"""TPU-VM host simulator: runs a READY node's ``startup-script`` once per worker host, locally.
+
+Each worker is ``bash startup-script.sh`` in its own process group and working directory, with
+its own fake metadata server (``GCE_METADATA_HOST``/``GCE_METADATA_IP``) and the stack's endpoint
+environment. When the node is preempted, deleted or the fake is reset, every worker's group gets
+SIGTERM and, after ``grace_s``, SIGKILL. stdout/stderr go to files in the worker's directory and
+stay readable after the worker ends (``logs``). ``stop()`` ends everything it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.local._proc import kill_group, wait_until
+from infra.local.metadata import MetadataServer, tpu_vm_values
+from infra.local.tpu.models import NodeEvent, TpuBackend
+
+
+@dataclass
+class Worker:
+    """One simulated host of a slice."""
+
+    number: int
+    workdir: Path
+    proc: subprocess.Popen[bytes]
+    metadata: MetadataServer
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def logs(self) -> dict[str, Any]:
+        return {
+            "worker": self.number,
+            "pid": self.pid,
+            "running": self.running,
+            "returncode": self.proc.poll(),
+            "workdir": str(self.workdir),
+            "stdout": _read(self.workdir / "stdout.log"),
+            "stderr": _read(self.workdir / "stderr.log"),
+        }
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+class HostSimulator:
+    """Subscribe to a ``TpuBackend`` and play the worker hosts of its nodes."""
+
+    def __init__(
+        self, backend: TpuBackend, env: dict[str, str], *, grace_s: float = 5.0, workdir: Path | None = None
+    ) -> None:
+        self.backend = backend
+        self.grace_s = grace_s
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tpu-ops-hosts-"))
+        self._env = dict(env)
+        self._lock = threading.Lock()
+        self._nodes: dict[tuple[str, str], list[Worker]] = {}  # (zone, node id) -> latest incarnation
+        self._reapers: list[threading.Thread] = []
+        self._closed = False
+        backend.subscribe(self._on_event)
+
+    # -- events from the fake TPU API ----------------------------------------------------------
+    def _on_event(self, event: NodeEvent) -> None:
+        if event.kind == "ready":
+            self._start_node(event)
+        elif event.kind == "stopped":
+            self._stop_node(event.zone, event.node_id)
+
+    def _base_env(self) -> dict[str, str]:
+        env = {**os.environ, **self._env}
+        venv_bin = str(Path(sys.executable).parent)
+        env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+        env.setdefault("VIRTUAL_ENV", str(Path(sys.executable).parent.parent))
+        return env
+
+    def _start_node(self, event: NodeEvent) -> None:
+        node = event.node
+        script = (node.get("metadata") or {}).get("startup-script")
+        hosts = len(node.get("networkEndpoints", []))
+        if not script or self._closed:
+            return
+        base = self.workdir / event.project / event.zone / f"{event.node_id}-{node.get('id', '0')}"
+        workers = []
+        for w in range(hosts):
+            workers.append(self._start_worker(event, node, w, base / f"worker-{w}", script))
+        with self._lock:
+            old = self._nodes.get((event.zone, event.node_id), [])
+            self._nodes[(event.zone, event.node_id)] = workers
+        self._kill(old)  # a recreated node replaces a stale incarnation
+
+    def _start_worker(self, event: NodeEvent, node: dict[str, Any], w: int, wd: Path, script: str) -> Worker:
+        wd.mkdir(parents=True, exist_ok=True)
+        (wd / "startup-script.sh").write_text(script)
+        name = node["name"]
+
+        def sink(ns: str, key: str, value: str) -> None:
+            self.backend.set_guest_attribute(name, w, ns, key, value)
+
+        md = MetadataServer(tpu_vm_values(node, event.project, event.zone, w), sink).start()
+        env = self._base_env()
+        env.update({
+            "GCE_METADATA_HOST": md.host,
+            "GCE_METADATA_IP": md.host,
+            "TPU_WORKER_ID": str(w),
+            "TPU_OPS_WORKER_DIR": str(wd),
+            "HOME": str(wd),
+        })  # fmt: skip
+        with open(wd / "stdout.log", "wb") as out, open(wd / "stderr.log", "wb") as err:
+            proc = subprocess.Popen(
+                ["bash", str(wd / "startup-script.sh")],
+                cwd=wd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        return Worker(w, wd, proc, md)
+
+    def _stop_node(self, zone: str, node_id: str) -> None:
+        with self._lock:
+            workers = list(self._nodes.get((zone, node_id), []))
+        self._kill(workers)
+
+    def _kill(self, workers: list[Worker]) -> None:
+        """SIGTERM now (so the caller's preempt/delete has signalled before it returns), SIGKILL later."""
+        if not workers:
+            return
+        for wk in workers:
+            if wk.running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(wk.pid, signal.SIGTERM)
+
+        def reap() -> None:
+            for wk in workers:
+                kill_group(wk.proc, self.grace_s)
+                wk.metadata.stop()
+
+        t = threading.Thread(target=reap, name="hostsim-reaper", daemon=True)
+        t.start()
+        with self._lock:
+            self._reapers.append(t)
+
+    # -- API ---------------------------------------------------------------------------------
+    def workers(self, zone: str, node_id: str) -> list[Worker]:
+        with self._lock:
+            return list(self._nodes.get((zone, node_id), []))
+
+    def logs(self, zone: str, node_id: str) -> dict[str, Any]:
+        """Every worker's output of the node's latest incarnation (also served at /_fake/logs/...)."""
+        return {"zone": zone, "node": node_id, "workers": [w.logs() for w in self.workers(zone, node_id)]}
+
+    def wait_workers(self, zone: str, node_id: str, count: int, timeout: float = 10.0) -> list[Worker]:
+        """Wait until the node has ``count`` workers started."""
+        wait_until(lambda: len(self.workers(zone, node_id)) >= count, timeout, what=f"{count} workers of {node_id}")
+        return self.workers(zone, node_id)
+
+    def wait_exited(self, zone: str, node_id: str, timeout: float = 10.0) -> None:
+        wait_until(lambda: not any(w.running for w in self.workers(zone, node_id)), timeout, what=f"{node_id} exit")
+
+    def running_pids(self) -> list[int]:
+        with self._lock:
+            return [w.pid for ws in self._nodes.values() for w in ws if w.running]
+
+    def stop(self) -> None:
+        """Kill every worker (SIGTERM, SIGKILL after the grace period) and wait for them."""
+        self._closed = True
+        with self._lock:
+            everything = [w for ws in self._nodes.values() for w in ws]
+        self._kill(everything)
+        with self._lock:
+            reapers = list(self._reapers)
+        for t in reapers:
+            t.join(timeout=self.grace_s + 10)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
