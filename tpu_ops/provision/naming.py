@@ -1,0 +1,85 @@
+"""Run naming: one run id names every queued resource, node and label a run creates.
+
+Ids are derived from the run id and the attempt number so a re-run finds what an earlier process
+created (``{run_id}-a{attempt}``), and labels make orphans findable by the reaper.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Final
+
+from tpu_ops.errors import SpecError
+
+RUN_LABEL: Final = "tpu-ops-run"
+MANAGED_LABEL: Final = "tpu-ops-managed"
+CREATED_LABEL: Final = "tpu-ops-created"  # epoch seconds: label values cannot hold ':' or '.'
+TIER_LABEL: Final = "tpu-ops-tier"
+ATTEMPT_LABEL: Final = "tpu-ops-attempt"
+RESERVED_KEYS: Final = frozenset({RUN_LABEL, MANAGED_LABEL, CREATED_LABEL, TIER_LABEL, ATTEMPT_LABEL})
+
+_RESOURCE_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_RUN_ID: Final = 40  # leaves room for "-a<attempt>" inside Google's 63-character ids
+_RUN_ID = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+def check_run_id(run_id: str) -> str:
+    """Return ``run_id`` or raise ``SpecError`` saying what is allowed."""
+    if not _RUN_ID.match(run_id):
+        raise SpecError(
+            f"run id {run_id!r} is not allowed: 1-{MAX_RUN_ID} lowercase letters, digits and '-', "
+            "starting with a letter and not ending with '-'",
+            [{"field": "run_id", "value": run_id}],
+        )
+    return run_id
+
+
+def resource_id(run_id: str, attempt: int) -> str:
+    """The queued-resource (and node) id of ``attempt`` (1-based) of ``run_id``."""
+    check_run_id(run_id)
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, not {attempt}")
+    rid = f"{run_id}-a{attempt}"
+    assert len(rid) <= 63 and _RESOURCE_ID.match(rid), rid
+    return rid
+
+
+def attempt_of(run_id: str, rid: str) -> int | None:
+    """The attempt number if ``rid`` was derived from ``run_id``, else None."""
+    m = re.fullmatch(re.escape(run_id) + r"-a([1-9][0-9]*)", rid)
+    return int(m.group(1)) if m else None
+
+
+def run_labels(run_id: str, tier: str, attempt: int, *, now: float | None = None) -> dict[str, str]:
+    """The labels tpu-ops puts on every node it creates (no credentials, ever)."""
+    created = int(time.time() if now is None else now)
+    return {
+        MANAGED_LABEL: "true",
+        RUN_LABEL: check_run_id(run_id),
+        CREATED_LABEL: str(created),
+        TIER_LABEL: tier,
+        ATTEMPT_LABEL: str(attempt),
+    }
+
+
+def belongs_to(run_id: str, rid: str, labels: dict[str, str] | None = None) -> bool:
+    """True if a resource with id ``rid`` and ``labels`` was created for ``run_id``."""
+    if labels and labels.get(RUN_LABEL) == run_id:
+        return True
+    return attempt_of(run_id, rid) is not None
+
+
+def run_of(rid: str, labels: dict[str, str] | None) -> str | None:
+    """The run a managed resource belongs to (its label), or None if not managed by tpu-ops."""
+    if labels and labels.get(MANAGED_LABEL) == "true" and labels.get(RUN_LABEL):
+        return labels[RUN_LABEL]
+    return None
+
+
+def created_at(labels: dict[str, str] | None) -> float | None:
+    """The creation time recorded in the labels (epoch seconds), if any."""
+    try:
+        return float((labels or {})[CREATED_LABEL])
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,95 @@
+"""Typed records the provisioning layer hands out: attempts, slices, teardown and reap reports."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+
+class Outcome:
+    """What became of one attempt on the ladder."""
+
+    ACTIVE: Final = "active"  # this attempt produced the slice
+    ADOPTED: Final = "adopted"  # an earlier process's slice for the same run id
+    FAILED: Final = "failed"  # the queued resource went FAILED
+    STOCKOUT: Final = "stockout"  # no capacity (ResourceExhausted)
+    QUOTA: Final = "quota"
+    TIMEOUT: Final = "timeout"  # not ACTIVE within validUntilDuration (or the overall timeout)
+    SUSPENDED: Final = "suspended"
+    ERROR: Final = "error"  # a non-capacity API error (bad request, permission, retries used up)
+    MOVED_ON: Final = frozenset({FAILED, STOCKOUT, QUOTA, TIMEOUT, SUSPENDED, ERROR})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One queued-resource attempt: which rung and zone, what happened, how long it waited."""
+
+    number: int
+    tier: str
+    zone: str
+    resource_id: str
+    outcome: str
+    seconds_waited: float
+    detail: str = ""
+    reservation: str = ""
+
+    def describe(self) -> str:
+        rung = f"reservation {self.reservation}" if self.reservation else self.tier
+        extra = f": {self.detail}" if self.detail else ""
+        where = f"#{self.number} {rung} in {self.zone} ({self.resource_id})"
+        return f"{where} {self.outcome} after {self.seconds_waited:.1f}s{extra}"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A provisioned slice: what it is, where, on which tier, and how it was obtained."""
+
+    run_id: str
+    queued_resource: str
+    node: str
+    zone: str
+    tier: str
+    accelerator_type: str
+    chips: int
+    hosts: int
+    endpoints: tuple[str, ...]
+    attempts: tuple[Attempt, ...] = ()
+    created_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["endpoints"] = list(self.endpoints)
+        d["attempts"] = [asdict(a) for a in self.attempts]
+        return d
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A queued resource or node found in the cloud, as teardown and the reaper see it."""
+
+    kind: str  # "queued-resource" | "node"
+    zone: str
+    resource_id: str
+    run_id: str | None
+    state: str
+    tier: str
+    accelerator_type: str
+    created_at: float | None
+
+
+@dataclass
+class TeardownReport:
+    """What teardown deleted and whether it confirmed everything gone."""
+
+    run_id: str
+    deleted: list[Resource] = field(default_factory=list)
+    confirmed_gone: bool = False
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "deleted": [asdict(r) for r in self.deleted],
+            "confirmed_gone": self.confirmed_gone,
+            "seconds": round(self.seconds, 3),
+        }

@@ -1,0 +1,154 @@
+"""Guaranteed teardown: force-delete a run's queued resources and nodes and confirm they are gone.
+
+``teardown`` is safe to call any number of times, from any process; ``slice_for`` is the context
+manager that always calls it, whether the body returns, raises or is interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi, wait_until
+from tpu_ops.errors import TpuOpsError, TransientError
+from tpu_ops.provision import ledger as L
+from tpu_ops.provision.naming import TIER_LABEL, belongs_to, check_run_id, created_at, run_of
+from tpu_ops.provision.records import Resource, Slice, TeardownReport
+from tpu_ops.settings import Settings
+
+ALL_ZONES = ("-",)
+
+
+def find_resources(api: TpuApi, zones: Sequence[str] = ALL_ZONES, run_id: str | None = None) -> list[Resource]:
+    """Queued resources and nodes in ``zones`` that tpu-ops manages (of ``run_id`` if given)."""
+    out: list[Resource] = []
+    seen: set[tuple[str, str, str]] = set()
+    for zone in zones:
+        for qr in api.list_queued_resources(zone):
+            labels = dict(qr.labels)
+            owner = run_of(qr.qr_id, labels)
+            if run_id is not None and not belongs_to(run_id, qr.qr_id, labels):
+                continue
+            if run_id is None and owner is None:
+                continue
+            key = ("queued-resource", qr.zone, qr.qr_id)
+            if key not in seen:
+                seen.add(key)
+                out.append(Resource("queued-resource", qr.zone, qr.qr_id, owner or run_id, qr.state, qr.tier,
+                                    qr.accelerator_type, created_at(labels) or qr.create_time))  # fmt: skip
+        for node in api.list_nodes(zone):
+            labels = dict(node.labels)
+            owner = run_of(node.node_id, labels)
+            if run_id is not None and not belongs_to(run_id, node.node_id, labels):
+                continue
+            if run_id is None and owner is None:
+                continue
+            key = ("node", node.zone, node.node_id)
+            if key not in seen:
+                seen.add(key)
+                tier = labels.get(TIER_LABEL) or ("spot" if node.spot else "on-demand")
+                out.append(Resource("node", node.zone, node.node_id, owner or run_id, node.state, tier,
+                                    node.accelerator_type, created_at(labels) or node.create_time))  # fmt: skip
+    return out
+
+
+def delete_resources(api: TpuApi, resources: Sequence[Resource]) -> list[Resource]:
+    """Ask for deletion of each (queued resources with force, which takes their nodes too)."""
+    asked: list[Resource] = []
+    for r in sorted(resources, key=lambda r: r.kind != "queued-resource"):
+        if r.state in QrState.DELETING or r.state in NodeState.GOING:
+            asked.append(r)  # already going; still confirm it is gone
+            continue
+        try:
+            if r.kind == "queued-resource":
+                api.delete_queued_resource(r.zone, r.resource_id, force=True)
+            else:
+                api.delete_node(r.zone, r.resource_id)
+        except TpuOpsError:
+            # A node whose queued resource is being deleted may refuse a direct delete; the
+            # confirm loop below asks again.
+            pass
+        asked.append(r)
+    return asked
+
+
+def confirm_gone(api: TpuApi, settings: Settings, resources: Sequence[Resource], timeout_s: float) -> None:
+    """Wait until every resource answers NotFound, re-asking for deletion of any that linger."""
+    pending = {(r.kind, r.zone, r.resource_id): r for r in resources}
+
+    def check() -> bool | None:
+        for key, r in list(pending.items()):
+            try:
+                if r.kind == "queued-resource":
+                    cur: Any = api.find_queued_resource(r.zone, r.resource_id)
+                    going = cur is not None and cur.state in QrState.DELETING
+                else:
+                    cur = api.find_node(r.zone, r.resource_id)
+                    going = cur is not None and cur.state in NodeState.GOING
+            except TransientError:
+                continue
+            if cur is None:
+                del pending[key]
+            elif not going:
+                delete_resources(api, [r])
+        return True if not pending else None
+
+    wait_until(check, timeout_s=timeout_s, interval_s=settings.poll_interval_s, what=f"deletion of {sorted(pending)}")
+
+
+def delete_and_confirm(api: TpuApi, settings: Settings, zone: str, qr_id: str, node_id: str, timeout_s: float) -> None:
+    """Force-delete one queued resource (and its node) and wait until both are gone."""
+    items = [Resource("queued-resource", zone, qr_id, None, "", "", "", None)]
+    if node_id:
+        items.append(Resource("node", zone, node_id, None, "", "", "", None))
+    delete_resources(api, items)
+    confirm_gone(api, settings, items, timeout_s)
+
+
+def teardown(
+    run_id: str,
+    settings: Settings,
+    *,
+    zones: Sequence[str] | None = None,
+    api: TpuApi | None = None,
+    timeout_s: float = 900.0,
+) -> TeardownReport:
+    """Force-delete every queued resource and node of ``run_id`` and confirm they are gone.
+
+    Looks in ``zones`` (default: every zone, ``locations/-``). Raises ``TimeoutError`` if something
+    is still there after ``timeout_s``; calling again picks up where it left off.
+    """
+    check_run_id(run_id)
+    t0 = time.monotonic()
+    api = api or TpuApi(settings)
+    ledger = L.Ledger(settings, run_id)
+    found = find_resources(api, zones or ALL_ZONES, run_id)
+    report = TeardownReport(run_id)
+    if found:
+        report.deleted = delete_resources(api, found)
+        for r in found:
+            if r.kind == "queued-resource":
+                ledger.append(L.DELETE_REQUESTED, resource_id=r.resource_id, zone=r.zone)
+        confirm_gone(api, settings, found, timeout_s)
+        for r in found:  # a node made outside a queued resource bills under its own id
+            ledger.append(L.GONE, resource_id=r.resource_id, zone=r.zone)
+    report.confirmed_gone = True
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+@contextmanager
+def slice_for(spec: Any, run_id: str, settings: Settings, **kw: Any) -> Iterator[Slice]:
+    """Provision a slice for the body and tear it down afterwards, whatever happens.
+
+    Teardown also runs when provisioning itself fails half-way (an abandoned request may linger).
+    """
+    from tpu_ops.provision.ladder import provision
+
+    api = kw.pop("api", None) or TpuApi(settings)
+    try:
+        yield provision(spec, run_id, settings, api=api, **kw)
+    finally:
+        teardown(run_id, settings, zones=list(spec.slice.zones), api=api)
