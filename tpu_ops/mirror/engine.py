@@ -1,0 +1,171 @@
+"""``mirror(spec, settings)``: list → plan → validate → copy → commit the manifest.
+
+Nothing is written before the schema validation passes and the destination bucket's location is
+allowed; the manifest is written last, after every object is verified, so a killed or failed run
+leaves no snapshot behind, and its re-run copies only what is missing or different.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tpu_ops.cloud.translate import google_errors
+from tpu_ops.errors import PolicyError
+from tpu_ops.mirror import manifest
+from tpu_ops.mirror.copy import CopyContext, Fault, copy_all
+from tpu_ops.mirror.listing import list_dest, list_source
+from tpu_ops.mirror.plan import plan
+from tpu_ops.mirror.records import MirrorResult, Progress, SourceObject
+from tpu_ops.settings import Settings
+from tpu_ops.specs.jobs import MirrorSpec
+from tpu_ops.uris import parse_gs, parse_s3
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[Progress], None]
+
+
+def make_clients(settings: Settings, concurrency: int) -> tuple[Any, Any]:
+    """S3 and GCS clients with connection pools sized for ``concurrency`` threads."""
+    from tpu_ops.cloud import clients
+
+    pool = concurrency + 4
+    s3 = clients.boto3_client(settings, "s3", max_pool_connections=pool)
+    gcs = clients.storage_client(settings)
+    from requests.adapters import HTTPAdapter
+
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool)
+    gcs._http.mount("http://", adapter)
+    gcs._http.mount("https://", adapter)
+    return s3, gcs
+
+
+def check_location(gcs: Any, bucket: str, allowed: list[str]) -> str:
+    """Refuse a destination bucket whose location is not in ``allowed`` (empty = any)."""
+    with google_errors("gcs"):
+        location = str(gcs.get_bucket(bucket).location or "").upper()
+    if allowed and location not in allowed:
+        raise PolicyError(
+            f"data residency: bucket gs://{bucket} is in {location or 'an unknown location'}, "
+            f"not in the allowed locations {', '.join(allowed)}; refusing to write"
+        )
+    return location
+
+
+def mirror(
+    spec: MirrorSpec,
+    settings: Settings,
+    progress: ProgressFn | None = None,
+    *,
+    clients: tuple[Any, Any] | None = None,
+    fault: Fault | None = None,
+) -> MirrorResult:
+    """Mirror ``spec.source`` to ``spec.destination`` as a verified snapshot; see the module doc.
+
+    ``clients`` = (boto3 S3 client, google storage client) to reuse; ``fault`` is a test seam that
+    may alter bytes after they are checksummed (see ``copy.Fault``).
+    """
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    emit = progress or (lambda p: None)
+    src_uri, dst_uri = parse_s3(spec.source), parse_gs(spec.destination)
+    s3, gcs = clients or make_clients(settings, spec.concurrency)
+    ctx = CopyContext(s3, gcs, src_uri, dst_uri, settings, spec.concurrency, spec.part_size_mib * 1024 * 1024, fault)
+
+    emit(Progress("list"))
+    with ThreadPoolExecutor(3, thread_name_prefix="list") as pool:
+        allowed = spec.allowed_locations
+        f_loc = pool.submit(check_location, gcs, dst_uri.bucket, allowed) if allowed else None
+        f_src = pool.submit(list_source, s3, src_uri)
+        f_dst = pool.submit(list_dest, gcs, dst_uri)
+        if f_loc is not None:
+            f_loc.result()  # a residency refusal wins over listing errors
+        source, dest = f_src.result(), f_dst.result()
+    timings["list"] = time.perf_counter() - t0
+
+    t = time.perf_counter()
+    todo = plan(source.objects, dest.objects)
+    timings["plan"] = time.perf_counter() - t
+    emit(Progress("plan", 0, len(todo.copy), 0, todo.bytes_copy))
+
+    t = time.perf_counter()
+    validated, schema_rel = _validate(ctx, spec.schema_file, source.objects, todo.copy, emit)
+    timings["validate"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    total_objects, total_bytes = len(todo.copy), todo.bytes_copy
+
+    def on_copy(n: int, b: int) -> None:
+        emit(Progress("copy", n, total_objects, b, total_bytes))
+
+    emit(Progress("copy", 0, total_objects, 0, total_bytes))
+    copied = copy_all(ctx, todo.copy, on_copy) if todo.copy else []
+    timings["copy"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    emit(Progress("commit"))
+    rows = [manifest.entry(s.rel, s.size, d.crc32c, s.etag, s.version_id) for s, d in todo.skip]
+    rows += [manifest.entry(c.source.rel, c.source.size, c.crc32c, c.source.etag, c.source.version_id) for c in copied]
+    doc = manifest.build(
+        rows, source=str(src_uri), destination=str(dst_uri), versioned=source.versioned, name=spec.snapshot
+    )
+    manifest_uri = manifest.commit(gcs, dst_uri, doc)
+    _delete_quietly(gcs, dst_uri.bucket, dest.stale_parts)
+    timings["commit"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - t0
+    emit(Progress("done", total_objects, total_objects, total_bytes, total_bytes))
+    return MirrorResult(
+        snapshot_id=doc["snapshot_id"],
+        manifest_uri=manifest_uri,
+        snapshot_name=spec.snapshot,
+        source=str(src_uri),
+        destination=str(dst_uri),
+        source_versioned=source.versioned,
+        objects_total=len(rows),
+        bytes_total=doc["totals"]["bytes"],
+        objects_copied=len(copied),
+        bytes_copied=sum(c.source.size for c in copied),
+        objects_skipped=len(todo.skip),
+        bytes_skipped=todo.bytes_skip,
+        shards_validated=validated,
+        schema_file=schema_rel,
+        timings_s={k: round(v, 4) for k, v in timings.items()},
+    )
+
+
+def _validate(
+    ctx: CopyContext,
+    schema_file: str,
+    listed: list[SourceObject],
+    to_copy: list[SourceObject],
+    emit: ProgressFn,
+) -> tuple[int, str | None]:
+    """Validate the shards about to be copied (all of them if the schema itself changed)."""
+    from tpu_ops.mirror.validate import load_schema, validate
+
+    schema_obj = next((o for o in listed if o.rel == schema_file), None)
+    if schema_obj is None:
+        if to_copy:
+            log.warning("no schema file %s/%s: shards are copied without validation", ctx.source, schema_file)
+        return 0, None
+    if not to_copy:
+        return 0, schema_file  # nothing will be copied: keep the no-change run cheap
+    emit(Progress("validate"))
+    schema = load_schema(ctx, schema_obj)
+    check = listed if any(o.rel == schema_file for o in to_copy) else to_copy
+    return validate(ctx, schema, check), schema_file
+
+
+def _delete_quietly(gcs: Any, bucket: str, names: list[str]) -> None:
+    """Remove temporary parts left by interrupted runs (best effort)."""
+    b = gcs.bucket(bucket)
+    for name in names:
+        try:
+            with google_errors("gcs"):
+                b.blob(name).delete(retry=None)
+        except Exception as exc:
+            log.debug("could not delete leftover part %s: %s", name, exc)
