@@ -1,0 +1,65 @@
+"""``tpu-ops local up [--env-file PATH]``: run the emulated clouds until SIGINT/SIGTERM.
+
+Prints (and writes to ``--env-file``) ``KEY=VALUE`` lines, shell-quoted, that point every client
+at the stack: ``set -a; . ./local.env; set +a``. Imports stay inside the handler so the CLI
+starts fast; no Prefect here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("local", help="The local stack of emulated clouds (moto, fake GCS, fake Cloud TPU).")
+    local_sub = p.add_subparsers(dest="local_command", metavar="ACTION", required=True)
+    up = local_sub.add_parser("up", help="Start the stack, print its environment, run until interrupted.")
+    up.add_argument("--env-file", type=Path, help="also write the KEY=VALUE lines to this file")
+    up.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL for workers")
+    up.add_argument("--provision-latency", type=float, default=0.0, help="fake TPU CREATING->READY seconds")
+    up.add_argument("--workdir", type=Path, help="keep simulated TPU workers' directories here")
+    up.set_defaults(handler=run_up)
+
+
+def env_lines(env: dict[str, str]) -> str:
+    """``KEY=VALUE`` lines a POSIX shell can source, sorted, values quoted with shlex."""
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from infra.local.stack import LocalStack
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    t0 = time.monotonic()
+    stack = LocalStack(grace_s=args.grace, provision_s=args.provision_latency, workdir=args.workdir)
+    try:
+        stack.start()
+        text = env_lines(stack.env())
+        if args.env_file:
+            tmp = args.env_file.with_name(args.env_file.name + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, args.env_file)  # readers never see a half-written file
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        print(f"# local stack up in {time.monotonic() - t0:.1f}s; Ctrl-C or SIGTERM stops it", file=sys.stderr)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        stack.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    print("# local stack stopped", file=sys.stderr)
+    return 0
