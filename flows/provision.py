@@ -1,0 +1,165 @@
+"""Prefect flows around the capacity ladder: ``provision_slice`` and ``run_on_slice``.
+
+Tasks are thin (one library call each) and have no Prefect retries: the library retries transient
+errors itself, and a retrying task inside a transaction would roll back (and delete the slice) on
+its first failed attempt. Teardown is guaranteed three ways: ``run_on_slice`` tears down in a
+``finally``; both flows carry ``on_failure`` / ``on_cancellation`` / ``on_crashed`` hooks that tear
+down; and the reaper deployment catches what a ``kill -9`` leaves behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.runtime import flow_run as current_run
+
+from flows.settings import resolve_settings
+from tpu_ops.provision import Slice, provision, teardown
+from tpu_ops.provision.naming import check_run_id
+from tpu_ops.provision.records import TeardownReport
+from tpu_ops.specs.common import RunId
+from tpu_ops.specs.slice import ProvisionSpec
+
+RUN_TAG_PREFIX = "tpu-ops-run:"
+
+
+def run_tag(run_id: str) -> str:
+    """The Prefect tag that ties flow runs to a tpu-ops run id (the reaper looks runs up by it)."""
+    return RUN_TAG_PREFIX + run_id
+
+
+def _tag_current_run(run_id: str) -> None:
+    """Add the run tag to this flow run (deployment runs are created before the run id is known)."""
+    from prefect.client.orchestration import get_client
+
+    fr_id = current_run.get_id()
+    if not fr_id:
+        return
+    tags = sorted({*(current_run.tags or []), run_tag(run_id)})
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(UUID(str(fr_id)), tags=tags)
+
+
+def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
+    """Flow hook (called by keyword): tear down the run's slice whatever ended the flow run."""
+    params = dict(getattr(flow_run, "parameters", None) or {})
+    run_id = params.get("run_id")
+    if not run_id:
+        return
+    spec = params.get("spec") or {}
+    zones = (spec.get("slice") or {}).get("zones") if isinstance(spec, dict) else None
+    settings = resolve_settings(gcp_credentials_block=params.get("gcp_credentials_block"))
+    report = teardown(str(run_id), settings, zones=zones or None)
+    names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
+    print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: deleted {names}")
+
+
+HOOKS: dict[str, Any] = {
+    "on_failure": [teardown_hook],
+    "on_cancellation": [teardown_hook],
+    "on_crashed": [teardown_hook],
+}
+
+
+@task(name="provision-slice")
+def provision_task(spec: ProvisionSpec, run_id: str, gcp_credentials_block: str | None = None) -> Slice:
+    """The capacity ladder (retries inside the library, none here)."""
+    logger = get_run_logger()
+
+    def on_attempt(a: Any) -> None:
+        logger.info("attempt %s", a.describe())
+
+    return provision(spec, run_id, resolve_settings(gcp_credentials_block=gcp_credentials_block), on_attempt=on_attempt)
+
+
+@task(name="teardown-slice")
+def teardown_task(
+    run_id: str, zones: list[str] | None = None, gcp_credentials_block: str | None = None
+) -> TeardownReport:
+    return teardown(run_id, resolve_settings(gcp_credentials_block=gcp_credentials_block), zones=zones)
+
+
+def _attempts_artifact(s: Slice) -> None:
+    rows = [
+        {
+            "#": a.number,
+            "tier": a.tier,
+            "zone": a.zone,
+            "id": a.resource_id,
+            "outcome": a.outcome,
+            "waited (s)": f"{a.seconds_waited:.1f}",
+            "detail": a.detail,
+        }
+        for a in s.attempts
+    ]
+    create_table_artifact(rows, description=f"capacity ladder for run {s.run_id}: {s.tier} in {s.zone}")
+
+
+@contextlib.contextmanager
+def _quota(spec: ProvisionSpec) -> Iterator[None]:
+    """Hold ``spec.quota_limit`` (a Prefect global concurrency limit, in chips) while a slice exists."""
+    if not spec.quota_limit:
+        yield
+        return
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency(spec.quota_limit, occupy=spec.slice.accelerator.chips, strict=True):
+        yield
+
+
+@flow(name="provision-slice", log_prints=True, **HOOKS)
+def provision_slice(spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
+    """Provision a slice for ``run_id`` through the capacity ladder; tear it down if the flow fails."""
+    check_run_id(run_id)
+    _tag_current_run(run_id)
+    s = provision_task(spec, run_id, gcp_credentials_block)
+    _attempts_artifact(s)
+    return s.to_json()
+
+
+@flow(name="run-on-slice", log_prints=True, **HOOKS)
+def run_on_slice(
+    spec: ProvisionSpec,
+    run_id: RunId,
+    command: list[str] | None = None,
+    hold_seconds: float = 0.0,
+    gcp_credentials_block: str | None = None,
+) -> dict[str, Any]:
+    """Provision, run ``command`` (or hold the slice ``hold_seconds``), then always tear down.
+
+    The slice's zone, node and endpoints are passed to the command as ``TPU_OPS_SLICE_*`` variables.
+    """
+    check_run_id(run_id)
+    _tag_current_run(run_id)
+    zones = list(spec.slice.zones)
+    try:
+        with _quota(spec):
+            s = provision_task(spec, run_id, gcp_credentials_block)
+            _attempts_artifact(s)
+            if command:
+                env_vars = {
+                    "TPU_OPS_SLICE_ZONE": s.zone,
+                    "TPU_OPS_SLICE_NODE": s.node,
+                    "TPU_OPS_SLICE_ENDPOINTS": ",".join(s.endpoints),
+                }
+                import os
+
+                subprocess.run(command, check=True, env={**os.environ, **env_vars})
+            if hold_seconds > 0:
+                time.sleep(hold_seconds)
+            result = s.to_json()
+    finally:
+        report = teardown_task(run_id, zones, gcp_credentials_block)
+        print(f"teardown of run {run_id}: {len(report.deleted)} resources deleted, confirmed gone")
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m flows.provision serve` for local use
+    run_on_slice.serve(name="local")

@@ -1,0 +1,67 @@
+"""The reaper as a Prefect flow, and how it asks Prefect whether a tpu-ops run is still live.
+
+A run is live while any flow run tagged ``tpu-ops-run:<run_id>`` is not in a final state;
+finished when all of them are final; unknown when there are none.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+
+from flows.provision import run_tag
+from flows.settings import resolve_settings
+from tpu_ops.provision.reaper import ReapReport, reap
+
+
+def prefect_run_state(run_id: str) -> bool | None:
+    """True if a flow run of ``run_id`` is live, False if all are final, None if there are none."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[run_tag(run_id)])))
+    if not runs:
+        return None
+    return any(r.state is None or not r.state.is_final() for r in runs)
+
+
+def reap_once(
+    *, dry_run: bool = False, ttl: timedelta | None = None, zones: list[str] | None = None, use_prefect: bool = True
+) -> ReapReport:
+    """One pass of the reaper with Prefect as the judge of which runs are live."""
+    settings = resolve_settings()
+    return reap(settings, run_state=prefect_run_state if use_prefect else None, ttl=ttl, dry_run=dry_run,
+                zones=zones or ["-"])  # fmt: skip
+
+
+@flow(name="reap-tpu-slices", log_prints=True)
+def reap_tpu_slices(
+    dry_run: bool = False, ttl_hours: float | None = 72.0, zones: list[str] | None = None
+) -> dict[str, Any]:
+    """Delete tpu-ops slices whose run is finished, unknown, dead, or older than ``ttl_hours``."""
+    logger = get_run_logger()
+    report = reap_once(dry_run=dry_run, ttl=timedelta(hours=ttl_hours) if ttl_hours else None, zones=zones)
+    for r in report.reaped:
+        verb = "would delete" if dry_run else ("deleted" if r.deleted else "FAILED to delete")
+        logger.info("%s run %s (%s): %d resources, ~$%.2f", verb, r.run_id, r.reason, len(r.resources), r.cost_usd)
+    if report.reaped:
+        create_table_artifact(
+            [
+                {
+                    "run": r.run_id,
+                    "reason": r.reason,
+                    "resources": len(r.resources),
+                    "age (h)": f"{r.age_hours:.2f}",
+                    "cost ($)": f"{r.cost_usd:.2f}",
+                    "deleted": r.deleted,
+                    "error": r.error,
+                }
+                for r in report.reaped
+            ],
+            description="reaped TPU slices",
+        )
+    return report.to_json()
