@@ -19,13 +19,16 @@ TEMPLATE = """#!/bin/bash
 # tpu-ops startup script for run {run_id} (rendered; do not edit by hand)
 set -euo pipefail
 RUN_ID={run_id}
-STATE_DIR={state_dir}
+# A host may give each worker its own state directory (the local simulator does).
+BASE="${{TPU_OPS_WORKER_DIR:-}}"
+[ -n "$BASE" ] || BASE={state_dir}
+STATE_DIR="$BASE/$RUN_ID"
 mkdir -p "$STATE_DIR"
 if [ -e "$STATE_DIR/DONE" ]; then
   echo "tpu-ops: run $RUN_ID already done on this worker"
   exit 0
 fi
-{install}exec {python} -m tpu_ops.agent {args}
+{install}exec {python} -m tpu_ops.agent {args} --done-file "$STATE_DIR/DONE"
 """
 
 
@@ -37,7 +40,9 @@ def render_startup_script(
     pip_spec: str | None = None,
     state_dir: str = "/var/lib/tpu-ops",
 ) -> str:
-    """A bash script that runs ``python -m tpu_ops.agent AGENT_ARGS`` once per worker.
+    """A bash script that runs ``python -m tpu_ops.agent AGENT_ARGS --done-file F`` once per worker.
+
+    The agent creates the done file when it finishes, so a re-run of the script is a no-op.
 
     ``pip_spec`` (e.g. ``tpu-ops==0.1.0``) is installed first when the VM lacks tpu-ops.
     """
@@ -53,7 +58,7 @@ def render_startup_script(
         )
     return TEMPLATE.format(
         run_id=shlex.quote(run_id),
-        state_dir=shlex.quote(f"{state_dir}/{run_id}"),
+        state_dir=shlex.quote(state_dir),
         install=install,
         python=shlex.quote(python),
         args=" ".join(shlex.quote(a) for a in agent_args),

@@ -28,7 +28,7 @@ def test_values_arrive_verbatim_and_nothing_is_executed(tmp_path: Path) -> None:
     script.write_text(render_startup_script("run-1", NASTY, python=str(exe), state_dir=str(tmp_path / "state")))
     subprocess.run(["bash", str(script)], check=True, cwd=tmp_path)
     argv = (tmp_path / "argv.txt").read_text().splitlines()
-    assert argv == ["-m", "tpu_ops.agent", *NASTY]
+    assert argv == ["-m", "tpu_ops.agent", *NASTY, "--done-file", f"{tmp_path}/state/run-1/DONE"]
     assert not (tmp_path / "pwned").exists()
 
 
