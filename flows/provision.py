@@ -69,14 +69,17 @@ HOOKS: dict[str, Any] = {
 
 
 @task(name="provision-slice")
-def provision_task(spec: ProvisionSpec, run_id: str, gcp_credentials_block: str | None = None) -> Slice:
-    """The capacity ladder (retries inside the library, none here)."""
+def provision_task(
+    spec: ProvisionSpec, run_id: str, gcp_credentials_block: str | None = None, metadata: dict[str, str] | None = None
+) -> Slice:
+    """The capacity ladder (retries inside the library, none here); ``metadata`` goes on the node."""
     logger = get_run_logger()
 
     def on_attempt(a: Any) -> None:
         logger.info("attempt %s", a.describe())
 
-    return provision(spec, run_id, resolve_settings(gcp_credentials_block=gcp_credentials_block), on_attempt=on_attempt)
+    settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
+    return provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
 
 
 @task(name="teardown-slice")
