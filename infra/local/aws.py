@@ -1,7 +1,8 @@
 """moto in server mode (S3, SageMaker, STS and the rest) on a free loopback port, in a thread.
 
 In-process is the fast choice (no second interpreter importing moto). moto keeps its state in
-process-wide backends, so the stack resets them on start: one live stack per process.
+process-wide backends: the first server started in a process resets them; servers started while
+another is live share that state (one live stack per process is the intended use).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from infra.local._proc import LOOPBACK, http_call
 
 class MotoServer:
     """moto's ``ThreadedMotoServer`` bound to 127.0.0.1 on a port the OS picks."""
+
+    live = 0  # servers running in this process (they share moto's global backends)
 
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
@@ -23,7 +26,9 @@ class MotoServer:
         self._server.start()
         _, self.port = self._server.get_host_and_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
-        self.reset()
+        if MotoServer.live == 0:
+            self.reset()  # forget what an earlier stack in this process left behind
+        MotoServer.live += 1
 
     def reset(self) -> None:
         """Forget every AWS resource (moto's own reset endpoint)."""
@@ -33,3 +38,4 @@ class MotoServer:
         if self.url:
             self._server.stop()
             self.url = ""
+            MotoServer.live -= 1
