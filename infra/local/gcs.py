@@ -39,9 +39,7 @@ class FakeGcs:
             "-public-host", f"{LOOPBACK}:{self.port}",
             "-log-level", "error",
         ]  # fmt: skip
-        self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         proc = self._proc
 
         def ready() -> bool:
