@@ -61,7 +61,8 @@ def plan(spec: ProvisionSpec) -> list[Step]:
             assert rung.zone is not None
             steps.append(Step(len(steps) + 1, "reservation", rung.zone, rung.name))
         else:
-            steps.extend(Step(len(steps) + 1 + i, rung_tier(rung), z) for i, z in enumerate(spec.slice.zones))
+            for zone in spec.slice.zones:
+                steps.append(Step(len(steps) + 1, rung_tier(rung), zone))
     return steps
 
 
