@@ -1,0 +1,87 @@
+"""Seed the emulated clouds for a dry run: a curated dataset in S3 and the buckets it goes to.
+
+The dataset is what a curation job would publish: a ``_schema.yaml`` declaring the shards, and
+safetensors shards that match it (tokens as int32, a loss mask as float16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import yaml
+from safetensors.numpy import save
+
+from tpu_ops.cloud.clients import boto3_client, storage_client
+from tpu_ops.settings import Settings
+from tpu_ops.uris import parse_gs, parse_s3
+
+SEQ_LEN = 256
+
+
+@dataclass(frozen=True)
+class SeededDataset:
+    """What was published: where, how many shards, how many bytes."""
+
+    source: str
+    shards: int
+    bytes: int
+
+
+def schema_document() -> dict[str, Any]:
+    """The schema the demo shards follow (see ``tpu_ops/mirror/schema.py`` for the format)."""
+    return {
+        "version": 1,
+        "shards": [
+            {
+                "pattern": "train/*.safetensors",
+                "format": "safetensors",
+                "tensors": [
+                    {"name": "tokens", "dtype": "int32", "shape": [None, SEQ_LEN]},
+                    {"name": "loss_mask", "dtype": "float16", "shape": [None, SEQ_LEN]},
+                ],
+            }
+        ],
+    }
+
+
+def shard_bytes(index: int, rows: int) -> bytes:
+    """One deterministic shard: ``rows`` sequences of ``SEQ_LEN`` tokens."""
+    rng = np.random.default_rng(index)
+    tokens = rng.integers(0, 32_000, size=(rows, SEQ_LEN), dtype=np.int32)
+    mask = (rng.random((rows, SEQ_LEN)) > 0.05).astype(np.float16)
+    return save({"tokens": tokens, "loss_mask": mask}, metadata={"shard": str(index)})
+
+
+def seed_dataset(settings: Settings, source_uri: str, *, shards: int = 16, rows: int = 512) -> SeededDataset:
+    """Publish a curated dataset under ``source_uri`` (bucket created, versioning on)."""
+    src = parse_s3(source_uri)
+    s3 = boto3_client(settings, "s3")
+    existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    if src.bucket not in existing:
+        s3.create_bucket(Bucket=src.bucket)
+        s3.put_bucket_versioning(Bucket=src.bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket=src.bucket, Key=src.key("_schema.yaml"), Body=yaml.safe_dump(schema_document()).encode())
+    total = 0
+    for i in range(shards):
+        body = shard_bytes(i, rows)
+        total += len(body)
+        s3.put_object(Bucket=src.bucket, Key=src.key(f"train/shard-{i:05d}.safetensors"), Body=body)
+    return SeededDataset(str(src), shards, total)
+
+
+def ensure_gcs_bucket(settings: Settings, uri: str, location: str) -> None:
+    """Create the bucket of a ``gs://`` URI in ``location`` unless it exists."""
+    gcs = storage_client(settings)
+    bucket = parse_gs(uri).bucket
+    if gcs.lookup_bucket(bucket) is None:
+        gcs.create_bucket(bucket, location=location)
+
+
+def ensure_s3_bucket(settings: Settings, uri: str, *, object_lock: bool = False) -> None:
+    """Create the bucket of an ``s3://`` URI unless it exists."""
+    s3 = boto3_client(settings, "s3")
+    bucket = parse_s3(uri).bucket
+    if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+        s3.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=object_lock)

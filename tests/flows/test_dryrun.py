@@ -1,0 +1,53 @@
+"""The main job: `tpu-ops dry-run` runs the whole pipeline against emulated clouds and leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXE = Path(sys.executable).with_name("tpu-ops")
+
+
+@pytest.mark.slow
+def test_dry_run_end_to_end(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "AWS_", "PREFECT_API"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    out = subprocess.run(
+        [str(EXE), "dry-run", "--json", "--workdir", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout[out.stdout.index("{\n") :])
+    # the ladder had to work: reservation too small, spot stocked out in b, spot in c wins
+    assert summary["slice"]["tier"] == "spot" and summary["slice"]["zone"] == "us-central2-c"
+    assert [a.split(" in ")[0] for a in summary["attempts"]] == [
+        "#1 reservation fraud-v4-reservation",
+        "#2 spot",
+        "#3 spot",
+    ]
+    assert summary["slice"]["hosts"] == 4 and summary["workers_verified"] == 4
+    assert summary["objects_copied"] == 17  # 16 shards + the schema file
+    assert summary["snapshot_id"].startswith("ds-")
+    assert summary["left_behind"] == {"tpu_resources": 0, "worker_processes": 0}
+    assert summary["cost"]["open_slices"] == 0 and summary["cost"]["usd_total"] > 0
+    reports = sorted((tmp_path / "work" / "workers").rglob("stdout.log"))
+    assert len(reports) == 4
+    assert all("verified snapshot " + summary["snapshot_id"] in r.read_text() for r in reports)
+
+
+def test_dry_run_refuses_a_bad_spec_before_starting_anything(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: Bad Name\n")
+    out = subprocess.run([str(EXE), "dry-run", "--spec", str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "name: " in out.stderr and "mirror: Field required" in out.stderr
+    assert "starting the local stack" not in out.stdout
