@@ -1,0 +1,122 @@
+"""The CLI as a real process (killed half-way, then resumed) and the Prefect flow with its artifacts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tpu_ops.mirror.manifest import load
+
+ROOT = Path(__file__).resolve().parents[2]
+KiB = 1024
+
+
+def _cli(stack, *args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **stack.env(), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "mirror", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_killed_run_resumes_copying_only_what_is_missing(env, stack):
+    n = 150
+    for i in range(n):
+        env.put(f"obj/{i:04d}.bin", os.urandom(256 * KiB))
+
+    def copied() -> list[str]:
+        return [b.name for b in env.gcs.list_blobs(env.dst_bucket, prefix="mirror/obj/")]
+
+    proc = _cli(stack, env.src, env.dst, "--concurrency", "1", "--json")
+    try:
+        _wait_for(lambda: len(copied()) >= 10 or proc.poll() is not None, 60, "ten objects to land")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    landed = len(copied())
+    assert 10 <= landed < n
+    assert env.manifests() == [], "a killed run commits no snapshot"
+
+    rerun = _cli(stack, env.src, env.dst, "--json")
+    out, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err.decode()
+    result = json.loads(out)
+    assert result["objects_skipped"] == landed and result["objects_copied"] == n - landed
+    doc = load(env.gcs, result["manifest_uri"])
+    assert doc["totals"]["objects"] == n
+    assert len(copied()) == n
+
+
+def test_cli_reports_policy_errors_without_a_traceback(env, stack):
+    env.put("a.bin", b"x")
+    proc = _cli(stack, env.src, env.dst, "--allowed-location", "EUROPE-WEST4")
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and b"data residency" in err and b"Traceback" not in err
+
+
+def test_prefect_flow_mirrors_and_publishes_artifacts(env, stack, prefect_api, monkeypatch):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+        TaskRunFilter,
+    )
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    from flows.mirror import mirror_dataset
+
+    for key, value in stack.env().items():
+        monkeypatch.setenv(key, value)
+    env.put("a.bin", b"a" * 1000)
+    env.put("b.bin", b"b" * 2000)
+    state = mirror_dataset(env.spec(snapshot="flow-test"), return_state=True)
+    result = state.result()
+    assert result.objects_copied == 2 and result.manifest_uri.endswith(f"{result.snapshot_id}.json")
+    flow_run_id = state.state_details.flow_run_id
+
+    async def read_artifacts(key=None):
+        async with get_client() as client:
+            # This server rejects null filter fields, so every one is given.
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])) if key else ArtifactFilter(),
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+                task_run_filter=TaskRunFilter(),
+                sort=ArtifactSort.CREATED_DESC,
+                limit=50,
+            )
+
+    def both_kinds():
+        found = [a for a in asyncio.run(read_artifacts()) if a.flow_run_id == flow_run_id]
+        return found if {"progress", "table"} <= {a.type for a in found} else None
+
+    artifacts = _wait_for(both_kinds, 20, "the progress and table artifacts")
+    table = next(a for a in artifacts if a.type == "table")
+    assert table.key == "mirror-summary" and result.snapshot_id in json.dumps(table.data)
+    progress = next(a for a in artifacts if a.type == "progress")
+    assert float(progress.data) == pytest.approx(100.0)
