@@ -7,8 +7,6 @@ its first failed attempt. Teardown is guaranteed three ways: ``run_on_slice`` te
 down; and the reaper deployment catches what a ``kill -9`` leaves behind.
 """
 
-from __future__ import annotations
-
 import contextlib
 import subprocess
 import time

@@ -1,0 +1,73 @@
+"""Run naming and the cost ledger (no cloud needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpu_ops.errors import SpecError
+from tpu_ops.provision import ledger as L
+from tpu_ops.provision.naming import attempt_of, belongs_to, check_run_id, resource_id, run_labels, run_of
+from tpu_ops.provision.prices import shipped
+from tpu_ops.settings import Settings
+
+
+def test_resource_ids_are_derived_from_run_and_attempt() -> None:
+    rid = resource_id("a" * 40, 12)
+    assert rid == "a" * 40 + "-a12" and len(rid) <= 63
+    assert attempt_of("run-1", "run-1-a3") == 3
+    assert attempt_of("run-1", "run-1-a3-a1") is None  # that is run "run-1-a3"'s attempt
+    assert belongs_to("run-1", "other", {"tpu-ops-run": "run-1"})
+    assert not belongs_to("run-1", "run-10-a1", {})
+
+
+@pytest.mark.parametrize("bad", ["", "Run", "1run", "run-", "r" * 41, "run_1", "run.1"])
+def test_bad_run_ids(bad: str) -> None:
+    with pytest.raises(SpecError, match="run id"):
+        check_run_id(bad)
+
+
+def test_labels_are_valid_gcp_labels_and_carry_no_secrets() -> None:
+    labels = run_labels("run-1", "spot", 2, now=1_790_000_000.5)
+    assert labels == {
+        "tpu-ops-managed": "true",
+        "tpu-ops-run": "run-1",
+        "tpu-ops-created": "1790000000",
+        "tpu-ops-tier": "spot",
+        "tpu-ops-attempt": "2",
+    }
+    import re
+
+    for k, v in labels.items():
+        assert re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", k) and re.fullmatch(r"[a-z0-9_-]{0,63}", v)
+    assert run_of("x", labels) == "run-1" and run_of("x", {"tpu-ops-run": "run-1"}) is None
+
+
+def test_ledger_bills_running_preempted_and_deleting_by_tier(tmp_path: Path) -> None:
+    led = L.Ledger(Settings(state_dir=tmp_path), "run-1")
+    t0 = 1_000_000.0
+    led.append(L.ATTEMPT, t=t0, number=1, seconds_waited=30.0, zone="z-a")
+    led.append(L.ACTIVE, t=t0, resource_id="run-1-a1", zone="z-a", tier="spot", chips=64, generation="v5p")
+    led.append(L.PREEMPTED, t=t0 + 3600, resource_id="run-1-a1")
+    led.append(L.DELETE_REQUESTED, t=t0 + 5400, resource_id="run-1-a1")
+    led.append(L.GONE, t=t0 + 5400 + 360, resource_id="run-1-a1")
+    # The same id recreated on on-demand, still running at "now".
+    led.append(L.ACTIVE, t=t0 + 6000, resource_id="run-1-a1", zone="z-a", tier="on-demand", chips=64, generation="v5p")
+    cost = led.summary(shipped(), now=t0 + 6000 + 1800)
+    assert len(cost.slices) == 2 and cost.open_slices == 1
+    assert cost.chip_hours_by_phase == pytest.approx({"running": 64 * 1.5, "preempted": 64 * 0.5, "deleting": 64 * 0.1})
+    assert cost.chip_hours_by_tier == pytest.approx({"spot": 64 * 1.6, "on-demand": 64 * 0.5})
+    t = shipped()
+    assert cost.usd_total == pytest.approx(64 * 1.6 * t.price("v5p", "spot") + 64 * 0.5 * t.price("v5p", "on-demand"))
+    assert cost.queue_seconds == 30.0
+    assert led.zones() == ["z-a"]
+    assert led.is_open("run-1-a1")
+
+
+def test_ledger_skips_a_torn_line(tmp_path: Path) -> None:
+    led = L.Ledger(Settings(state_dir=tmp_path), "run-1")
+    led.claim()
+    with led.path.open("a") as f:
+        f.write('{"kind": "act')  # a writer killed mid-line
+    assert led.owner() is not None and L.owner_alive(led.owner()) is True

@@ -1,0 +1,231 @@
+"""Flows, hooks, the CLI and the reaper, with real processes: kill -9 and cancellation from Prefect."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpu_ops.errors import ProvisioningError
+from tpu_ops.provision import teardown
+
+ZA, ZB = "us-central2-a", "us-central2-b"
+ROOT = Path(__file__).resolve().parents[2]
+
+SPEC = {
+    "slice": {"accelerator_type": "v4-32", "region": "us-central2", "zones": [ZA, ZB]},
+    "ladder": [{"kind": "spot"}],  # the object form: Prefect's parameter schema lacks the "spot" shorthand
+    "budget_usd": 10_000,
+    "hours": 2,
+    "queue_timeout": "60s",
+    "overall_timeout": "120s",
+}
+
+
+@pytest.fixture
+def env(local_stack: Any, tpu_url: str, tmp_path: Path, prefect_api: None) -> dict[str, str]:
+    """Environment for child processes: the stack, the fake TPU API, the test Prefect API."""
+    import prefect.settings
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "PREFECT_"))}
+    return {
+        **base,
+        **local_stack.env(),
+        "TPU_OPS_TPU_ENDPOINT": tpu_url,
+        "TPU_OPS_STATE_DIR": str(tmp_path / "state"),
+        "TPU_OPS_POLL_INTERVAL_S": "0.05",
+        "TPU_OPS_RETRY_INITIAL_DELAY_S": "0.01",
+        "TPU_OPS_RETRY_MAX_DELAY_S": "0.1",
+        "PREFECT_API_URL": str(prefect.settings.PREFECT_API_URL.value()),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "NO_GCE_CHECK": "true",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; each is killed (by its own pid) if still running at the end."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)  # fmt: skip
+
+
+def _run_resources(fake: Any, run_id: str) -> dict[str, str]:
+    st = fake.state()
+    items = {**st["queued_resource_states"], **st["node_states"]}
+    return {k: v for k, v in items.items() if k.rsplit("/", 1)[-1].startswith(run_id + "-a")}
+
+
+def test_kill_9_while_provisioning_then_reap_leaves_nothing(
+    fake: Any, env: dict[str, str], tmp_path: Path, procs: list[Any], waiter: Any
+) -> None:
+    fake.capacity({ZA: {"spot": 0}, ZB: {"spot": 0}})  # the request waits in the queue
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    cmd = [sys.executable, "-m", "flows.cli", "provision", "--spec", str(spec), "--run-id", "run-kill"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs.append(proc)
+    waiter(lambda: _run_resources(fake, "run-kill"), timeout=60, what="the flow to create its queued resource")
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    fake.capacity({ZA: {"spot": 4096}})  # capacity frees up: the orphan request now gets a slice
+    waiter(lambda: "READY" in _run_resources(fake, "run-kill").values(), timeout=10, what="the orphan to be granted")
+
+    dry = _cli("reap", "--dry-run", "--json", env=env)
+    assert dry.returncode == 0, dry.stderr
+    report = json.loads(dry.stdout)
+    assert [r["run_id"] for r in report["reaped"]] == ["run-kill"] and report["dry_run"]
+    assert _run_resources(fake, "run-kill")  # a dry run deletes nothing
+
+    out = _cli("reap", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "deleted run run-kill" in out.stdout and "the process that provisioned it is gone" in out.stdout
+    assert fake.state()["queued_resources"] == 0 and fake.state()["nodes"] == 0
+
+
+def test_cancelling_a_flow_run_from_prefect_deletes_the_slice(
+    fake: Any, env: dict[str, str], procs: list[Any], waiter: Any, tmp_path: Path
+) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from flows.provision import run_on_slice; run_on_slice.serve(name='cancel-test')"],
+        env=env, cwd=ROOT, stdout=(tmp_path / "serve.log").open("w"), stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    procs.append(server)
+    try:
+        _cancel_and_check(fake, waiter)
+    except BaseException:
+        print((tmp_path / "serve.log").read_text()[-6000:])
+        raise
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+def _cancel_and_check(fake: Any, waiter: Any) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    with get_client(sync_client=True) as client:
+
+        def deployment() -> Any:
+            try:
+                return client.read_deployment_by_name("run-on-slice/cancel-test")
+            except Exception:
+                return None
+
+        dep = waiter(deployment, timeout=60, what="the served deployment", interval=0.2)
+        fr = client.create_flow_run_from_deployment(
+            dep.id, parameters={"spec": SPEC, "run_id": "run-cancel", "hold_seconds": 600}
+        )
+        waiter(lambda: "READY" in _run_resources(fake, "run-cancel").values(), timeout=60, what="the slice")
+        client.set_flow_run_state(fr.id, Cancelling(), force=True)
+        waiter(lambda: not _run_resources(fake, "run-cancel"), timeout=60, what="the slice to be deleted")
+        state = waiter(lambda: (s := client.read_flow_run(fr.id).state) and s.is_final() and s, timeout=60,
+                       what="the flow run to be final", interval=0.2)  # fmt: skip
+        assert state.is_cancelled(), state
+        tags = client.read_flow_run(fr.id).tags
+        assert "tpu-ops-run:run-cancel" in tags
+
+
+@pytest.fixture
+def inproc(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flows run in this process read the same TPU_OPS_* environment the child processes get."""
+    for key, value in env.items():
+        if key.startswith("TPU_OPS_"):
+            monkeypatch.setenv(key, value)
+
+
+def test_failed_flow_hook_tears_down(fake: Any, inproc: None) -> None:
+    from flows.provision import provision_slice
+
+    fake.capacity({ZA: {"spot": 0}, ZB: {"spot": 0}})
+    with pytest.raises(ProvisioningError):
+        provision_slice({**SPEC, "queue_timeout": "1s"}, "run-hook")
+    assert not _run_resources(fake, "run-hook")
+
+
+def test_run_on_slice_tears_down_when_the_command_fails(fake: Any, inproc: None) -> None:
+    from flows.provision import run_on_slice
+
+    with pytest.raises(subprocess.CalledProcessError):
+        run_on_slice(SPEC, "run-cmd", command=[sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert fake.state()["nodes"] == 0
+
+
+def test_cli_provision_teardown_and_cost(fake: Any, env: dict[str, str], tmp_path: Path) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    out = _cli("provision", "--spec", str(spec), "--run-id", "run-cli", "--json", "--no-flow", env=env)
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert (s["tier"], s["hosts"], s["queued_resource"]) == ("spot", 4, "run-cli-a1")
+    again = _cli("provision", "--spec", str(spec), "--run-id", "run-cli", "--json", "--no-flow", env=env)
+    assert json.loads(again.stdout)["node"] == s["node"]
+    down = _cli("teardown", "run-cli", "--json", env=env)
+    assert down.returncode == 0 and json.loads(down.stdout)["confirmed_gone"]
+    cost = _cli("cost", "--run", "run-cli", "--json", env=env)
+    assert json.loads(cost.stdout)["open_slices"] == 0 and "spot" in json.loads(cost.stdout)["usd_by_tier"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["provision", "--spec", "{spec}", "--run-id", "Bad_Id"], "run id"),
+        (["provision", "--spec", "/nonexistent.yaml", "--run-id", "ok"], "nonexistent"),
+        (["reap", "--ttl", "soon"], "--ttl"),
+        (["cost", "--chips", "3"], "--generation"),
+        (["cost", "--accelerator", "v9-8"], "unknown accelerator"),
+    ],
+)
+def test_cli_bad_input_fails_before_any_cloud_call(
+    fake: Any, env: dict[str, str], tmp_path: Path, args: list[str], message: str
+) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    fake.faults({"path": ".", "status": 500, "count": 1})  # consumed by any call that reaches the API
+    out = _cli(*[a.format(spec=spec) for a in args], env=env)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert message in out.stderr
+    assert fake.state()["faults_pending"] == 1
+
+
+def test_cli_refuses_over_budget(fake: Any, env: dict[str, str], tmp_path: Path) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**SPEC, "budget_usd": 1}))
+    out = _cli("provision", "--spec", str(spec), "--run-id", "run-broke", env=env)
+    assert out.returncode == 1 and "BudgetError" in out.stderr and "$1.00" in out.stderr
+    assert fake.state()["operations"] == 0
+
+
+def test_cost_cli_agrees_with_the_issue_arithmetic(env: dict[str, str], fake: Any) -> None:
+    out = _cli("cost", "--chips", "128", "--price", "8", "--json", env=env)
+    assert json.loads(out.stdout)["tiers"]["given"]["usd_per_hour"] == 1024.0
+    txt = _cli("cost", "--accelerator", "v5p-128", "--price", "8", "--tokens-per-second", "100000", env=env).stdout
+    assert "64 chips" in txt and "$512.00/h" in txt
+
+
+def test_help_for_every_command(env: dict[str, str], fake: Any) -> None:
+    for cmd in ("provision", "teardown", "reap", "cost"):
+        out = _cli(cmd, "--help", env=env)
+        assert out.returncode == 0 and "usage: tpu-ops " + cmd in out.stdout
+
+
+def test_teardown_of_unknown_run_is_a_no_op(fake: Any, settings: Any) -> None:
+    assert teardown("never-ran", settings).deleted == []
