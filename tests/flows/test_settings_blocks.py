@@ -63,5 +63,8 @@ def test_blocks_fill_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         aws_secret_access_key="x",
         aws_client_parameters=AwsClientParameters(endpoint_url="https://s3.amazonaws.com"),
     ).save("remote-aws", overwrite=True)
+    from tpu_ops.cloud.clients import boto3_client
+
+    remote = resolve_settings("remote-aws")
     with pytest.raises(ConfigError, match="not on loopback"):
-        resolve_settings("remote-aws")
+        boto3_client(remote, "s3")
