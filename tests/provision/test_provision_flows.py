@@ -148,7 +148,7 @@ def _cancel_and_check(fake: Any, waiter: Any) -> None:
 def inproc(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Flows run in this process read the same TPU_OPS_* environment the child processes get."""
     for key, value in env.items():
-        if key.startswith("TPU_OPS_"):
+        if key.startswith("TPU_OPS_") or key == "PREFECT_API_URL":
             monkeypatch.setenv(key, value)
 
 
@@ -229,3 +229,46 @@ def test_help_for_every_command(env: dict[str, str], fake: Any) -> None:
 
 def test_teardown_of_unknown_run_is_a_no_op(fake: Any, settings: Any) -> None:
     assert teardown("never-ran", settings).deleted == []
+
+
+def test_sigterm_crash_runs_the_crashed_hook_and_tears_down(
+    fake: Any, env: dict[str, str], tmp_path: Path, procs: list[Any], waiter: Any
+) -> None:
+    fake.capacity({ZA: {"spot": 0}, ZB: {"spot": 0}})
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    log = tmp_path / "flow.log"
+    cmd = [sys.executable, "-m", "flows.cli", "provision", "--spec", str(spec), "--run-id", "run-term"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+    procs.append(proc)
+    waiter(lambda: _run_resources(fake, "run-term"), timeout=60, what="the flow to create its queued resource")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    text = log.read_text()
+    assert "Running hook 'teardown_hook' in response to entering state 'Crashed'" in text, text[-3000:]
+    assert not _run_resources(fake, "run-term")
+
+
+def test_quota_limit_is_held_in_chips_while_the_slice_exists(fake: Any, inproc: None, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+
+    from flows.provision import run_on_slice
+
+    with get_client(sync_client=True) as client:
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="tpu-chips", limit=32))
+    try:
+        seen = tmp_path / "slots.txt"
+        probe = (
+            "from prefect.client.orchestration import get_client\n"
+            "with get_client(sync_client=True) as c:\n"
+            "    limit = c.read_global_concurrency_limit_by_name('tpu-chips')\n"
+            f"    open({str(seen)!r}, 'w').write(str(limit.active_slots))\n"
+        )
+        run_on_slice({**SPEC, "quota_limit": "tpu-chips"}, "run-quota", command=[sys.executable, "-c", probe])
+        assert seen.read_text() == "16"  # v4-32 holds 16 chips of the limit while it runs
+        with get_client(sync_client=True) as client:
+            assert client.read_global_concurrency_limit_by_name("tpu-chips").active_slots == 0
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_global_concurrency_limit_by_name("tpu-chips")

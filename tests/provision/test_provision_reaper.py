@@ -1,0 +1,90 @@
+"""The reaper in-process: which runs it reaps, what it leaves alone, what it reports."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tpu_ops.cloud.tpu import TpuApi
+from tpu_ops.provision import provision, recover, teardown
+from tpu_ops.provision.ledger import Ledger
+from tpu_ops.provision.prices import shipped
+from tpu_ops.provision.reaper import reap
+
+ZA = "us-central2-a"
+
+
+@pytest.fixture
+def two_runs(fake: Any, settings: Any, spec_factory: Any) -> Any:
+    spec = spec_factory(ladder=["spot"])
+    provision(spec, "run-live", settings)
+    provision(spec, "run-done", settings)
+    yield spec
+    for run in ("run-live", "run-done"):
+        teardown(run, settings)
+
+
+def test_reaps_finished_and_unknown_runs_keeps_live_ones(fake: Any, settings: Any, two_runs: Any) -> None:
+    states = {"run-live": True, "run-done": False}
+    dry = reap(settings, run_state=states.get, dry_run=True)
+    assert [(r.run_id, r.reason) for r in dry.reaped] == [("run-done", "its run is finished")]
+    assert dry.kept == ["run-live"] and not dry.reaped[0].deleted
+    assert fake.state()["nodes"] == 2
+
+    report = reap(settings, run_state=lambda run: None if run == "run-live" else False)
+    assert {r.run_id: r.reason for r in report.reaped} == {
+        "run-done": "its run is finished",
+        "run-live": "its run is unknown",
+    }
+    assert all(r.deleted for r in report.reaped) and fake.state()["nodes"] == 0
+    kinds = sorted(x.kind for r in report.reaped for x in r.resources)
+    assert kinds == ["node", "node", "queued-resource", "queued-resource"]
+    assert report.cost_usd > 0
+
+
+def test_without_a_judge_only_ttl_and_dead_owners_count(fake: Any, settings: Any, two_runs: Any) -> None:
+    # The owner (this process) is alive and nobody says the runs are over: keep both.
+    assert reap(settings).reaped == []
+    report = reap(settings, ttl=timedelta(seconds=0))
+    assert sorted(r.run_id for r in report.reaped) == ["run-done", "run-live"]
+    assert all(r.reason.startswith("older than the TTL") for r in report.reaped)
+    # Cost = age from the creation label x 16 chips x the spot price.
+    hourly = 16 * shipped().price("v4", "spot")
+    for r in report.reaped:
+        assert 0 < r.cost_usd <= hourly * (r.age_hours + 0.01)
+    assert fake.state()["nodes"] == 0
+
+
+def test_leaves_resources_it_does_not_manage(fake: Any, settings: Any) -> None:
+    from google.cloud import tpu_v2
+
+    api = TpuApi(settings)
+    parent = api.parent(ZA)
+    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base", labels={"team": "ml"})
+    api.client.create_node(parent=parent, node_id="someone-elses", node=node).result(timeout=30)
+    try:
+        report = reap(settings, run_state=lambda run: False, ttl=timedelta(seconds=0))
+        assert report.reaped == [] and fake.state()["nodes"] == 1
+    finally:
+        api.client.delete_node(name=api.node_name(ZA, "someone-elses")).result(timeout=30)
+
+
+def test_recover_replaces_a_preempted_slice_and_the_ledger_bills_both(
+    fake: Any, settings: Any, spec_factory: Any
+) -> None:
+    spec = spec_factory(ladder=["spot"])
+    try:
+        first = provision(spec, "run-rec", settings)
+        assert recover(spec, "run-rec", settings).node == first.node  # healthy: the same slice
+        fake.preempt(first.zone, first.node)
+        second = recover(spec, "run-rec", settings)
+        assert second.node == first.node and second.attempts[-1].outcome == "active"
+        assert list(fake.state()["node_states"].values()) == ["READY"]
+    finally:
+        teardown("run-rec", settings)
+    cost = Ledger(settings, "run-rec").summary(shipped())
+    assert len(cost.slices) == 2 and cost.open_slices == 0
+    assert cost.slices[0].hours["preempted"] > 0  # time spent preempted is billed
+    assert set(cost.usd_by_tier) == {"spot"}
