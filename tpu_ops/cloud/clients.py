@@ -17,13 +17,14 @@ def _google_credentials(settings: Settings, emulated: bool) -> Any:
 
     if emulated:
         return AnonymousCredentials()  # type: ignore[no-untyped-call]
+    if not (settings.gcp_credentials_info or settings.gcp_credentials_file):
+        return None  # application default credentials
     from google.oauth2 import service_account
 
     if settings.gcp_credentials_info:
         info = json.loads(settings.gcp_credentials_info.get_secret_value())
         return service_account.Credentials.from_service_account_info(info)  # type: ignore[no-untyped-call]
     if settings.gcp_credentials_file:
-
         return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
             str(settings.gcp_credentials_file)
         )
