@@ -20,6 +20,7 @@ from prefect.runtime import flow_run as current_run
 
 from flows.settings import resolve_settings
 from tpu_ops.provision import Slice, provision, teardown
+from tpu_ops.provision.ledger import Ledger
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.records import TeardownReport
 from tpu_ops.specs.common import RunId
@@ -122,6 +123,8 @@ def provision_slice(spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: s
     _tag_current_run(run_id)
     s = provision_task(spec, run_id, gcp_credentials_block)
     _attempts_artifact(s)
+    # The slice outlives this flow run on purpose: tell the reaper it is the user's until teardown.
+    Ledger(resolve_settings(gcp_credentials_block=gcp_credentials_block), run_id).hand_off(s.queued_resource)
     return s.to_json()
 
 

@@ -6,6 +6,7 @@ finished when all of them are final; unknown when there are none.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,12 +30,25 @@ def prefect_run_state(run_id: str) -> bool | None:
     return any(r.state is None or not r.state.is_final() for r in runs)
 
 
+def guarded(judge: Callable[[str], bool | None]) -> Callable[[str], bool | None]:
+    """``judge`` that answers "live" when Prefect cannot be asked: an outage must not reap live runs."""
+
+    def ask(run_id: str) -> bool | None:
+        try:
+            return judge(run_id)
+        except Exception as exc:
+            print(f"reaper: cannot ask Prefect about run {run_id} ({type(exc).__name__}: {exc}); keeping it")
+            return True
+
+    return ask
+
+
 def reap_once(
     *, dry_run: bool = False, ttl: timedelta | None = None, zones: list[str] | None = None, use_prefect: bool = True
 ) -> ReapReport:
     """One pass of the reaper with Prefect as the judge of which runs are live."""
     settings = resolve_settings()
-    return reap(settings, run_state=prefect_run_state if use_prefect else None, ttl=ttl, dry_run=dry_run,
+    return reap(settings, run_state=guarded(prefect_run_state) if use_prefect else None, ttl=ttl, dry_run=dry_run,
                 zones=zones or ["-"])  # fmt: skip
 
 

@@ -95,8 +95,10 @@ def run_provision(args: argparse.Namespace) -> int:
     check_budget(spec, load(settings))  # refuse before starting Prefect or calling the cloud
     if args.no_flow:
         from tpu_ops.provision import provision
+        from tpu_ops.provision.ledger import Ledger
 
         result = provision(spec, run_id, settings).to_json()
+        Ledger(settings, run_id).hand_off(result["queued_resource"])
     else:
         from prefect import tags
 

@@ -174,3 +174,31 @@ def test_overall_timeout_stops_the_ladder(fake: Any, settings: Any, spec_factory
     outcomes = [a.outcome for a in info.value.attempts]
     assert outcomes == [Outcome.TIMEOUT, Outcome.TIMEOUT]
     teardown("run-slow", settings)
+
+
+def test_quota_exhausted_in_zone_a_moves_to_zone_b(fake: Any, settings: Any, spec_factory: Any) -> None:
+    fake.faults(
+        {
+            "path": f"locations/{ZA}/queuedResources$",
+            "status": 429,
+            "count": 1,
+            "method": "POST",
+            "message": "Quota limit 'TPUV4PodPerProjectPerZone' exceeded",
+        }
+    )
+    with slice_for(spec_factory(ladder=["spot"]), "run-quota-b", settings) as s:
+        assert [(a.zone, a.outcome) for a in s.attempts] == [(ZA, Outcome.QUOTA), (ZB, Outcome.ACTIVE)]
+        assert "Quota limit" in s.attempts[0].detail
+
+
+def test_error_translation_for_creates() -> None:
+    from google.api_core import exceptions as gexc
+
+    from tpu_ops.errors import CapacityError, QuotaError, TransientError
+
+    quota = TpuApi._create_error(gexc.TooManyRequests("Quota exceeded for chips"), ZA, "spot")
+    assert isinstance(quota, QuotaError) and (quota.zone, quota.tier) == (ZA, "spot")
+    assert isinstance(TpuApi._create_error(gexc.TooManyRequests("slow down"), ZA, "spot"), TransientError)
+    assert isinstance(TpuApi._create_error(gexc.ServiceUnavailable("busy"), ZA, "spot"), TransientError)
+    stock = TpuApi._create_error(gexc.ResourceExhausted("no capacity"), ZB, "on-demand")  # an operation error
+    assert type(stock) is CapacityError and stock.zone == ZB

@@ -88,3 +88,34 @@ def test_recover_replaces_a_preempted_slice_and_the_ledger_bills_both(
     assert len(cost.slices) == 2 and cost.open_slices == 0
     assert cost.slices[0].hours["preempted"] > 0  # time spent preempted is billed
     assert set(cost.usd_by_tier) == {"spot"}
+
+
+def test_a_slice_handed_to_the_user_is_kept_until_ttl_or_teardown(fake: Any, settings: Any, spec_factory: Any) -> None:
+    s = provision(spec_factory(ladder=["spot"]), "run-mine", settings)
+    Ledger(settings, "run-mine").hand_off(s.queued_resource)  # what `tpu-ops provision` records
+    try:
+        assert reap(settings, run_state=lambda run: False).reaped == []
+        assert [r.run_id for r in reap(settings, run_state=lambda run: False, ttl=timedelta(0)).reaped] == ["run-mine"]
+        assert fake.state()["nodes"] == 0
+    finally:
+        teardown("run-mine", settings)
+    assert not Ledger(settings, "run-mine").handed_off()
+
+
+def test_prefect_outage_keeps_runs(fake: Any, settings: Any, two_runs: Any) -> None:
+    from flows.reaper import guarded
+
+    def down(run_id: str) -> bool | None:
+        raise ConnectionError("prefect API unreachable")
+
+    assert reap(settings, run_state=guarded(down)).reaped == []
+    assert fake.state()["nodes"] == 2
+
+
+def test_reaper_deployment_is_scheduled() -> None:
+    from flows.deployments import REAP_INTERVAL, deployments
+
+    deps = {d.name: d for d in deployments()}
+    reaper = deps["every-15-minutes"]
+    assert reaper.schedules and reaper.schedules[0].schedule.interval == REAP_INTERVAL
+    assert reaper.parameters == {"ttl_hours": 72.0}

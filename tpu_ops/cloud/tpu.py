@@ -301,7 +301,9 @@ class TpuApi:
         text = str(exc)
         if isinstance(exc, gexc.TooManyRequests | gexc.ResourceExhausted) and "quota" in text.lower():
             return QuotaError(text, zone=zone, tier=tier, service=SERVICE, status=429)
-        if isinstance(exc, gexc.ResourceExhausted) and not isinstance(exc, gexc.TooManyRequests):
+        # Over HTTP a 429 is a plain TooManyRequests (throttling); the ResourceExhausted subclass
+        # only comes from an operation's error code 8, which is a stockout.
+        if isinstance(exc, gexc.ResourceExhausted):
             return CapacityError(text, zone=zone, tier=tier, service=SERVICE, status=429)
         return translate_google(exc, SERVICE)
 

@@ -27,6 +27,9 @@ ACTIVE: Final = "active"
 PREEMPTED: Final = "preempted"
 DELETE_REQUESTED: Final = "delete-requested"
 GONE: Final = "gone"
+# The slice was handed to the user (``tpu-ops provision`` returned it); it lives until teardown or
+# the reaper's TTL, even though the process that provisioned it has exited.
+HANDOFF: Final = "handoff"
 PHASES: Final = ("running", "preempted", "deleting")
 
 
@@ -78,6 +81,21 @@ class Ledger:
         """True if the ledger has the resource billing (ACTIVE since its last GONE)."""
         last = [e["kind"] for e in self.events() if e.get("resource_id") == resource_id and e["kind"] in (ACTIVE, GONE)]
         return bool(last) and last[-1] == ACTIVE
+
+    def handed_off(self) -> bool:
+        """True if a slice of the run was handed to the user and has not been torn down since."""
+        held: set[str] = set()
+        for e in self.events():
+            rid = e.get("resource_id", "")
+            if e["kind"] == HANDOFF:
+                held.add(rid)
+            elif e["kind"] in (DELETE_REQUESTED, GONE):
+                held.discard(rid)
+        return bool(held)
+
+    def hand_off(self, resource_id: str) -> None:
+        """Record that the caller keeps the slice after this process exits (see ``HANDOFF``)."""
+        self.append(HANDOFF, resource_id=resource_id)
 
     def summary(self, table: PriceTable, now: float | None = None) -> RunCost:
         return summarise(self.run_id, self.events(), table, now)

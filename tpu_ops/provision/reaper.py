@@ -3,6 +3,8 @@
 The library does not know about Prefect: the caller passes ``run_state(run_id)`` answering True
 (the run is live), False (finished) or None (unknown). A run is also dead when the ledger says the
 process that provisioned it ran on this host and is gone (``kill -9`` leaves no other trace).
+The verdict, in order: older than the TTL → reap; handed to the user by ``tpu-ops provision`` →
+keep; owner process gone → reap; run finished or unknown → reap; otherwise keep.
 """
 
 from __future__ import annotations
@@ -90,7 +92,10 @@ def _verdict(
     oldest = min((r.created_at for r in resources if r.created_at), default=None)
     if ttl_s is not None and oldest is not None and now - oldest > ttl_s:
         return f"older than the TTL ({(now - oldest) / 3600:.2f} h > {ttl_s / 3600:.2f} h)"
-    if L.owner_alive(L.Ledger(settings, run_id).owner()) is False:
+    ledger = L.Ledger(settings, run_id)
+    if ledger.handed_off():
+        return None  # the user holds it (``tpu-ops provision``): only the TTL or a teardown ends it
+    if L.owner_alive(ledger.owner()) is False:
         return "the process that provisioned it is gone"
     state = run_state(run_id) if run_state is not None else None
     if state is False:
