@@ -106,13 +106,33 @@ def _attempts_artifact(s: Slice) -> None:
 
 @contextlib.contextmanager
 def _quota(spec: ProvisionSpec) -> Iterator[None]:
-    """Hold ``spec.quota_limit`` (a Prefect global concurrency limit, in chips) while a slice exists."""
+    """Hold ``spec.quota_limit`` (a Prefect global concurrency limit, in chips) while a slice exists.
+
+    The limit must exist (a typo must not silently disable the quota). The lease is renewed in the
+    background for as long as the slice lives, so multi-day runs are fine; a failed renewal only
+    warns (``strict=False``) rather than killing a training run over a Prefect API blip. Waiting
+    for free chips counts against the spec's overall timeout.
+    """
     if not spec.quota_limit:
         yield
         return
+    from prefect.client.orchestration import get_client
     from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectNotFound
 
-    with concurrency(spec.quota_limit, occupy=spec.slice.accelerator.chips, strict=True):
+    from tpu_ops.errors import SpecError
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(spec.quota_limit)
+        except ObjectNotFound:
+            raise SpecError(
+                f"quota_limit {spec.quota_limit!r} is not a Prefect global concurrency limit; create it with "
+                f"`prefect gcl create {spec.quota_limit} --limit <chips>`",
+                [{"field": "quota_limit", "value": spec.quota_limit}],
+            ) from None
+    chips = spec.slice.accelerator.chips
+    with concurrency(spec.quota_limit, occupy=chips, timeout_seconds=spec.overall_timeout.total_seconds()):
         yield
 
 

@@ -272,3 +272,12 @@ def test_quota_limit_is_held_in_chips_while_the_slice_exists(fake: Any, inproc: 
     finally:
         with get_client(sync_client=True) as client:
             client.delete_global_concurrency_limit_by_name("tpu-chips")
+
+
+def test_a_missing_quota_limit_is_a_clear_error_before_provisioning(fake: Any, inproc: None) -> None:
+    from flows.provision import run_on_slice
+    from tpu_ops.errors import SpecError
+
+    with pytest.raises(SpecError, match="no-such-limit"):
+        run_on_slice({**SPEC, "quota_limit": "no-such-limit"}, "run-noquota")
+    assert fake.state()["operations"] == 0

@@ -67,18 +67,20 @@ def test_every_rung_exhausted_lists_each_attempt(fake: Any, settings: Any, spec_
 
 
 def test_429_503_storm_gives_one_slice(fake: Any, settings: Any, spec_factory: Any) -> None:
-    # Every create, get and list answers 503/429 a few times before it succeeds.
+    # Every create, get, list and delete answers 503/429 a few times before it succeeds.
     fake.faults(
         {"path": "queuedResources", "status": 503, "count": 3, "method": "POST"},
         {"path": "queuedResources", "status": 429, "count": 3, "method": "GET"},
         {"path": "nodes", "status": 503, "count": 3, "method": "GET"},
+        {"path": "queuedResources", "status": 503, "count": 3, "method": "DELETE"},
     )
     spec = spec_factory(ladder=["spot"])
     with slice_for(spec, "run-storm", settings) as s:
         state = fake.state()
-        assert state["faults_pending"] == 0
+        assert state["faults_pending"] == 3  # only the DELETE faults are left, for teardown
         assert state["queued_resources"] == 1 and state["nodes"] == 1, state
         assert s.tier == "spot" and len(s.attempts) == 1
+    assert fake.state()["faults_pending"] == 0  # teardown went through the DELETE storm too
 
 
 def test_create_that_landed_but_answered_503_is_not_duplicated(fake: Any, settings: Any, spec_factory: Any) -> None:
