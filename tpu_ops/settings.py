@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tpu_ops.errors import ConfigError
 
@@ -69,6 +70,18 @@ class Settings(BaseSettings):
     poll_interval_s: float = Field(2.0, ge=0.01, le=300.0)
     state_dir: Path = Field(Path(".tpu-ops"), description="Local state: ledgers, audit spool.")
     price_table: Path | None = Field(None, description="A JSON price table overriding the shipped one.")
+    tpu_zones: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Zones teardown and the reaper scan (comma-separated in the environment); "
+        "empty means every zone (locations/-).",
+    )
+
+    @field_validator("tpu_zones", mode="before")
+    @classmethod
+    def _split_zones(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [z.strip() for z in value.split(",") if z.strip()]
+        return value
 
     def endpoints(self) -> dict[str, str | None]:
         """The endpoint settings by name, as the clients will use them."""
