@@ -49,7 +49,7 @@ def reap_once(
     """One pass of the reaper with Prefect as the judge of which runs are live."""
     settings = resolve_settings()
     return reap(settings, run_state=guarded(prefect_run_state) if use_prefect else None, ttl=ttl, dry_run=dry_run,
-                zones=zones or ["-"])  # fmt: skip
+                zones=zones or None)  # fmt: skip
 
 
 @flow(name="reap-tpu-slices", log_prints=True)

@@ -119,3 +119,10 @@ def test_reaper_deployment_is_scheduled() -> None:
     reaper = deps["every-15-minutes"]
     assert reaper.schedules and reaper.schedules[0].schedule.interval == REAP_INTERVAL
     assert reaper.parameters == {"ttl_hours": 72.0}
+
+
+def test_configured_zones_limit_what_the_reaper_scans(fake: Any, settings: Any, two_runs: Any) -> None:
+    elsewhere = settings.model_copy(update={"tpu_zones": ["us-central2-b"]})
+    assert reap(elsewhere, run_state=lambda run: False).reaped == []  # both slices are in zone a
+    here = settings.model_copy(update={"tpu_zones": [ZA]})
+    assert len(reap(here, run_state=lambda run: False).reaped) == 2

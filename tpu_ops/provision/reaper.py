@@ -110,13 +110,15 @@ def reap(
     *,
     run_state: RunState | None = None,
     ttl: timedelta | None = None,
-    zones: Sequence[str] = ALL_ZONES,
+    zones: Sequence[str] | None = None,
     dry_run: bool = False,
     api: TpuApi | None = None,
     prices: PriceTable | None = None,
     timeout_s: float = 900.0,
 ) -> ReapReport:
     """Find tpu-ops slices to reap in ``zones``; delete them unless ``dry_run``; report cost.
+
+    ``zones`` defaults to ``settings.tpu_zones``, or every zone (``locations/-``) if that is empty.
 
     With no ``run_state`` callable only the TTL and dead local owners count (nothing is reaped
     merely for being unknown).
@@ -125,7 +127,7 @@ def reap(
     table = prices or load(settings)
     now = time.time()
     by_run: dict[str, list[Resource]] = {}
-    for r in find_resources(api, zones):
+    for r in find_resources(api, zones or settings.tpu_zones or ALL_ZONES):
         if r.run_id:
             by_run.setdefault(r.run_id, []).append(r)
     report = ReapReport(dry_run=dry_run)

@@ -117,14 +117,18 @@ def teardown(
 ) -> TeardownReport:
     """Force-delete every queued resource and node of ``run_id`` and confirm they are gone.
 
-    Looks in ``zones`` (default: every zone, ``locations/-``). Raises ``TimeoutError`` if something
+    Looks in ``zones`` (default: the zones in the run's ledger and ``settings.tpu_zones``, or every
+    zone, ``locations/-``, when neither names one). Raises ``TimeoutError`` if something
     is still there after ``timeout_s``; calling again picks up where it left off.
     """
     check_run_id(run_id)
     t0 = time.monotonic()
     api = api or TpuApi(settings)
     ledger = L.Ledger(settings, run_id)
-    found = find_resources(api, zones or ALL_ZONES, run_id)
+    if not zones:
+        # Where the run has been (its ledger) plus the configured zones; every zone if none known.
+        zones = list(dict.fromkeys([*ledger.zones(), *settings.tpu_zones])) or list(ALL_ZONES)
+    found = find_resources(api, zones, run_id)
     report = TeardownReport(run_id)
     if found:
         report.deleted = delete_resources(api, found)
