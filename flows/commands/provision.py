@@ -197,7 +197,8 @@ def _what_if(args: argparse.Namespace, table: Any, C: Any) -> int:
             acc = lookup(args.accelerator)
         except KeyError as exc:
             raise SpecError(str(exc.args[0])) from None
-        chips, generation, what = acc.chips, acc.generation, f"{acc.name} ({acc.chips} chips)"
+        cores = acc.chips * acc.cores_per_chip
+        chips, generation, what = acc.chips, acc.generation, f"{acc.name} ({acc.chips} chips, {cores} TensorCores)"
     elif args.chips:
         chips, generation, what = args.chips, args.generation, f"{args.chips} chips"
         if generation is None and args.price is None:

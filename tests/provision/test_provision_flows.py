@@ -172,7 +172,7 @@ def test_run_on_slice_tears_down_when_the_command_fails(fake: Any, inproc: None)
 def test_cli_provision_teardown_and_cost(fake: Any, env: dict[str, str], tmp_path: Path) -> None:
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(SPEC))
-    out = _cli("provision", "--spec", str(spec), "--run-id", "run-cli", "--json", "--no-flow", env=env)
+    out = _cli("provision", "--spec", str(spec), "--run-id", "run-cli", "--json", env=env)  # the Prefect flow
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)
     assert (s["tier"], s["hosts"], s["queued_resource"]) == ("spot", 4, "run-cli-a1")
