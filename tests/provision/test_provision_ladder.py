@@ -204,3 +204,25 @@ def test_error_translation_for_creates() -> None:
     assert isinstance(TpuApi._create_error(gexc.ServiceUnavailable("busy"), ZA, "spot"), TransientError)
     stock = TpuApi._create_error(gexc.ResourceExhausted("no capacity"), ZB, "on-demand")  # an operation error
     assert type(stock) is CapacityError and stock.zone == ZB
+
+
+def test_rerun_with_another_accelerator_refuses_to_adopt(fake: Any, settings: Any, spec_factory: Any) -> None:
+    spec = spec_factory(ladder=["spot"])
+    try:
+        provision(spec, "run-shape", settings)
+        other = spec_factory(ladder=["spot"], slice={**spec.slice.model_dump(), "accelerator_type": "v4-8"})
+        with pytest.raises(ProvisioningError, match="already has a v4-32 slice"):
+            provision(other, "run-shape", settings)
+        assert fake.state()["nodes"] == 1
+    finally:
+        teardown("run-shape", settings)
+
+
+def test_rerun_after_a_failed_request_cleans_it_and_carries_on(fake: Any, settings: Any, spec_factory: Any) -> None:
+    fake.capacity({ZA: {"spot": 0}, ZB: {"spot": 0}})
+    spec = spec_factory(ladder=["spot"])
+    with pytest.raises(ProvisioningError):
+        provision(spec, "run-retry", settings)
+    fake.capacity({ZA: {"spot": 4096}})
+    with slice_for(spec, "run-retry", settings, recreate=False) as s:  # leftovers are not "dead slices"
+        assert (s.zone, s.queued_resource) == (ZA, "run-retry-a1")

@@ -152,6 +152,12 @@ class _Ladder:
                 if qr.state in QrState.ACTIVE:
                     node = self.api.find_node(qr.zone, qr.node_id)
                     if node is not None and node.state in NodeState.READY:
+                        want = self.spec.slice.accelerator_type
+                        if node.accelerator_type and node.accelerator_type != want:
+                            raise ProvisioningError(
+                                f"run {self.run_id} already has a {node.accelerator_type} slice ({qr.qr_id} in "
+                                f"{qr.zone}), not {want}; tear it down first (`tpu-ops teardown {self.run_id}`)"
+                            )
                         step = next((s for s in self.steps if s.number == n), None)
                         att = Attempt(n, qr.tier, qr.zone, qr.qr_id, Outcome.ADOPTED, 0.0, "ACTIVE already",
                                       step.reservation if step else "")  # fmt: skip
@@ -161,8 +167,10 @@ class _Ladder:
                         waiting.append((n, qr))
                         continue
                     self._dead(qr, node)
-                elif qr.state in QrState.DEAD:
+                elif qr.state in QrState.SUSPENDED:
                     self._dead(qr, None)
+                elif qr.state in QrState.FAILED:  # never granted: nothing to recreate, just clean up
+                    delete_and_confirm(self.api, self.settings, qr.zone, qr.qr_id, "", self._remaining())
                 elif qr.state in QrState.WAITING:
                     waiting.append((n, qr))
         if not waiting:
@@ -175,6 +183,7 @@ class _Ladder:
         return None, waiting[-1][0]
 
     def _dead(self, qr: QueuedResourceRecord, node: NodeRecord | None) -> None:
+        """A slice of the run that was granted and then lost (preempted node, SUSPENDED request)."""
         now = time.time()
         self.ledger.append(L.PREEMPTED, resource_id=qr.qr_id, zone=qr.zone, state=qr.state,
                            node_state=node.state if node else "", t=now)  # fmt: skip
