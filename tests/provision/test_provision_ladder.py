@@ -226,3 +226,10 @@ def test_rerun_after_a_failed_request_cleans_it_and_carries_on(fake: Any, settin
     fake.capacity({ZA: {"spot": 4096}})
     with slice_for(spec, "run-retry", settings, recreate=False) as s:  # leftovers are not "dead slices"
         assert (s.zone, s.queued_resource) == (ZA, "run-retry-a1")
+
+
+def test_reservation_paths(settings: Any, fake: Any) -> None:
+    api = TpuApi(settings)
+    assert api.reservation_path(ZA, "res-a") == f"projects/tpu-ops-local/locations/{ZA}/reservations/res-a"
+    shared = "projects/other-proj/zones/us-central2-a/reservations/big"
+    assert api.reservation_path(ZA, shared) == "projects/other-proj/locations/us-central2-a/reservations/big"

@@ -192,7 +192,17 @@ class TpuApi:
         return f"{self.parent(zone)}/nodes/{node_id}"
 
     def reservation_path(self, zone: str, name: str) -> str:
-        return name if name.startswith("projects/") else f"{self.parent(zone)}/reservations/{name}"
+        """``projects/P/locations/Z/reservations/N``: the form the TPU API takes.
+
+        A bare name is in this project and zone; a Compute-style ``projects/P/zones/Z/...`` path
+        (what a spec may carry, e.g. a shared reservation of another project) is rewritten.
+        """
+        if not name.startswith("projects/"):
+            return f"{self.parent(zone)}/reservations/{name}"
+        parts = name.split("/")
+        if len(parts) == 6 and parts[2] == "zones":
+            parts[2] = "locations"
+        return "/".join(parts)
 
     def _call(self, fn: Callable[[], T]) -> T:
         """One read/delete under the retry policy, with errors translated."""
