@@ -8,6 +8,7 @@ down; and the reaper deployment catches what a ``kill -9`` leaves behind.
 """
 
 import contextlib
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -173,8 +174,6 @@ def run_on_slice(
                     "TPU_OPS_SLICE_NODE": s.node,
                     "TPU_OPS_SLICE_ENDPOINTS": ",".join(s.endpoints),
                 }
-                import os
-
                 subprocess.run(command, check=True, env={**os.environ, **env_vars})
             if hold_seconds > 0:
                 time.sleep(hold_seconds)
