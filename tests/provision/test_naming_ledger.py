@@ -71,3 +71,29 @@ def test_ledger_skips_a_torn_line(tmp_path: Path) -> None:
     with led.path.open("a") as f:
         f.write('{"kind": "act')  # a writer killed mid-line
     assert led.owner() is not None and L.owner_alive(led.owner()) is True
+
+
+def test_plan_numbers_attempts_consecutively() -> None:
+    from tpu_ops.provision import plan
+    from tpu_ops.specs.slice import ProvisionSpec
+
+    spec = ProvisionSpec.model_validate(
+        {
+            "slice": {
+                "accelerator_type": "v4-32",
+                "region": "us-central2",
+                "zones": ["us-central2-a", "us-central2-b"],
+            },
+            "ladder": ["reservation:res-a@us-central2-b", "spot", "on-demand"],
+            "budget_usd": 1000,
+            "hours": 1,
+        }
+    )
+    steps = [(s.number, s.tier, s.zone[-1], s.reservation) for s in plan(spec)]
+    assert steps == [
+        (1, "reservation", "b", "res-a"),
+        (2, "spot", "a", ""),
+        (3, "spot", "b", ""),
+        (4, "on-demand", "a", ""),
+        (5, "on-demand", "b", ""),
+    ]
