@@ -95,6 +95,17 @@ def summary(r: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     import logging
 
+    from tpu_ops.mirror.prefetch import SourcePrefetch
+    from tpu_ops.uris import parse_s3
+
+    # Start listing S3 in a child before loading anything heavy (see prefetch.py); a source URI
+    # that does not parse never reaches it, and the full spec is validated below all the same.
+    try:
+        parse_s3(args.source)
+        prefetch: SourcePrefetch | None = SourcePrefetch(args.source)
+    except ValueError:
+        prefetch = None
+
     from tpu_ops.mirror.engine import mirror
     from tpu_ops.settings import Settings
     from tpu_ops.specs.jobs import MirrorSpec
@@ -110,11 +121,13 @@ def run(args: argparse.Namespace) -> int:
         "schema_file": args.schema_file,
         "allowed_locations": args.allowed_location,
     }
-    spec = parse_spec(MirrorSpec, data, "mirror arguments")
     bar = _Bar() if not args.no_progress and sys.stderr.isatty() else None
     try:
-        result = mirror(spec, Settings.model_validate({}), progress=bar)
+        spec = parse_spec(MirrorSpec, data, "mirror arguments")
+        result = mirror(spec, Settings.model_validate({}), progress=bar, source_prefetch=prefetch)
     finally:
+        if prefetch:
+            prefetch.cancel()
         if bar:
             bar.close()
     print(json.dumps(result.to_dict()) if args.json else summary(result))

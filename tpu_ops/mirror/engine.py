@@ -19,6 +19,7 @@ from tpu_ops.mirror import manifest
 from tpu_ops.mirror.copy import CopyContext, Fault, copy_all
 from tpu_ops.mirror.listing import list_dest, list_source
 from tpu_ops.mirror.plan import plan
+from tpu_ops.mirror.prefetch import SourcePrefetch
 from tpu_ops.mirror.records import MirrorResult, Progress, SourceObject
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import MirrorSpec
@@ -29,19 +30,29 @@ log = logging.getLogger(__name__)
 ProgressFn = Callable[[Progress], None]
 
 
-def make_clients(settings: Settings, concurrency: int) -> tuple[Any, Any]:
-    """S3 and GCS clients with connection pools sized for ``concurrency`` threads."""
+def make_s3(settings: Settings, concurrency: int) -> Any:
+    """An S3 client with a connection pool sized for ``concurrency`` threads."""
     from tpu_ops.cloud import clients
 
-    pool = concurrency + 4
-    s3 = clients.boto3_client(settings, "s3", max_pool_connections=pool)
-    gcs = clients.storage_client(settings)
+    return clients.boto3_client(settings, "s3", max_pool_connections=concurrency + 4)
+
+
+def make_gcs(settings: Settings, concurrency: int) -> Any:
+    """A GCS client with a connection pool sized for ``concurrency`` threads."""
     from requests.adapters import HTTPAdapter
 
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool)
+    from tpu_ops.cloud import clients
+
+    gcs = clients.storage_client(settings)
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=concurrency + 4)
     gcs._http.mount("http://", adapter)
     gcs._http.mount("https://", adapter)
-    return s3, gcs
+    return gcs
+
+
+def make_clients(settings: Settings, concurrency: int) -> tuple[Any, Any]:
+    """S3 and GCS clients with connection pools sized for ``concurrency`` threads."""
+    return make_s3(settings, concurrency), make_gcs(settings, concurrency)
 
 
 def check_location(gcs: Any, bucket: str, allowed: list[str]) -> str:
@@ -63,33 +74,49 @@ def mirror(
     *,
     clients: tuple[Any, Any] | None = None,
     fault: Fault | None = None,
+    source_prefetch: SourcePrefetch | None = None,
 ) -> MirrorResult:
     """Mirror ``spec.source`` to ``spec.destination`` as a verified snapshot; see the module doc.
 
     ``clients`` = (boto3 S3 client, google storage client) to reuse; ``fault`` is a test seam that
-    may alter bytes after they are checksummed (see ``copy.Fault``).
+    may alter bytes after they are checksummed (see ``copy.Fault``); ``source_prefetch`` is a
+    child already listing the source (see ``prefetch.py``), used instead of listing here.
     """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     emit = progress or (lambda p: None)
     src_uri, dst_uri = parse_s3(spec.source), parse_gs(spec.destination)
-    s3, gcs = clients or make_clients(settings, spec.concurrency)
-    ctx = CopyContext(s3, gcs, src_uri, dst_uri, settings, spec.concurrency, spec.part_size_mib * 1024 * 1024, fault)
-
     emit(Progress("list"))
-    with ThreadPoolExecutor(3, thread_name_prefix="list") as pool:
+    s3_client: list[Any] = [clients[0]] if clients else []
+
+    def s3() -> Any:
+        if not s3_client:
+            s3_client.append(make_s3(settings, spec.concurrency))
+        return s3_client[0]
+
+    with ThreadPoolExecutor(2, thread_name_prefix="list") as pool:
+        # The S3 listing waits on the network while this thread builds the GCS client (whose
+        # import is much of a no-change run's cost), so the two overlap.
+        f_src = None if source_prefetch else pool.submit(list_source, s3(), src_uri)
+        gcs = clients[1] if clients else make_gcs(settings, spec.concurrency)
         allowed = spec.allowed_locations
         f_loc = pool.submit(check_location, gcs, dst_uri.bucket, allowed) if allowed else None
-        f_src = pool.submit(list_source, s3, src_uri)
         f_dst = pool.submit(list_dest, gcs, dst_uri)
         if f_loc is not None:
             f_loc.result()  # a residency refusal wins over listing errors
-        source, dest = f_src.result(), f_dst.result()
+        dest = f_dst.result()
+        source = f_src.result() if f_src else source_prefetch.result() if source_prefetch else None
+    if source is None:  # the prefetching child failed: list here, which raises the real error
+        source = list_source(s3(), src_uri)
     timings["list"] = time.perf_counter() - t0
 
     t = time.perf_counter()
     todo = plan(source.objects, dest.objects)
     timings["plan"] = time.perf_counter() - t
+    # Only reads (validation, copies) need S3 from here on, and a no-change run makes none.
+    s3_or_none = s3() if todo.copy else None
+    part_bytes = spec.part_size_mib * 1024 * 1024
+    ctx = CopyContext(s3_or_none, gcs, src_uri, dst_uri, settings, spec.concurrency, part_bytes, fault)
     emit(Progress("plan", 0, len(todo.copy), 0, todo.bytes_copy))
 
     t = time.perf_counter()
