@@ -180,3 +180,28 @@ def test_validate_command_rejects_bad_files(
     assert out.returncode != 0
     errors = json.loads(out.stdout)["errors"]
     assert field in [e["field"] for e in errors]
+
+
+def test_json_schema_accepts_what_the_model_accepts() -> None:
+    """Prefect checks deployment parameters against the JSON schema: shorthand rungs must pass it."""
+    import jsonschema
+
+    schema = PipelineSpec.model_json_schema()
+    doc = with_change("provision.ladder", ["reservation:fraud-v4-reservation@us-central2-b", "spot", "on-demand"])
+    jsonschema.validate(doc, schema)
+    parse_spec(PipelineSpec, doc)
+    jsonschema.validate(EXAMPLE, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(with_change("provision.ladder", ["cheap"]), schema)
+
+
+def test_json_schema_of_durations_matches_the_validator() -> None:
+    import jsonschema
+
+    schema = PipelineSpec.model_json_schema()
+    for good in ("30m", "2h", "90s", 600):
+        doc = with_change("provision.queue_timeout", good)
+        jsonschema.validate(doc, schema)
+        parse_spec(PipelineSpec, doc)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(with_change("provision.queue_timeout", "soon"), schema)

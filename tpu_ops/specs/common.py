@@ -10,7 +10,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from tpu_ops.uris import check_key, parse_gs, parse_s3
 
@@ -101,7 +101,16 @@ def Duration(low: timedelta, high: timedelta) -> Any:
         BeforeValidator(parse_duration),
         bounded_duration(low, high),
         PlainSerializer(_seconds, return_type=str, when_used="json"),
-        Field(json_schema_extra={"examples": ["30m", "2h", "3600s"]}),
+        # The schema says what the validator takes, so Prefect's forms and checks agree with it.
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[smhd]?\s*$|^P"},
+                    {"type": "number", "minimum": low.total_seconds(), "maximum": high.total_seconds()},
+                ],
+                "examples": ["30m", "2h", "3600s"],
+            }
+        ),
     ]
 
 

@@ -124,7 +124,22 @@ def _check_ladder(rungs: list[Any]) -> list[Any]:
     return rungs
 
 
-CapacityLadder = Annotated[list[Rung], Field(min_length=1, max_length=10), AfterValidator(_check_ladder)]
+_SHORTHAND = r"^(spot|on-demand|reservation:[a-z]([-a-z0-9]{0,61}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
+
+
+def _ladder_schema(schema: dict[str, Any]) -> None:
+    """Let the JSON schema (Prefect's forms and its server-side check) accept the string shorthand."""
+    items = schema.get("items")
+    if isinstance(items, dict):
+        shorthand = {"type": "string", "pattern": _SHORTHAND, "title": "spot | on-demand | reservation:NAME@ZONE"}
+        schema["items"] = {"anyOf": [shorthand, items]}
+
+
+CapacityLadder = Annotated[
+    list[Rung],
+    Field(min_length=1, max_length=10, json_schema_extra=_ladder_schema),
+    AfterValidator(_check_ladder),
+]
 
 
 class SliceSpec(StrictModel):
