@@ -1,0 +1,28 @@
+"""``tpu-ops serve [--spec FILE]``: serve the flows as deployments, for the Prefect UI and schedules."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "serve",
+        help="Serve the flows as deployments to the Prefect API (UI forms, schedules, the reaper).",
+        description="Needs a Prefect API: start one with `make ui` and set "
+        "PREFECT_API_URL=http://127.0.0.1:4200/api. Point the clouds at the local stack with "
+        "`tpu-ops local up` for a dry run. Runs until interrupted.",
+    )
+    p.add_argument("--spec", type=Path, help="a pipeline spec: its own deployment, on its cron schedule")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tpu_ops.specs import PipelineSpec, load_spec
+
+    pipeline = load_spec(args.spec, PipelineSpec) if args.spec else None
+    from flows.deployments import main
+
+    main(pipeline)
+    return 0
