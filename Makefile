@@ -37,7 +37,9 @@ dry-run: $(STAMP)
 ui: $(STAMP)
 	$(VENV)/bin/prefect server start --host 127.0.0.1
 
+## the mirror benchmark against rclone (Debian's rclone package is installed if missing)
 bench: $(STAMP)
+	command -v rclone >/dev/null || { apt-get update -qq && apt-get install -y -qq rclone; }
 	$(PY) bench/mirror_bench.py
 
 clean:
