@@ -11,12 +11,6 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "dryrun.yaml"
-# Make the ladder work: the reservation is too small for a v4-32 (16 chips), spot is stocked out
-# in zone b, and zone c has spot capacity.
-CAPACITY = {
-    "us-central2-b": {"spot": 0, "on_demand": 64, "reservations": {"fraud-v4-reservation": 8}},
-    "us-central2-c": {"spot": 64, "on_demand": 64, "reservations": {}},
-}
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -45,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     # A temporary Prefect server must not try to phone home from a machine with no network.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
-    from infra.local.seed import ensure_gcs_bucket, seed_dataset
+    from infra.local.seed import DRY_RUN_CAPACITY, seed_pipeline
     from infra.local.stack import LocalStack
 
     started = time.monotonic()
@@ -58,12 +52,11 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("TPU_OPS_POLL_INTERVAL_S", "0.2")
         settings = stack.settings()
         _step(f"seeding a curated dataset in {spec.mirror.source}")
-        seeded = seed_dataset(settings, spec.mirror.source)
-        location = spec.mirror.allowed_locations[0] if spec.mirror.allowed_locations else "US-CENTRAL1"
-        ensure_gcs_bucket(settings, spec.mirror.destination, location)
-        ensure_gcs_bucket(settings, spec.train.checkpoint_dir, location)
-        stack.set_capacity(CAPACITY)
-        print(f"    {seeded.shards} shards, {seeded.bytes / 2**20:.1f} MiB; TPU capacity: {json.dumps(CAPACITY)}")
+        seeded = seed_pipeline(settings, spec)
+        stack.set_capacity(DRY_RUN_CAPACITY)
+        print(
+            f"    {seeded.shards} shards, {seeded.bytes / 2**20:.1f} MiB; TPU capacity: {json.dumps(DRY_RUN_CAPACITY)}"
+        )
 
         _step("running the retraining-pipeline flow")
         from flows.pipeline import retraining_pipeline

@@ -27,11 +27,41 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--provision-latency", type=float, default=0.0, help="fake TPU CREATING->READY seconds")
     up.add_argument("--workdir", type=Path, help="keep simulated TPU workers' directories here")
     up.set_defaults(handler=run_up)
+    seed = local_sub.add_parser(
+        "seed",
+        help="Publish what a pipeline spec expects (curated dataset, buckets) on a running local stack.",
+        description="Run in a shell that sourced the file `local up --env-file` wrote.",
+    )
+    seed.add_argument("--spec", type=Path, help="pipeline spec (default: the dry run's, flows/dryrun.yaml)")
+    seed.add_argument(
+        "--ladder-demo", action="store_true", help="also set the fake TPU capacity the dry run uses (spot in zone c)"
+    )
+    seed.set_defaults(handler=run_seed)
 
 
 def env_lines(env: dict[str, str]) -> str:
     """``KEY=VALUE`` lines a POSIX shell can source, sorted, values quoted with shlex."""
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+
+
+def run_seed(args: argparse.Namespace) -> int:
+    from flows.commands.dryrun import DEFAULT_SPEC
+    from infra.local.seed import DRY_RUN_CAPACITY, seed_pipeline, set_tpu_capacity
+    from tpu_ops.settings import Settings
+    from tpu_ops.specs import PipelineSpec, load_spec
+
+    spec = load_spec(args.spec or DEFAULT_SPEC, PipelineSpec)
+    settings = Settings()
+    settings.check_safe()  # seeding is for local stacks only, whatever TPU_OPS_DRY_RUN says
+    if not settings.dry_run:
+        print("error: seed only runs against the local stack (TPU_OPS_DRY_RUN=true)", file=sys.stderr)
+        return 2
+    seeded = seed_pipeline(settings, spec)
+    print(f"seeded {seeded.shards} shards ({seeded.bytes / 2**20:.1f} MiB) in {seeded.source}")
+    if args.ladder_demo:
+        set_tpu_capacity(settings, DRY_RUN_CAPACITY)
+        print("fake TPU capacity set: reservation too small, spot stocked out in us-central2-b")
+    return 0
 
 
 def run_up(args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@ safetensors shards that match it (tokens as int32, a loss mask as float16).
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,7 @@ from safetensors.numpy import save
 
 from tpu_ops.cloud.clients import boto3_client, storage_client
 from tpu_ops.settings import Settings
+from tpu_ops.specs import PipelineSpec
 from tpu_ops.uris import parse_gs, parse_s3
 
 SEQ_LEN = 256
@@ -85,3 +88,38 @@ def ensure_s3_bucket(settings: Settings, uri: str, *, object_lock: bool = False)
     bucket = parse_s3(uri).bucket
     if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
         s3.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=object_lock)
+
+
+# The capacity the dry run gives the fake TPU API, so the ladder has to work: the reservation is
+# too small for a v4-32 (16 chips), spot is stocked out in zone b, and zone c has spot capacity.
+DRY_RUN_CAPACITY: dict[str, Any] = {
+    "us-central2-b": {"spot": 0, "on_demand": 64, "reservations": {"fraud-v4-reservation": 8}},
+    "us-central2-c": {"spot": 64, "on_demand": 64, "reservations": {}},
+}
+
+
+def seed_pipeline(settings: Settings, spec: PipelineSpec) -> SeededDataset:
+    """Everything a pipeline spec expects to exist: its curated dataset and its GCS buckets."""
+    seeded = seed_dataset(settings, spec.mirror.source)
+    location = spec.mirror.allowed_locations[0] if spec.mirror.allowed_locations else "US-CENTRAL1"
+    ensure_gcs_bucket(settings, spec.mirror.destination, location)
+    ensure_gcs_bucket(settings, spec.train.checkpoint_dir, location)
+    return seeded
+
+
+def set_tpu_capacity(settings: Settings, capacity: dict[str, Any]) -> None:
+    """Configure the fake TPU API's capacity through its control endpoint."""
+    settings.check_safe("tpu_endpoint")
+    if not settings.tpu_endpoint:
+        raise ValueError("no TPU endpoint configured")
+    url = settings.tpu_endpoint.rstrip("/") + "/_fake/capacity"
+    if not url.startswith("http://"):
+        raise ValueError(f"the fake TPU API is served over http, not {url!r}")
+    req = urllib.request.Request(  # noqa: S310 - http only, loopback checked above
+        url,
+        data=json.dumps(capacity).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a checked loopback endpoint
+        resp.read()
