@@ -98,20 +98,24 @@ class TpuBackend(BackendCore):
     def get_node(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/v2/{name}", lambda: self._node(name).to_json())
 
-    def list_nodes(self, parent: str, page_size: int | None = None, page_token: str | None = None) -> dict[str, Any]:
+    def _list(self, parent: str, collection: str, page_size: int | None, page_token: str | None) -> dict[str, Any]:
+        """One page of ``nodes``, ``queuedResources`` or ``operations`` under ``parent`` (zone ``-`` = all)."""
         project, zone = _split_parent(parent)
+        attr = {"nodes": "nodes", "queuedResources": "qrs", "operations": "ops"}[collection]
 
         def run() -> dict[str, Any]:
-            nodes = sorted(
-                (n for (z, _), n in self._proj(project).nodes.items() if zone in ("-", z)), key=lambda n: n.name
-            )
-            chunk, token = _page(nodes, page_size, page_token)
-            out: dict[str, Any] = {"nodes": [n.to_json() for n in chunk]}
+            table: dict[tuple[str, str], Any] = getattr(self._proj(project), attr)
+            items = sorted((v for (z, _), v in table.items() if zone in ("-", z)), key=lambda v: v.name)
+            chunk, token = _page(items, page_size, page_token)
+            out: dict[str, Any] = {collection: [v.to_json() for v in chunk]}
             if token:
                 out["nextPageToken"] = token
             return out
 
-        return self._call("GET", f"/v2/{parent}/nodes", run)
+        return self._call("GET", f"/v2/{parent}/{collection}", run)
+
+    def list_nodes(self, parent: str, page_size: int | None = None, page_token: str | None = None) -> dict[str, Any]:
+        return self._list(parent, "nodes", page_size, page_token)
 
     def delete_node(self, name: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
@@ -233,17 +237,7 @@ class TpuBackend(BackendCore):
     def list_queued_resources(
         self, parent: str, page_size: int | None = None, page_token: str | None = None
     ) -> dict[str, Any]:
-        project, zone = _split_parent(parent)
-
-        def run() -> dict[str, Any]:
-            qrs = sorted((q for (z, _), q in self._proj(project).qrs.items() if zone in ("-", z)), key=lambda q: q.name)
-            chunk, token = _page(qrs, page_size, page_token)
-            out: dict[str, Any] = {"queuedResources": [q.to_json() for q in chunk]}
-            if token:
-                out["nextPageToken"] = token
-            return out
-
-        return self._call("GET", f"/v2/{parent}/queuedResources", run)
+        return self._list(parent, "queuedResources", page_size, page_token)
 
     def _qr_nodes(self, qr: QueuedResource) -> list[Node]:
         p = self._proj(qr.project)
@@ -298,17 +292,7 @@ class TpuBackend(BackendCore):
     def list_operations(
         self, parent: str, page_size: int | None = None, page_token: str | None = None
     ) -> dict[str, Any]:
-        project, zone = _split_parent(parent)
-
-        def run() -> dict[str, Any]:
-            ops = sorted((o for (z, _), o in self._proj(project).ops.items() if zone in ("-", z)), key=lambda o: o.name)
-            chunk, token = _page(ops, page_size, page_token)
-            out: dict[str, Any] = {"operations": [o.to_json() for o in chunk]}
-            if token:
-                out["nextPageToken"] = token
-            return out
-
-        return self._call("GET", f"/v2/{parent}/operations", run)
+        return self._list(parent, "operations", page_size, page_token)
 
     def _catalog(self, parent: str, collection: str) -> list[dict[str, Any]]:
         _split_parent(parent)
