@@ -23,35 +23,25 @@ ALL_ZONES = ("-",)
 
 def find_resources(api: TpuApi, zones: Sequence[str] = ALL_ZONES, run_id: str | None = None) -> list[Resource]:
     """Queued resources and nodes in ``zones`` that tpu-ops manages (of ``run_id`` if given)."""
-    out: list[Resource] = []
-    seen: set[tuple[str, str, str]] = set()
+    found: dict[tuple[str, str, str], Resource] = {}
     for zone in zones:
-        for qr in api.list_queued_resources(zone):
-            labels = dict(qr.labels)
-            owner = run_of(qr.qr_id, labels)
-            if run_id is not None and not belongs_to(run_id, qr.qr_id, labels):
-                continue
-            if run_id is None and owner is None:
-                continue
-            key = ("queued-resource", qr.zone, qr.qr_id)
-            if key not in seen:
-                seen.add(key)
-                out.append(Resource("queued-resource", qr.zone, qr.qr_id, owner or run_id, qr.state, qr.tier,
-                                    qr.accelerator_type, created_at(labels) or qr.create_time))  # fmt: skip
-        for node in api.list_nodes(zone):
-            labels = dict(node.labels)
-            owner = run_of(node.node_id, labels)
-            if run_id is not None and not belongs_to(run_id, node.node_id, labels):
-                continue
-            if run_id is None and owner is None:
-                continue
-            key = ("node", node.zone, node.node_id)
-            if key not in seen:
-                seen.add(key)
-                tier = labels.get(TIER_LABEL) or ("spot" if node.spot else "on-demand")
-                out.append(Resource("node", node.zone, node.node_id, owner or run_id, node.state, tier,
-                                    node.accelerator_type, created_at(labels) or node.create_time))  # fmt: skip
-    return out
+        candidates = [
+            ("queued-resource", qr.zone, qr.qr_id, dict(qr.labels), qr.state, qr.tier, qr.accelerator_type,
+             qr.create_time)
+            for qr in api.list_queued_resources(zone)
+        ] + [
+            ("node", n.zone, n.node_id, dict(n.labels), n.state,
+             dict(n.labels).get(TIER_LABEL) or ("spot" if n.spot else "on-demand"), n.accelerator_type,
+             n.create_time)
+            for n in api.list_nodes(zone)
+        ]  # fmt: skip
+        for kind, z, rid, labels, state, tier, accel, created in candidates:
+            owner = run_of(rid, labels)
+            mine = belongs_to(run_id, rid, labels) if run_id is not None else owner is not None
+            if mine:
+                resource = Resource(kind, z, rid, owner or run_id, state, tier, accel, created_at(labels) or created)
+                found.setdefault((kind, z, rid), resource)
+    return list(found.values())
 
 
 def delete_resources(api: TpuApi, resources: Sequence[Resource]) -> list[Resource]:
