@@ -9,6 +9,7 @@ import pytest
 from mirror_helpers import safetensors_bytes
 
 from tpu_ops.errors import IntegrityError, PolicyError, SpecError
+from tpu_ops.mirror import copy
 from tpu_ops.mirror.copy import SourceChangedError
 from tpu_ops.mirror.engine import mirror
 from tpu_ops.mirror.manifest import load
@@ -37,9 +38,18 @@ def _dataset(env, n_small: int = 6) -> dict[str, bytes]:
     return files
 
 
+@pytest.fixture(params=["one-upload", "composed"])
+def large_path(request, monkeypatch):
+    """Both ways a large object is copied: ranged parts into one upload, or parallel parts composed."""
+    if request.param == "composed":
+        monkeypatch.setattr(copy, "COMPOSE_MIN", 9 * MiB)
+    return request.param
+
+
+@pytest.mark.usefixtures("large_path")
 def test_full_then_no_change_run_costs_no_per_object_requests(env):
     files = _dataset(env)
-    big = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(3 * MiB)]  # 13 MiB: composed from parts
+    big = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(3 * MiB)]  # 13 MiB: 4 ranged parts
     env.put_multipart("blob/big.bin", big)
     files["blob/big.bin"] = b"".join(big)
 
@@ -84,9 +94,10 @@ def test_bad_shards_fail_validation_by_name_and_nothing_is_copied(env):
     assert env.dest_names() == []
 
 
+@pytest.mark.usefixtures("large_path")
 def test_corrupted_upload_is_retried_then_caught(env):
     files = _dataset(env, n_small=2)
-    env.put("blob/big.bin", os.urandom(9 * MiB))  # a composed object too
+    env.put("blob/big.bin", os.urandom(9 * MiB))  # a large object (in ranged parts) too
 
     flipped: list[str] = []
 

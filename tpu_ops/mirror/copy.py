@@ -5,14 +5,19 @@ Units of work run on a pool of ``concurrency`` threads:
 - an object of at most ``SMALL_MAX`` bytes is read (pinned) into memory, its CRC32C computed,
   and uploaded in one request that declares that CRC32C (real GCS rejects a mismatch) and carries
   the provenance metadata;
-- a larger object is split into ranged parts of ``part_bytes`` (at most 32, the compose limit);
-  each part is streamed from a ranged GET into a temporary GCS object while its CRC32C is
-  computed, then the parts are composed into the final object and the composite CRC32C (combined
-  from the parts') is checked against what GCS reports.
+- a larger object is read in ranged parts of ``part_bytes`` (at most 32, the compose limit),
+  each a pinned ranged GET streamed ``BLOCK`` bytes at a time, CRC32C'd in passing, straight into
+  a PUT to a resumable-upload session (no part is ever held whole in memory):
+  - below ``COMPOSE_MIN`` the parts go one after the other into ONE session for the final object:
+    one thread per object, no temporary objects, no compose. The object is created without the
+    CRC32C in its provenance and gets it by a metadata patch once GCS's CRC32C matched ours;
+  - from ``COMPOSE_MIN`` on (cf. gcloud's 150 MiB parallel composite threshold) the parts are
+    copied in parallel into temporary objects, composed, and the composite CRC32C (combined from
+    the parts') is checked against what GCS reports.
 
-Memory per thread is bounded by ``SMALL_MAX`` (or one resumable chunk), whatever the object
-sizes; nothing is staged on disk. Every stored object's CRC32C (as GCS reports it) is compared
-with ours, because the emulators accept wrong checksums. A mismatch is retried, then fails the
+Memory per thread is bounded by ``SMALL_MAX`` (or one ``BLOCK`` for parts), whatever the object
+and part sizes; nothing is staged on disk. Every stored object's CRC32C (as GCS reports it) is
+compared with ours, because the emulators accept wrong checksums. A mismatch is retried, then fails the
 run. Provenance metadata carries the CRC32C we computed, so an object whose stored CRC differs
 (say, a run was killed between upload and verification) is never taken as up to date.
 """
@@ -49,8 +54,10 @@ log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 SMALL_MAX = 8 * MiB  # the SDK's single-request upload limit; larger objects go in parts
-CHUNK = 8 * MiB  # resumable-upload chunk for parts (a multiple of 256 KiB)
+BLOCK = 1 * MiB  # a part streams from S3 to GCS this many bytes at a time
+PUT_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one ranged part's PUT
 MAX_PARTS = 32  # GCS compose takes at most 32 sources
+COMPOSE_MIN = 256 * MiB  # from this size on, parts are copied in parallel and composed
 MISMATCH_ATTEMPTS = 3
 
 Fault = Callable[[str, bytes], bytes]
@@ -122,9 +129,6 @@ class _Reader:
         self.count += len(data)
         return self._fault(self._rel, data) if self._fault else data
 
-    def tell(self) -> int:
-        return self.count
-
 
 def get_pinned(ctx: CopyContext, src: SourceObject, rng: tuple[int, int] | None) -> dict[str, Any]:
     """GET exactly the listed version of ``src`` (optionally a byte range)."""
@@ -171,11 +175,11 @@ def _s3_crc32c(resp: dict[str, Any]) -> int | None:
     return crc.from_b64(value)
 
 
-def _verify(rel: str, blob: Any, size: int, ours: int, what: str) -> None:
-    stored = blob.crc32c
-    if int(blob.size or -1) != size or not stored or crc.from_b64(stored) != ours:
+def _verify(rel: str, stored_size: Any, stored: str | None, size: int, ours: int, what: str) -> None:
+    """Compare what GCS reports for a stored object with the size and CRC32C we streamed."""
+    if int(stored_size or -1) != size or not stored or crc.from_b64(stored) != ours:
         raise ChecksumMismatchError(
-            f"{what} {rel!r}: GCS stored {blob.size} bytes with CRC32C {stored}, "
+            f"{what} {rel!r}: GCS stored {stored_size} bytes with CRC32C {stored}, "
             f"we sent {size} bytes with CRC32C {crc.to_b64(ours)}"
         )
 
@@ -200,7 +204,7 @@ def copy_small(ctx: CopyContext, src: SourceObject) -> Copied:
     blob.crc32c = ours  # real GCS rejects the upload if the bytes do not match
     with google_errors("gcs"):
         blob.upload_from_string(data, content_type="application/octet-stream", checksum=None, retry=None)
-    _verify(src.rel, blob, src.size, reader.crc, "object")
+    _verify(src.rel, blob.size, blob.crc32c, src.size, reader.crc, "object")
     return Copied(src, ours, 1, s3_checked)
 
 
@@ -210,18 +214,109 @@ def part_name(ctx: CopyContext, src: SourceObject, index: int) -> str:
     return ctx.dest.key(f"{RESERVED_DIR}/parts/{token}/{index:05d}")
 
 
-def copy_part(ctx: CopyContext, src: SourceObject, index: int, rng: tuple[int, int]) -> int:
-    """Stream one ranged part into its temporary object; return its verified CRC32C."""
+class _RangeBody:
+    """A ranged S3 body as an upload body of known length, CRC32C'd ``BLOCK`` by ``BLOCK`` in passing.
+
+    requests sends it with a ``Content-Length`` (from ``len``) by iterating it, so a range costs
+    one PUT and at most one block in memory. ``crc`` continues from ``crc0`` (the bytes before the
+    range). A short source stream raises rather than leaving the upload waiting for bytes.
+    """
+
+    def __init__(self, body: Any, rel: str, size: int, fault: Fault | None, crc0: int = 0) -> None:
+        self._body = body
+        self._rel = rel
+        self._size = size
+        self._fault = fault
+        self.crc = crc0
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[bytes]:
+        while self.count < self._size:
+            try:
+                data: bytes = self._body.read(min(BLOCK, self._size - self.count))
+            except Exception as exc:  # a broken stream is worth another attempt from the start
+                raise TransientError(f"reading s3 object {self._rel!r} failed: {exc}", service="s3") from exc
+            if not data:
+                raise SourceChangedError(f"source object {self._rel!r}: stream ended after {self.count} bytes")
+            self.crc = google_crc32c.extend(self.crc, data)
+            self.count += len(data)
+            yield self._fault(self._rel, data) if self._fault else data
+
+
+def _session(blob: Any, size: int) -> str:
+    """Start a resumable upload of ``size`` bytes into ``blob`` (with its metadata); its session URL."""
+    with google_errors("gcs"):
+        url: str = blob.create_resumable_upload_session(
+            content_type="application/octet-stream", size=size, checksum=None, retry=None
+        )
+    return url
+
+
+def _put_range(
+    ctx: CopyContext, url: str, src: SourceObject, rng: tuple[int, int], at: int, total: int, crc0: int
+) -> tuple[dict[str, Any] | None, int]:
+    """Stream the pinned source range ``rng`` into a resumable session at offset ``at`` of ``total``.
+
+    Returns (the stored object's JSON once the session completes, else None; the running CRC32C).
+    """
+    from google.api_core.exceptions import from_http_response
+
     size = rng[1] - rng[0]
     resp = get_pinned(ctx, src, rng)
-    reader = _Reader(resp["Body"], src.rel, ctx.fault)
-    blob = ctx.bucket.blob(part_name(ctx, src, index), chunk_size=CHUNK)
+    body = _RangeBody(resp["Body"], src.rel, size, ctx.fault, crc0)
+    headers = {"Content-Range": f"bytes {at}-{at + size - 1}/{total}"}
+    try:
+        with google_errors("gcs"):
+            put = ctx.gcs._http.put(url, data=body, headers=headers, timeout=PUT_TIMEOUT)
+            if put.status_code in (200, 201):
+                stored: dict[str, Any] = put.json()
+                return stored, body.crc
+            if put.status_code != 308:
+                raise from_http_response(put)  # type: ignore[no-untyped-call]
+    finally:
+        resp["Body"].close()
+    if put.headers.get("Range") != f"bytes=0-{at + size - 1}":  # GCS did not persist the whole range
+        raise TransientError(f"{src.rel!r}: upload session kept {put.headers.get('Range')}", service="gcs")
+    return None, body.crc
+
+
+def copy_ranged(ctx: CopyContext, src: SourceObject) -> Copied:
+    """Copy a large object in ranged parts, read one after the other into one resumable upload.
+
+    The object is created without the CRC32C in its provenance, so it never counts as a copy until
+    we verified it: the CRC32C is added by a metadata patch, whose answer is checked again.
+    """
+    ranges = part_ranges(src.size, ctx.part_bytes)
+    final = ctx.bucket.blob(ctx.dest.key(src.rel))
+    final.metadata = {k: v for k, v in provenance(src, "").items() if k != META_CRC32C}
+    url = _session(final, src.size)
+    stored: dict[str, Any] | None = None
+    whole = 0
+    for start, end in ranges:
+        stored, whole = _put_range(ctx, url, src, (start, end), start, src.size, whole)
+    if stored is None:
+        raise TransientError(f"{src.rel!r}: the upload session did not complete", service="gcs")
+    _verify(src.rel, stored.get("size"), stored.get("crc32c"), src.size, whole, "object")
+    ours = crc.to_b64(whole)
+    final.metadata = provenance(src, ours)
     with google_errors("gcs"):
-        blob.upload_from_file(reader, size=size, checksum=None, retry=None, rewind=False)
-    if reader.count != size:
-        raise SourceChangedError(f"source object {src.rel!r} part {index}: read {reader.count} of {size} bytes")
-    _verify(src.rel, blob, size, reader.crc, f"part {index} of")
-    return reader.crc
+        final.patch(retry=None)
+    _verify(src.rel, final.size, final.crc32c, src.size, whole, "object")
+    return Copied(src, ours, len(ranges), False)
+
+
+def copy_part(ctx: CopyContext, src: SourceObject, index: int, rng: tuple[int, int]) -> int:
+    """Stream one ranged part into its own temporary object; return its verified CRC32C."""
+    size = rng[1] - rng[0]
+    url = _session(ctx.bucket.blob(part_name(ctx, src, index)), size)
+    stored, part_crc = _put_range(ctx, url, src, rng, 0, size, 0)
+    if stored is None:
+        raise TransientError(f"{src.rel!r} part {index}: the upload session did not complete", service="gcs")
+    _verify(src.rel, stored.get("size"), stored.get("crc32c"), size, part_crc, f"part {index} of")
+    return part_crc
 
 
 def compose(ctx: CopyContext, src: SourceObject, crcs: list[int], ranges: list[tuple[int, int]]) -> Copied:
@@ -236,7 +331,7 @@ def compose(ctx: CopyContext, src: SourceObject, crcs: list[int], ranges: list[t
     final.content_type = "application/octet-stream"
     with google_errors("gcs"):
         final.compose(parts, retry=None)
-    _verify(src.rel, final, src.size, whole, "composed object")
+    _verify(src.rel, final.size, final.crc32c, src.size, whole, "composed object")
     for p in parts:  # best effort: a leftover part is deleted by the next run
         try:
             with google_errors("gcs"):
@@ -273,12 +368,14 @@ def copy_all(
 
     ``on_progress(objects_done, bytes_done)`` is called from this (the calling) thread.
     """
-    order = sorted(objects, key=lambda o: -o.size)  # big first: their parts spread over the pool
+    order = sorted(objects, key=lambda o: -o.size)  # big first, so they do not form the tail
 
     def units() -> Iterator[tuple[str, SourceObject, int]]:
         for src in order:
             if src.size <= SMALL_MAX:
                 yield ("small", src, 0)
+            elif src.size < COMPOSE_MIN:
+                yield ("ranged", src, 0)
             else:
                 for i in range(len(part_ranges(src.size, ctx.part_bytes))):
                     yield ("part", src, i)
@@ -294,6 +391,8 @@ def copy_all(
         kind, src, i = unit
         if kind == "small":
             fn: Callable[[], Any] = lambda: copy_small(ctx, src)  # noqa: E731
+        elif kind == "ranged":
+            fn = lambda: copy_ranged(ctx, src)  # noqa: E731
         elif kind == "part":
             big = bigs.get(src.rel)
             if big is None:
@@ -328,7 +427,7 @@ def copy_all(
                         if big.left == 0:
                             ready.append(("compose", src, 0))
                         continue
-                    if kind == "small":
+                    if kind in ("small", "ranged"):
                         bytes_done += src.size
                     else:
                         bigs.pop(src.rel, None)
