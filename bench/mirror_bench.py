@@ -7,13 +7,19 @@ into fake-gcs-server. Both tools run as subprocesses, so process start, CPU and 
 (``os.wait4`` gives each child's own rusage). Runs: full copy, no-change re-run, re-run with 5
 objects changed; then planning time and RSS for a synthetic 100,000-object listing. Prints a
 table and whether each target of issue 4 holds; exits 1 if one does not.
+
+The full copy is repeated ``--runs`` times per tool (default 3), each into a fresh bucket, the two
+tools taking turns at going first; the table shows the median wall and CPU time and the highest
+peak RSS, and lists every run's wall time. The re-runs use the last full copy's buckets.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -110,7 +116,16 @@ print(t2 - t1, t2 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 102
 """
 
 
+def median_run(tool: str, case: str, runs: list[Run]) -> Run:
+    """One row for several runs: median wall and CPU time, the highest peak RSS."""
+    wall, cpu = statistics.median(r.wall_s for r in runs), statistics.median(r.cpu_s for r in runs)
+    return Run(tool, case, wall, cpu, max(r.rss_mb for r in runs), runs[0].bytes_moved)
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description="tpu-ops mirror vs rclone sync on the local stack")
+    parser.add_argument("--runs", type=int, default=3, help="full copies per tool; the table shows medians")
+    args = parser.parse_args()
     os.environ.setdefault("NO_GCE_CHECK", "true")
     from infra.local.stack import LocalStack
     from tpu_ops.mirror.engine import make_clients
@@ -127,25 +142,33 @@ def main() -> int:
         s3, gcs = make_clients(stack.settings(), 8)
         print(f"uploading {N_SMALL} x 1 MiB + {N_BIG} x 64 MiB (multipart) to moto ...", file=sys.stderr)
         make_dataset(s3, "bench-src")
-        gcs.create_bucket("bench-ours")
-        gcs.create_bucket("bench-rclone")
         conf = Path(tmp) / "rclone.conf"
         rclone_conf(stack, conf)
+        dest = {"tpu-ops": "", "rclone": ""}
 
         def ours_run(case: str) -> None:
-            cmd = [*ours, "mirror", "s3://bench-src/data", "gs://bench-ours/data", "--json", "--concurrency", "8"]
-            wall, cpu, rss, out = run_child(cmd, env)
+            cmd = [*ours, "mirror", "s3://bench-src/data", f"gs://{dest['tpu-ops']}/data", "--json"]
+            wall, cpu, rss, out = run_child([*cmd, "--concurrency", "8"], env)
             runs.append(Run("tpu-ops", case, wall, cpu, rss, json.loads(out)["bytes_copied"]))
 
         def rclone_run(case: str, moved: int) -> None:
             if not rclone:
                 return
-            cmd = [rclone, "--config", str(conf), "sync", "s3:bench-src/data", "gcs:bench-rclone/data"]
+            cmd = [rclone, "--config", str(conf), "sync", "s3:bench-src/data", f"gcs:{dest['rclone']}/data"]
             wall, cpu, rss, _ = run_child([*cmd, "--transfers", "8"], env)
             runs.append(Run("rclone", case, wall, cpu, rss, moved))
 
-        ours_run("full copy")
-        rclone_run("full copy", DATASET)
+        # Full copies into fresh buckets, the tools taking turns at going first; one median row each.
+        for k in range(max(1, args.runs)):
+            for tool in ("tpu-ops", "rclone") if k % 2 == 0 else ("rclone", "tpu-ops"):
+                dest[tool] = f"bench-{'ours' if tool == 'tpu-ops' else 'rclone'}-{k}"
+                gcs.create_bucket(dest[tool])
+                if tool == "tpu-ops":
+                    ours_run("full copy")
+                else:
+                    rclone_run("full copy", DATASET)
+        full = {t: [r for r in runs if r.tool == t] for t in ("tpu-ops", "rclone")}
+        runs[:] = [median_run(t, "full copy", rs) for t, rs in full.items() if rs]
         ours_run("no change")
         rclone_run("no change", 0)
         for i in range(5):
@@ -157,7 +180,11 @@ def main() -> int:
     plan_s, build_plan_s, plan_rss = map(float, run_child([sys.executable, "-c", PLAN_100K], env)[3].split())
     plan_wall = time.perf_counter() - t
 
-    print(f"\ndataset: {N_SMALL} x 1 MiB + {N_BIG} x 64 MiB = {DATASET / MiB:.0f} MiB; both tools 8 transfers\n")
+    print(f"\ndataset: {N_SMALL} x 1 MiB + {N_BIG} x 64 MiB = {DATASET / MiB:.0f} MiB; both tools 8 transfers")
+    for tool, rs in full.items():
+        if rs:
+            print(f"full copy, {tool}: median of {len(rs)} runs; wall s " + ", ".join(f"{r.wall_s:.2f}" for r in rs))
+    print()
     head = ("tool", "case", "wall s", "MiB/s", "CPU s", "CPU s/GiB", "peak RSS MB", "moved MiB")
     print("{:<8} {:<10} {:>7} {:>7} {:>6} {:>9} {:>11} {:>9}".format(*head))
     for r in runs:
