@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("destination", metavar="DEST", help="gs://bucket/prefix to mirror into")
     p.add_argument("--snapshot", metavar="NAME", help="name the snapshot (names are immutable)")
     p.add_argument("--concurrency", type=int, default=8, metavar="N", help="objects/parts copied at once (8)")
-    p.add_argument("--part-size-mib", type=int, default=16, metavar="MIB", help="ranged-part size (16)")
+    p.add_argument("--part-size-mib", type=int, default=32, metavar="MIB", help="ranged-part size (32)")
     p.add_argument("--schema-file", default="_schema.yaml", metavar="KEY", help="schema file in SRC")
     p.add_argument(
         "--allowed-location",

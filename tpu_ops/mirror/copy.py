@@ -7,9 +7,10 @@ Units of work run on a pool of ``concurrency`` threads:
   the provenance metadata;
 - a larger object is read in ranged parts of ``part_bytes`` (at most 32, the compose limit),
   each a pinned ranged GET streamed ``BLOCK`` bytes at a time, CRC32C'd in passing, straight into
-  a PUT to a resumable-upload session (no part is ever held whole in memory):
-  - below ``COMPOSE_MIN`` the parts go one after the other into ONE session for the final object:
-    one thread per object, no temporary objects, no compose. The object is created without the
+  the body of a resumable-upload PUT (no part is ever held whole in memory):
+  - below ``COMPOSE_MIN`` the parts are read one after the other as the body of ONE PUT for the
+    final object: one thread and one upload request per object (an emulator that re-hashes the
+    object at every chunk then hashes it once), no temporary objects, no compose. It is created without the
     CRC32C in its provenance and gets it by a metadata patch once GCS's CRC32C matched ours;
   - from ``COMPOSE_MIN`` on (cf. gcloud's 150 MiB parallel composite threshold) the parts are
     copied in parallel into temporary objects, composed, and the composite CRC32C (combined from
@@ -255,36 +256,51 @@ def _session(blob: Any, size: int) -> str:
     return url
 
 
-def _put_range(
-    ctx: CopyContext, url: str, src: SourceObject, rng: tuple[int, int], at: int, total: int, crc0: int
-) -> tuple[dict[str, Any] | None, int]:
-    """Stream the pinned source range ``rng`` into a resumable session at offset ``at`` of ``total``.
+class _ChainedBody:
+    """The pinned ranged parts of one object, read one after another, as a single upload body.
 
-    Returns (the stored object's JSON once the session completes, else None; the running CRC32C).
+    One PUT carries the whole object, so the upload is one request however many ranged GETs feed
+    it; memory stays one block. ``crc`` is the CRC32C of everything sent so far.
+    """
+
+    def __init__(self, ctx: CopyContext, src: SourceObject, ranges: list[tuple[int, int]]) -> None:
+        self._ctx, self._src, self._ranges = ctx, src, ranges
+        self.crc = 0
+
+    def __len__(self) -> int:
+        return sum(end - start for start, end in self._ranges)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for rng in self._ranges:
+            resp = get_pinned(self._ctx, self._src, rng)
+            body = _RangeBody(resp["Body"], self._src.rel, rng[1] - rng[0], self._ctx.fault, self.crc)
+            try:
+                yield from body
+            finally:
+                resp["Body"].close()
+            self.crc = body.crc
+
+
+def _upload(ctx: CopyContext, url: str, body: _ChainedBody) -> dict[str, Any]:
+    """Send ``body`` as the whole content of a resumable session in one PUT; the stored object's JSON.
+
+    A failed PUT is not resumed (an emulator may finalize a truncated object on a status query):
+    the caller's retry starts a new session.
     """
     from google.api_core.exceptions import from_http_response
 
-    size = rng[1] - rng[0]
-    resp = get_pinned(ctx, src, rng)
-    body = _RangeBody(resp["Body"], src.rel, size, ctx.fault, crc0)
-    headers = {"Content-Range": f"bytes {at}-{at + size - 1}/{total}"}
-    try:
-        with google_errors("gcs"):
-            put = ctx.gcs._http.put(url, data=body, headers=headers, timeout=PUT_TIMEOUT)
-            if put.status_code in (200, 201):
-                stored: dict[str, Any] = put.json()
-                return stored, body.crc
-            if put.status_code != 308:
-                raise from_http_response(put)  # type: ignore[no-untyped-call]
-    finally:
-        resp["Body"].close()
-    if put.headers.get("Range") != f"bytes=0-{at + size - 1}":  # GCS did not persist the whole range
-        raise TransientError(f"{src.rel!r}: upload session kept {put.headers.get('Range')}", service="gcs")
-    return None, body.crc
+    size = len(body)
+    headers = {"Content-Range": f"bytes 0-{size - 1}/{size}"}
+    with google_errors("gcs"):
+        put = ctx.gcs._http.put(url, data=body, headers=headers, timeout=PUT_TIMEOUT)
+        if put.status_code not in (200, 201):
+            raise from_http_response(put)  # type: ignore[no-untyped-call]
+        stored: dict[str, Any] = put.json()
+    return stored
 
 
 def copy_ranged(ctx: CopyContext, src: SourceObject) -> Copied:
-    """Copy a large object in ranged parts, read one after the other into one resumable upload.
+    """Copy a large object in ranged parts, streamed one after the other into one upload request.
 
     The object is created without the CRC32C in its provenance, so it never counts as a copy until
     we verified it: the CRC32C is added by a metadata patch, whose answer is checked again.
@@ -293,18 +309,14 @@ def copy_ranged(ctx: CopyContext, src: SourceObject) -> Copied:
     final = ctx.bucket.blob(ctx.dest.key(src.rel))
     final.metadata = {k: v for k, v in provenance(src, "").items() if k != META_CRC32C}
     url = _session(final, src.size)
-    stored: dict[str, Any] | None = None
-    whole = 0
-    for start, end in ranges:
-        stored, whole = _put_range(ctx, url, src, (start, end), start, src.size, whole)
-    if stored is None:
-        raise TransientError(f"{src.rel!r}: the upload session did not complete", service="gcs")
-    _verify(src.rel, stored.get("size"), stored.get("crc32c"), src.size, whole, "object")
-    ours = crc.to_b64(whole)
+    body = _ChainedBody(ctx, src, ranges)
+    stored = _upload(ctx, url, body)
+    _verify(src.rel, stored.get("size"), stored.get("crc32c"), src.size, body.crc, "object")
+    ours = crc.to_b64(body.crc)
     final.metadata = provenance(src, ours)
     with google_errors("gcs"):
         final.patch(retry=None)
-    _verify(src.rel, final.size, final.crc32c, src.size, whole, "object")
+    _verify(src.rel, final.size, final.crc32c, src.size, body.crc, "object")
     return Copied(src, ours, len(ranges), False)
 
 
@@ -312,11 +324,10 @@ def copy_part(ctx: CopyContext, src: SourceObject, index: int, rng: tuple[int, i
     """Stream one ranged part into its own temporary object; return its verified CRC32C."""
     size = rng[1] - rng[0]
     url = _session(ctx.bucket.blob(part_name(ctx, src, index)), size)
-    stored, part_crc = _put_range(ctx, url, src, rng, 0, size, 0)
-    if stored is None:
-        raise TransientError(f"{src.rel!r} part {index}: the upload session did not complete", service="gcs")
-    _verify(src.rel, stored.get("size"), stored.get("crc32c"), size, part_crc, f"part {index} of")
-    return part_crc
+    body = _ChainedBody(ctx, src, [rng])
+    stored = _upload(ctx, url, body)
+    _verify(src.rel, stored.get("size"), stored.get("crc32c"), size, body.crc, f"part {index} of")
+    return body.crc
 
 
 def compose(ctx: CopyContext, src: SourceObject, crcs: list[int], ranges: list[tuple[int, int]]) -> Copied:

@@ -34,7 +34,7 @@ class MirrorSpec(StrictModel):
     destination: GcsUri = Field(description="gs://bucket/prefix to mirror into")
     snapshot: Name | None = Field(None, description="Snapshot name; defaults to one derived from content.")
     concurrency: int = Field(8, ge=1, le=64, description="Objects copied at once.")
-    part_size_mib: int = Field(16, ge=1, le=512, description="Ranged-part size for large objects.")
+    part_size_mib: int = Field(32, ge=1, le=512, description="Ranged-part size for large objects.")
     schema_file: ObjectKey = Field("_schema.yaml", description="Schema file in the source prefix.")
     allowed_locations: Annotated[list[str], AfterValidator(_upper_locations)] = Field(
         default_factory=list,
