@@ -60,10 +60,15 @@ def storage_client(settings: Settings) -> Any:
 
 
 def boto3_client(settings: Settings, service: str, **config: Any) -> Any:
-    """A boto3 client for ``service`` (``s3``, ``sagemaker``, ``sts``)."""
+    """An AWS SDK client for ``service`` (``s3``, ``sagemaker``, ``sts``).
+
+    Built from botocore's session, which is what ``boto3.client`` does underneath: the client is
+    the same object with the same API. Skipping boto3's wrapper saves ~0.1 s of imports
+    (s3transfer, asyncio) that a CLI run pays at every start; we use none of its extras.
+    """
     settings.check_safe("aws_endpoint_url")
-    import boto3
     from botocore.config import Config
+    from botocore.session import get_session
 
     kw: dict[str, Any] = {"region_name": settings.aws_region}
     if settings.aws_endpoint_url:
@@ -72,4 +77,4 @@ def boto3_client(settings: Settings, service: str, **config: Any) -> Any:
         kw["aws_access_key_id"] = settings.aws_access_key_id.get_secret_value()
         kw["aws_secret_access_key"] = settings.aws_secret_access_key.get_secret_value()
     cfg = Config(retries={"mode": "standard", "max_attempts": settings.retry_attempts}, **config)
-    return boto3.client(service, config=cfg, **kw)
+    return get_session().create_client(service, config=cfg, **kw)

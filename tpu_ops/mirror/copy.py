@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 SMALL_MAX = 8 * MiB  # the SDK's single-request upload limit; larger objects go in parts
-BLOCK = 1 * MiB  # a part streams from S3 to GCS this many bytes at a time
+BLOCK = 4 * MiB  # a part streams from S3 to GCS this many bytes at a time
 PUT_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one ranged part's PUT
 MAX_PARTS = 32  # GCS compose takes at most 32 sources
 COMPOSE_MIN = 256 * MiB  # from this size on, parts are copied in parallel and composed

@@ -105,6 +105,8 @@ def mirror(
         if f_loc is not None:
             f_loc.result()  # a residency refusal wins over listing errors
         dest = f_dst.result()
+        if source_prefetch and not dest.objects:
+            s3()  # an empty destination means copies: build the S3 client while the child lists
         source = f_src.result() if f_src else source_prefetch.result() if source_prefetch else None
     if source is None:  # the prefetching child failed: list here, which raises the real error
         source = list_source(s3(), src_uri)
