@@ -27,7 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("destination", metavar="DEST", help="gs://bucket/prefix to mirror into")
     p.add_argument("--snapshot", metavar="NAME", help="name the snapshot (names are immutable)")
     p.add_argument("--concurrency", type=int, default=8, metavar="N", help="objects/parts copied at once (8)")
-    p.add_argument("--part-size-mib", type=int, default=32, metavar="MIB", help="ranged-part size (32)")
+    p.add_argument(
+        "--ranged-min-mib",
+        type=int,
+        default=256,
+        metavar="MIB",
+        help="objects of at least this size are copied in parallel ranged parts, then composed (256)",
+    )
+    p.add_argument("--part-size-mib", type=int, default=32, metavar="MIB", help="size of those parts (32)")
     p.add_argument("--schema-file", default="_schema.yaml", metavar="KEY", help="schema file in SRC")
     p.add_argument(
         "--allowed-location",
@@ -118,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         "snapshot": args.snapshot,
         "concurrency": args.concurrency,
         "part_size_mib": args.part_size_mib,
+        "ranged_min_mib": args.ranged_min_mib,
         "schema_file": args.schema_file,
         "allowed_locations": args.allowed_location,
     }

@@ -9,7 +9,6 @@ import pytest
 from mirror_helpers import safetensors_bytes
 
 from tpu_ops.errors import IntegrityError, PolicyError, SpecError
-from tpu_ops.mirror import copy
 from tpu_ops.mirror.copy import SourceChangedError
 from tpu_ops.mirror.engine import mirror
 from tpu_ops.mirror.manifest import load
@@ -38,22 +37,20 @@ def _dataset(env, n_small: int = 6) -> dict[str, bytes]:
     return files
 
 
-@pytest.fixture(params=["one-upload", "composed"])
-def large_path(request, monkeypatch):
-    """Both ways a large object is copied: ranged parts into one upload, or parallel parts composed."""
-    if request.param == "composed":
-        monkeypatch.setattr(copy, "COMPOSE_MIN", 9 * MiB)
-    return request.param
+@pytest.fixture(params=["streamed", "composed"])
+def large(request) -> dict[str, int]:
+    """Spec fields for both ways a large object is copied: one GET streamed into one upload, or
+    parallel ranged parts (4 MiB) composed."""
+    return {"part_size_mib": 4, "ranged_min_mib": 256 if request.param == "streamed" else 9}
 
 
-@pytest.mark.usefixtures("large_path")
-def test_full_then_no_change_run_costs_no_per_object_requests(env):
+def test_full_then_no_change_run_costs_no_per_object_requests(env, large):
     files = _dataset(env)
-    big = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(3 * MiB)]  # 13 MiB: 4 ranged parts
+    big = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(3 * MiB)]  # 13 MiB: streamed, or 4 parts
     env.put_multipart("blob/big.bin", big)
     files["blob/big.bin"] = b"".join(big)
 
-    first = mirror(env.spec(part_size_mib=4), env.settings, clients=(env.s3, env.gcs))
+    first = mirror(env.spec(**large), env.settings, clients=(env.s3, env.gcs))
     assert first.objects_copied == len(files) and first.bytes_copied == sum(map(len, files.values()))
     assert first.shards_validated == 6 and first.schema_file == "_schema.yaml"
     for rel, body in files.items():
@@ -69,7 +66,7 @@ def test_full_then_no_change_run_costs_no_per_object_requests(env):
     assert {o["key"] for o in doc["objects"]} == set(files)
 
     env.reset_counts()
-    again = mirror(env.spec(part_size_mib=4), env.settings, clients=(env.s3, env.gcs))
+    again = mirror(env.spec(**large), env.settings, clients=(env.s3, env.gcs))
     assert (again.objects_copied, again.bytes_copied, again.objects_skipped) == (0, 0, len(files))
     assert again.snapshot_id == first.snapshot_id and again.manifest_uri == first.manifest_uri
     # One versioning check and one listing page on S3; one listing page and the create-only
@@ -94,10 +91,9 @@ def test_bad_shards_fail_validation_by_name_and_nothing_is_copied(env):
     assert env.dest_names() == []
 
 
-@pytest.mark.usefixtures("large_path")
-def test_corrupted_upload_is_retried_then_caught(env):
+def test_corrupted_upload_is_retried_then_caught(env, large):
     files = _dataset(env, n_small=2)
-    env.put("blob/big.bin", os.urandom(9 * MiB))  # a large object (in ranged parts) too
+    env.put("blob/big.bin", os.urandom(9 * MiB))  # a large object (streamed, or in parts) too
 
     flipped: list[str] = []
 
@@ -107,7 +103,7 @@ def test_corrupted_upload_is_retried_then_caught(env):
             return bytes([data[0] ^ 0xFF]) + data[1:]
         return data
 
-    res = mirror(env.spec(part_size_mib=4), env.settings, clients=(env.s3, env.gcs), fault=flip_once)
+    res = mirror(env.spec(**large), env.settings, clients=(env.s3, env.gcs), fault=flip_once)
     assert set(flipped) == {*files, "blob/big.bin"} and res.objects_copied == len(files) + 1
     for rel, body in files.items():
         assert env.dest_bytes(rel) == body

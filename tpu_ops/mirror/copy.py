@@ -5,18 +5,17 @@ Units of work run on a pool of ``concurrency`` threads:
 - an object of at most ``SMALL_MAX`` bytes is read (pinned) into memory, its CRC32C computed,
   and uploaded in one request that declares that CRC32C (real GCS rejects a mismatch) and carries
   the provenance metadata;
-- a larger object is read in ranged parts of ``part_bytes`` (at most 32, the compose limit),
-  each a pinned ranged GET streamed ``BLOCK`` bytes at a time, CRC32C'd in passing, straight into
-  the body of a resumable-upload PUT (no part is ever held whole in memory):
-  - below ``COMPOSE_MIN`` the parts are read one after the other as the body of ONE PUT for the
-    final object: one thread and one upload request per object (an emulator that re-hashes the
-    object at every chunk then hashes it once), no temporary objects, no compose. It is created without the
-    CRC32C in its provenance and gets it by a metadata patch once GCS's CRC32C matched ours;
-  - from ``COMPOSE_MIN`` on (cf. gcloud's 150 MiB parallel composite threshold) the parts are
-    copied in parallel into temporary objects, composed, and the composite CRC32C (combined from
-    the parts') is checked against what GCS reports.
+- a larger object below ``ranged_min`` is streamed: one pinned GET (which also returns S3's
+  full-object checksum, if any) feeds, ``BLOCK`` bytes at a time and CRC32C'd in passing, the body of
+  one resumable-upload PUT. Splitting a sequential stream into ranged GETs buys nothing but requests
+  (moto even reads the whole object for each range). The object is created without the CRC32C in
+  its provenance and gets it by a metadata patch once GCS's CRC32C matched ours;
+- from ``ranged_min`` on (rclone's multi-thread cutoff is 256 MiB, gcloud's sliced threshold
+  150 MiB) the object is read in ranged parts of ``part_bytes`` (at most 32, the compose limit),
+  copied in parallel into temporary objects, composed, and the composite CRC32C (combined from the
+  parts') is checked against what GCS reports.
 
-Memory per thread is bounded by ``SMALL_MAX`` (or one ``BLOCK`` for parts), whatever the object
+Memory per thread is bounded by ``SMALL_MAX`` (or one ``BLOCK`` when streaming), whatever the object
 and part sizes; nothing is staged on disk. Every stored object's CRC32C (as GCS reports it) is
 compared with ours, because the emulators accept wrong checksums. A mismatch is retried, then fails the
 run. Provenance metadata carries the CRC32C we computed, so an object whose stored CRC differs
@@ -54,11 +53,11 @@ from tpu_ops.uris import ObjectUri
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-SMALL_MAX = 8 * MiB  # the SDK's single-request upload limit; larger objects go in parts
+SMALL_MAX = 8 * MiB  # the SDK's single-request upload limit; larger objects are streamed
 BLOCK = 4 * MiB  # a part streams from S3 to GCS this many bytes at a time
-PUT_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one ranged part's PUT
+PUT_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one streamed PUT
 MAX_PARTS = 32  # GCS compose takes at most 32 sources
-COMPOSE_MIN = 256 * MiB  # from this size on, parts are copied in parallel and composed
+RANGED_MIN = 256 * MiB  # default: from this size on, ranged parts are copied in parallel and composed
 MISMATCH_ATTEMPTS = 3
 
 Fault = Callable[[str, bytes], bytes]
@@ -84,6 +83,7 @@ class CopyContext:
     settings: Settings
     concurrency: int
     part_bytes: int
+    ranged_min: int = RANGED_MIN
     fault: Fault | None = None
     _bucket: Any = field(default=None, repr=False)
 
@@ -176,6 +176,11 @@ def _s3_crc32c(resp: dict[str, Any]) -> int | None:
     return crc.from_b64(value)
 
 
+def _has_other_checksum(resp: dict[str, Any]) -> bool:
+    """Whether S3 sent a full-object checksum that botocore validates for us."""
+    return any(resp.get(k) for k in ("ChecksumCRC32", "ChecksumSHA1", "ChecksumSHA256"))
+
+
 def _verify(rel: str, stored_size: Any, stored: str | None, size: int, ours: int, what: str) -> None:
     """Compare what GCS reports for a stored object with the size and CRC32C we streamed."""
     if int(stored_size or -1) != size or not stored or crc.from_b64(stored) != ours:
@@ -198,7 +203,7 @@ def copy_small(ctx: CopyContext, src: SourceObject) -> Copied:
             f"{src.rel!r}: S3 reports CRC32C {crc.to_b64(s3_crc)}, we read {crc.to_b64(reader.crc)}"
         )
     # botocore validates the other full-object checksums (CRC32, SHA*) itself when ChecksumMode is on.
-    s3_checked = s3_crc is not None or any(resp.get(k) for k in ("ChecksumCRC32", "ChecksumSHA1", "ChecksumSHA256"))
+    s3_checked = s3_crc is not None or _has_other_checksum(resp)
     ours = crc.to_b64(reader.crc)
     blob = ctx.bucket.blob(ctx.dest.key(src.rel))
     blob.metadata = provenance(src, ours)
@@ -216,19 +221,17 @@ def part_name(ctx: CopyContext, src: SourceObject, index: int) -> str:
 
 
 class _RangeBody:
-    """A ranged S3 body as an upload body of known length, CRC32C'd ``BLOCK`` by ``BLOCK`` in passing.
+    """``size`` bytes of an S3 body, ``BLOCK`` by ``BLOCK``, CRC32C'd in passing.
 
-    requests sends it with a ``Content-Length`` (from ``len``) by iterating it, so a range costs
-    one PUT and at most one block in memory. ``crc`` continues from ``crc0`` (the bytes before the
-    range). A short source stream raises rather than leaving the upload waiting for bytes.
+    A short source stream raises rather than leaving the upload waiting for bytes.
     """
 
-    def __init__(self, body: Any, rel: str, size: int, fault: Fault | None, crc0: int = 0) -> None:
+    def __init__(self, body: Any, rel: str, size: int, fault: Fault | None) -> None:
         self._body = body
         self._rel = rel
         self._size = size
         self._fault = fault
-        self.crc = crc0
+        self.crc = 0
         self.count = 0
 
     def __len__(self) -> int:
@@ -256,32 +259,39 @@ def _session(blob: Any, size: int) -> str:
     return url
 
 
-class _ChainedBody:
-    """The pinned ranged parts of one object, read one after another, as a single upload body.
+class _StreamBody:
+    """One pinned GET of ``src`` (``rng=None``: the whole object) as an upload body of known length.
 
-    One PUT carries the whole object, so the upload is one request however many ranged GETs feed
-    it; memory stays one block. ``crc`` is the CRC32C of everything sent so far.
+    requests sends it with a ``Content-Length`` (from ``len``) by iterating it, so the copy costs
+    one GET, one PUT and one block of memory. ``crc`` is the CRC32C of everything sent so far;
+    after a whole-object GET, ``s3_crc`` is S3's full-object CRC32C (if it has one) and
+    ``s3_checked`` says whether S3 sent a full-object checksum at all.
     """
 
-    def __init__(self, ctx: CopyContext, src: SourceObject, ranges: list[tuple[int, int]]) -> None:
-        self._ctx, self._src, self._ranges = ctx, src, ranges
+    def __init__(self, ctx: CopyContext, src: SourceObject, rng: tuple[int, int] | None) -> None:
+        self._ctx, self._src, self._rng = ctx, src, rng
         self.crc = 0
+        self.s3_crc: int | None = None
+        self.s3_checked = False
 
     def __len__(self) -> int:
-        return sum(end - start for start, end in self._ranges)
+        return self._rng[1] - self._rng[0] if self._rng else self._src.size
 
     def __iter__(self) -> Iterator[bytes]:
-        for rng in self._ranges:
-            resp = get_pinned(self._ctx, self._src, rng)
-            body = _RangeBody(resp["Body"], self._src.rel, rng[1] - rng[0], self._ctx.fault, self.crc)
-            try:
-                yield from body
-            finally:
-                resp["Body"].close()
-            self.crc = body.crc
+        resp = get_pinned(self._ctx, self._src, self._rng)
+        if self._rng is None:
+            self.s3_crc = _s3_crc32c(resp)
+            # botocore validates the other full-object checksums itself when ChecksumMode is on.
+            self.s3_checked = self.s3_crc is not None or _has_other_checksum(resp)
+        body = _RangeBody(resp["Body"], self._src.rel, len(self), self._ctx.fault)
+        try:
+            yield from body
+        finally:
+            resp["Body"].close()
+        self.crc = body.crc
 
 
-def _upload(ctx: CopyContext, url: str, body: _ChainedBody) -> dict[str, Any]:
+def _upload(ctx: CopyContext, url: str, body: _StreamBody) -> dict[str, Any]:
     """Send ``body`` as the whole content of a resumable session in one PUT; the stored object's JSON.
 
     A failed PUT is not resumed (an emulator may finalize a truncated object on a status query):
@@ -299,32 +309,35 @@ def _upload(ctx: CopyContext, url: str, body: _ChainedBody) -> dict[str, Any]:
     return stored
 
 
-def copy_ranged(ctx: CopyContext, src: SourceObject) -> Copied:
-    """Copy a large object in ranged parts, streamed one after the other into one upload request.
+def copy_streamed(ctx: CopyContext, src: SourceObject) -> Copied:
+    """Copy a larger object in one pinned GET streamed into one upload request.
 
     The object is created without the CRC32C in its provenance, so it never counts as a copy until
     we verified it: the CRC32C is added by a metadata patch, whose answer is checked again.
     """
-    ranges = part_ranges(src.size, ctx.part_bytes)
     final = ctx.bucket.blob(ctx.dest.key(src.rel))
     final.metadata = {k: v for k, v in provenance(src, "").items() if k != META_CRC32C}
     url = _session(final, src.size)
-    body = _ChainedBody(ctx, src, ranges)
+    body = _StreamBody(ctx, src, None)
     stored = _upload(ctx, url, body)
+    if body.s3_crc is not None and body.s3_crc != body.crc:
+        raise ChecksumMismatchError(
+            f"{src.rel!r}: S3 reports CRC32C {crc.to_b64(body.s3_crc)}, we read {crc.to_b64(body.crc)}"
+        )
     _verify(src.rel, stored.get("size"), stored.get("crc32c"), src.size, body.crc, "object")
     ours = crc.to_b64(body.crc)
     final.metadata = provenance(src, ours)
     with google_errors("gcs"):
         final.patch(retry=None)
     _verify(src.rel, final.size, final.crc32c, src.size, body.crc, "object")
-    return Copied(src, ours, len(ranges), False)
+    return Copied(src, ours, 1, body.s3_checked)
 
 
 def copy_part(ctx: CopyContext, src: SourceObject, index: int, rng: tuple[int, int]) -> int:
     """Stream one ranged part into its own temporary object; return its verified CRC32C."""
     size = rng[1] - rng[0]
     url = _session(ctx.bucket.blob(part_name(ctx, src, index)), size)
-    body = _ChainedBody(ctx, src, [rng])
+    body = _StreamBody(ctx, src, rng)
     stored = _upload(ctx, url, body)
     _verify(src.rel, stored.get("size"), stored.get("crc32c"), size, body.crc, f"part {index} of")
     return body.crc
@@ -385,8 +398,8 @@ def copy_all(
         for src in order:
             if src.size <= SMALL_MAX:
                 yield ("small", src, 0)
-            elif src.size < COMPOSE_MIN:
-                yield ("ranged", src, 0)
+            elif src.size < ctx.ranged_min:
+                yield ("streamed", src, 0)
             else:
                 for i in range(len(part_ranges(src.size, ctx.part_bytes))):
                     yield ("part", src, i)
@@ -402,8 +415,8 @@ def copy_all(
         kind, src, i = unit
         if kind == "small":
             fn: Callable[[], Any] = lambda: copy_small(ctx, src)  # noqa: E731
-        elif kind == "ranged":
-            fn = lambda: copy_ranged(ctx, src)  # noqa: E731
+        elif kind == "streamed":
+            fn = lambda: copy_streamed(ctx, src)  # noqa: E731
         elif kind == "part":
             big = bigs.get(src.rel)
             if big is None:
@@ -438,7 +451,7 @@ def copy_all(
                         if big.left == 0:
                             ready.append(("compose", src, 0))
                         continue
-                    if kind in ("small", "ranged"):
+                    if kind in ("small", "streamed"):
                         bytes_done += src.size
                     else:
                         bigs.pop(src.rel, None)

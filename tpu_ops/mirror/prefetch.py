@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     from tpu_ops.uris import parse_s3
 
     try:
-        listing = list_source(boto3_client(Settings(), "s3"), parse_s3(argv[0]))
+        listing = list_source(boto3_client(Settings(), "s3", text_timestamps=True), parse_s3(argv[0]))
     except Exception:  # the parent lists again in-process and reports the error properly
         return 1
     rows = [[o.rel, o.size, o.etag, o.version_id] for o in listing.objects]

@@ -34,7 +34,16 @@ class MirrorSpec(StrictModel):
     destination: GcsUri = Field(description="gs://bucket/prefix to mirror into")
     snapshot: Name | None = Field(None, description="Snapshot name; defaults to one derived from content.")
     concurrency: int = Field(8, ge=1, le=64, description="Objects copied at once.")
-    part_size_mib: int = Field(32, ge=1, le=512, description="Ranged-part size for large objects.")
+    part_size_mib: int = Field(
+        32, ge=1, le=512, description="Part size for objects copied in parallel ranged parts (see ranged_min_mib)."
+    )
+    ranged_min_mib: int = Field(
+        256,
+        ge=8,
+        le=1024 * 1024,
+        description="Objects of at least this size are copied in parallel ranged parts and composed; "
+        "smaller ones stream in one GET and one upload.",
+    )
     schema_file: ObjectKey = Field("_schema.yaml", description="Schema file in the source prefix.")
     allowed_locations: Annotated[list[str], AfterValidator(_upper_locations)] = Field(
         default_factory=list,
