@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, fast_exit=True, http_only=True)
 
 
 class _Bar:
