@@ -7,7 +7,7 @@ Units of work run on a pool of ``concurrency`` threads:
   the provenance metadata;
 - a larger object below ``ranged_min`` is streamed: one pinned GET (which also returns S3's
   full-object checksum, if any) feeds, ``BLOCK`` bytes at a time and CRC32C'd in passing, the body of
-  one resumable-upload PUT. Splitting a sequential stream into ranged GETs buys nothing but requests
+  one multipart upload request. Splitting a sequential stream into ranged GETs buys nothing but requests
   (moto even reads the whole object for each range). The object is created without the CRC32C in
   its provenance and gets it by a metadata patch once GCS's CRC32C matched ours;
 - from ``ranged_min`` on (rclone's multi-thread cutoff is 256 MiB, gcloud's sliced threshold
@@ -25,7 +25,9 @@ run. Provenance metadata carries the CRC32C we computed, so an object whose stor
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 SMALL_MAX = 8 * MiB  # the SDK's single-request upload limit; larger objects are streamed
 BLOCK = 4 * MiB  # a part streams from S3 to GCS this many bytes at a time
-PUT_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one streamed PUT
+PUT_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one streamed upload
 MAX_PARTS = 32  # GCS compose takes at most 32 sources
 RANGED_MIN = 256 * MiB  # default: from this size on, ranged parts are copied in parallel and composed
 MISMATCH_ATTEMPTS = 3
@@ -250,20 +252,11 @@ class _RangeBody:
             yield self._fault(self._rel, data) if self._fault else data
 
 
-def _session(blob: Any, size: int) -> str:
-    """Start a resumable upload of ``size`` bytes into ``blob`` (with its metadata); its session URL."""
-    with google_errors("gcs"):
-        url: str = blob.create_resumable_upload_session(
-            content_type="application/octet-stream", size=size, checksum=None, retry=None
-        )
-    return url
-
-
 class _StreamBody:
     """One pinned GET of ``src`` (``rng=None``: the whole object) as an upload body of known length.
 
     requests sends it with a ``Content-Length`` (from ``len``) by iterating it, so the copy costs
-    one GET, one PUT and one block of memory. ``crc`` is the CRC32C of everything sent so far;
+    one GET, one upload request and one block of memory. ``crc`` is the CRC32C of everything sent so far;
     after a whole-object GET, ``s3_crc`` is S3's full-object CRC32C (if it has one) and
     ``s3_checked`` says whether S3 sent a full-object checksum at all.
     """
@@ -291,21 +284,48 @@ class _StreamBody:
         self.crc = body.crc
 
 
-def _upload(ctx: CopyContext, url: str, body: _StreamBody) -> dict[str, Any]:
-    """Send ``body`` as the whole content of a resumable session in one PUT; the stored object's JSON.
+class _Multipart:
+    """A ``multipart/related`` upload body: the object's JSON resource, then its streamed bytes."""
 
-    A failed PUT is not resumed (an emulator may finalize a truncated object on a status query):
-    the caller's retry starts a new session.
+    def __init__(self, resource: dict[str, Any], body: _StreamBody) -> None:
+        boundary = uuid.uuid4().hex
+        self.content_type = f"multipart/related; boundary={boundary}"
+        self._head = (
+            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps(resource)}\r\n"
+            f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        self._tail = f"\r\n--{boundary}--\r\n".encode()
+        self._body = body
+
+    def __len__(self) -> int:
+        return len(self._head) + len(self._body) + len(self._tail)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._head
+        yield from self._body
+        yield self._tail
+
+
+def _upload(ctx: CopyContext, name: str, metadata: dict[str, str], body: _StreamBody) -> dict[str, Any]:
+    """Create object ``name`` (with custom ``metadata``) from ``body`` in one request; its JSON resource.
+
+    A multipart upload, the JSON API's one-request form (the SDK's own needs the whole object in
+    memory; its resumable form would send several requests). The stream is never resumed: a failed
+    upload is retried whole by the caller.
     """
+    from urllib.parse import quote
+
     from google.api_core.exceptions import from_http_response
 
-    size = len(body)
-    headers = {"Content-Range": f"bytes 0-{size - 1}/{size}"}
+    host = ctx.gcs._connection.get_api_base_url_for_mtls()
+    url = f"{host}/upload/storage/v1/b/{quote(ctx.dest.bucket, safe='')}/o?uploadType=multipart"
+    resource = {"name": name, "contentType": "application/octet-stream", "metadata": metadata}
+    data = _Multipart(resource, body)
     with google_errors("gcs"):
-        put = ctx.gcs._http.put(url, data=body, headers=headers, timeout=PUT_TIMEOUT)
-        if put.status_code not in (200, 201):
-            raise from_http_response(put)  # type: ignore[no-untyped-call]
-        stored: dict[str, Any] = put.json()
+        resp = ctx.gcs._http.post(url, data=data, headers={"Content-Type": data.content_type}, timeout=PUT_TIMEOUT)
+        if resp.status_code not in (200, 201):
+            raise from_http_response(resp)  # type: ignore[no-untyped-call]
+        stored: dict[str, Any] = resp.json()
     return stored
 
 
@@ -313,22 +333,23 @@ def copy_streamed(ctx: CopyContext, src: SourceObject) -> Copied:
     """Copy a larger object in one pinned GET streamed into one upload request.
 
     The object is created without the CRC32C in its provenance, so it never counts as a copy until
-    we verified it: the CRC32C is added by a metadata patch, whose answer is checked again.
+    we verified it: the CRC32C is added by a metadata patch (of that very generation), whose answer
+    is checked again.
     """
-    final = ctx.bucket.blob(ctx.dest.key(src.rel))
-    final.metadata = {k: v for k, v in provenance(src, "").items() if k != META_CRC32C}
-    url = _session(final, src.size)
+    name = ctx.dest.key(src.rel)
     body = _StreamBody(ctx, src, None)
-    stored = _upload(ctx, url, body)
+    partial = {k: v for k, v in provenance(src, "").items() if k != META_CRC32C}
+    stored = _upload(ctx, name, partial, body)
     if body.s3_crc is not None and body.s3_crc != body.crc:
         raise ChecksumMismatchError(
             f"{src.rel!r}: S3 reports CRC32C {crc.to_b64(body.s3_crc)}, we read {crc.to_b64(body.crc)}"
         )
     _verify(src.rel, stored.get("size"), stored.get("crc32c"), src.size, body.crc, "object")
     ours = crc.to_b64(body.crc)
+    final = ctx.bucket.blob(name)
     final.metadata = provenance(src, ours)
     with google_errors("gcs"):
-        final.patch(retry=None)
+        final.patch(if_generation_match=int(stored["generation"]), retry=None)
     _verify(src.rel, final.size, final.crc32c, src.size, body.crc, "object")
     return Copied(src, ours, 1, body.s3_checked)
 
@@ -336,9 +357,8 @@ def copy_streamed(ctx: CopyContext, src: SourceObject) -> Copied:
 def copy_part(ctx: CopyContext, src: SourceObject, index: int, rng: tuple[int, int]) -> int:
     """Stream one ranged part into its own temporary object; return its verified CRC32C."""
     size = rng[1] - rng[0]
-    url = _session(ctx.bucket.blob(part_name(ctx, src, index)), size)
     body = _StreamBody(ctx, src, rng)
-    stored = _upload(ctx, url, body)
+    stored = _upload(ctx, part_name(ctx, src, index), {}, body)
     _verify(src.rel, stored.get("size"), stored.get("crc32c"), size, body.crc, f"part {index} of")
     return body.crc
 
