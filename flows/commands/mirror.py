@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.set_defaults(handler=run, fast_exit=True, http_only=True)
+    p.set_defaults(handler=run, fast_exit=True, http_only=True, keep_freed_memory=True)
 
 
 class _Bar:
@@ -113,8 +113,18 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         prefetch = None
 
-    from tpu_ops.mirror.engine import mirror
     from tpu_ops.settings import Settings
+
+    try:
+        settings = Settings.model_validate({})
+        if prefetch:
+            prefetch.configure(settings)  # the child is waiting for its client parameters
+    except BaseException:
+        if prefetch:
+            prefetch.cancel()
+        raise
+
+    from tpu_ops.mirror.engine import mirror
     from tpu_ops.specs.jobs import MirrorSpec
     from tpu_ops.specs.loader import parse_spec
 
@@ -132,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     bar = _Bar() if not args.no_progress and sys.stderr.isatty() else None
     try:
         spec = parse_spec(MirrorSpec, data, "mirror arguments")
-        result = mirror(spec, Settings.model_validate({}), progress=bar, source_prefetch=prefetch)
+        result = mirror(spec, settings, progress=bar, source_prefetch=prefetch)
     finally:
         if prefetch:
             prefetch.cancel()

@@ -13,18 +13,12 @@ from tpu_ops.mirror.prefetch import SourcePrefetch
 from tpu_ops.uris import parse_s3
 
 
-@pytest.fixture
-def child_env(stack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The child reads Settings from the environment, as it does under the CLI."""
-    for key, value in stack.env().items():
-        monkeypatch.setenv(key, value)
-
-
-@pytest.mark.usefixtures("child_env")
 def test_child_lists_exactly_what_the_parent_would(env: Any) -> None:
     for i in range(5):
         env.put(f"shard-{i}.bin", bytes([i]) * (100 + i))
-    child = SourcePrefetch(env.src).result(timeout_s=60)
+    prefetch = SourcePrefetch(env.src)
+    prefetch.configure(env.settings)  # its only configuration: nothing of ours is in its environment
+    child = prefetch.result(timeout_s=60)
     assert child is not None
     here = list_source(env.s3, parse_s3(env.src))
     assert child == here
@@ -36,7 +30,13 @@ def test_child_lists_exactly_what_the_parent_would(env: Any) -> None:
     assert again.objects_copied == 0 and again.snapshot_id == result.snapshot_id
 
 
-@pytest.mark.usefixtures("child_env")
+def test_a_child_never_configured_gives_up_and_the_parent_lists(env: Any) -> None:
+    env.put("ok.bin", b"x")
+    prefetch = SourcePrefetch(env.src)
+    assert prefetch.result(timeout_s=60) is None
+    assert prefetch._proc.returncode == 1
+
+
 def test_a_failing_child_falls_back_to_the_real_error(env: Any) -> None:
     env.put("ok.bin", b"x")
     env.put("a/../escape.bin", b"y")

@@ -89,6 +89,8 @@ def mirror(
     child already listing the source (see ``prefetch.py``), used instead of listing here.
     """
     t0 = time.perf_counter()
+    if source_prefetch:
+        source_prefetch.configure(settings)
     timings: dict[str, float] = {}
     emit = progress or (lambda p: None)
     src_uri, dst_uri = parse_s3(spec.source), parse_gs(spec.destination)
