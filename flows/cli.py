@@ -11,11 +11,15 @@ process-wide shortcuts with ``set_defaults`` (``mirror`` asks for both):
   which for a process holding the cloud SDKs takes ~0.25 s, a quarter of a no-change mirror run.
   Such a handler must leave nothing to ``atexit`` or finalizers.
 - ``http_only=True``: the command uses no gRPC, so ``grpc`` is never imported.
+- ``keep_freed_memory=True``: glibc's malloc keeps freed blocks (up to 64 MiB each, 256 MiB in
+  all) for reuse instead of handing them back to the kernel and faulting fresh pages in for the
+  next object's buffers; on a VM a page fault costs 3-14 us.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import logging
 import os
@@ -65,10 +69,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _call(build_parser(args[0] if args else None).parse_args(args))
 
 
+def _keep_freed_memory() -> None:
+    """Raise glibc malloc's mmap and trim thresholds (nothing happens on other C libraries)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    mallopt(m_trim_threshold, 256 << 20)
+    mallopt(m_mmap_threshold, 64 << 20)
+
+
 def console() -> None:
     """The console script: ``main``, with the process-wide shortcuts a command asks for."""
     argv = sys.argv[1:]
     args = build_parser(argv[0] if argv else None).parse_args(argv)
+    if getattr(args, "keep_freed_memory", False):
+        _keep_freed_memory()
     if getattr(args, "http_only", False):
         # google.api_core imports grpc when it can: ~0.1 s at every start of a command that
         # only talks HTTP. None in sys.modules makes that import fail, which api_core handles.

@@ -3,8 +3,8 @@
 Units of work run on a pool of ``concurrency`` threads:
 
 - an object of at most ``SMALL_MAX`` bytes is read (pinned) into memory, its CRC32C computed,
-  and uploaded in one request that declares that CRC32C (real GCS rejects a mismatch) and carries
-  the provenance metadata;
+  and uploaded in one multipart request that declares that CRC32C (real GCS rejects a mismatch)
+  and carries the provenance metadata;
 - a larger object below ``ranged_min`` is streamed: one pinned GET (which also returns S3's
   full-object checksum, if any) feeds, ``BLOCK`` bytes at a time and CRC32C'd in passing, the body of
   one multipart upload request. Splitting a sequential stream into ranged GETs buys nothing but requests
@@ -207,12 +207,9 @@ def copy_small(ctx: CopyContext, src: SourceObject) -> Copied:
     # botocore validates the other full-object checksums (CRC32, SHA*) itself when ChecksumMode is on.
     s3_checked = s3_crc is not None or _has_other_checksum(resp)
     ours = crc.to_b64(reader.crc)
-    blob = ctx.bucket.blob(ctx.dest.key(src.rel))
-    blob.metadata = provenance(src, ours)
-    blob.crc32c = ours  # real GCS rejects the upload if the bytes do not match
-    with google_errors("gcs"):
-        blob.upload_from_string(data, content_type="application/octet-stream", checksum=None, retry=None)
-    _verify(src.rel, blob.size, blob.crc32c, src.size, reader.crc, "object")
+    # The declared CRC32C makes real GCS reject the upload if the bytes do not match.
+    stored = _upload(ctx, ctx.dest.key(src.rel), provenance(src, ours), _Bytes(data), crc32c=ours)
+    _verify(src.rel, stored.get("size"), stored.get("crc32c"), src.size, reader.crc, "object")
     return Copied(src, ours, 1, s3_checked)
 
 
@@ -284,10 +281,23 @@ class _StreamBody:
         self.crc = body.crc
 
 
-class _Multipart:
-    """A ``multipart/related`` upload body: the object's JSON resource, then its streamed bytes."""
+class _Bytes:
+    """Bytes already in memory, as an upload body."""
 
-    def __init__(self, resource: dict[str, Any], body: _StreamBody) -> None:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._data
+
+
+class _Multipart:
+    """A ``multipart/related`` upload body: the object's JSON resource, then its bytes (never joined)."""
+
+    def __init__(self, resource: dict[str, Any], body: _StreamBody | _Bytes) -> None:
         boundary = uuid.uuid4().hex
         self.content_type = f"multipart/related; boundary={boundary}"
         self._head = (
@@ -306,12 +316,15 @@ class _Multipart:
         yield self._tail
 
 
-def _upload(ctx: CopyContext, name: str, metadata: dict[str, str], body: _StreamBody) -> dict[str, Any]:
+def _upload(
+    ctx: CopyContext, name: str, metadata: dict[str, str], body: _StreamBody | _Bytes, crc32c: str | None = None
+) -> dict[str, Any]:
     """Create object ``name`` (with custom ``metadata``) from ``body`` in one request; its JSON resource.
 
-    A multipart upload, the JSON API's one-request form (the SDK's own needs the whole object in
-    memory; its resumable form would send several requests). The stream is never resumed: a failed
-    upload is retried whole by the caller.
+    A multipart upload, the JSON API's one-request form. The SDK's own joins resource and bytes
+    into one more copy of the object (and needs it all in memory); its resumable form sends
+    several requests. ``crc32c``, when known beforehand, is declared for GCS to check. The stream
+    is never resumed: a failed upload is retried whole by the caller.
     """
     from urllib.parse import quote
 
@@ -320,6 +333,8 @@ def _upload(ctx: CopyContext, name: str, metadata: dict[str, str], body: _Stream
     host = ctx.gcs._connection.get_api_base_url_for_mtls()
     url = f"{host}/upload/storage/v1/b/{quote(ctx.dest.bucket, safe='')}/o?uploadType=multipart"
     resource = {"name": name, "contentType": "application/octet-stream", "metadata": metadata}
+    if crc32c:
+        resource["crc32c"] = crc32c
     data = _Multipart(resource, body)
     with google_errors("gcs"):
         resp = ctx.gcs._http.post(url, data=data, headers={"Content-Type": data.content_type}, timeout=PUT_TIMEOUT)
