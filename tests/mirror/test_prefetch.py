@@ -17,7 +17,7 @@ def test_child_lists_exactly_what_the_parent_would(env: Any) -> None:
     for i in range(5):
         env.put(f"shard-{i}.bin", bytes([i]) * (100 + i))
     prefetch = SourcePrefetch(env.src)
-    prefetch.configure(env.settings)  # its only configuration: nothing of ours is in its environment
+    prefetch.configure(env.settings)  # the stack's endpoint is not in its environment: only in the pipe
     child = prefetch.result(timeout_s=60)
     assert child is not None
     here = list_source(env.s3, parse_s3(env.src))
