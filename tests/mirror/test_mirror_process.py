@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 KiB = 1024
 
 
-def _cli(stack, *args: str) -> subprocess.Popen[bytes]:
+def _cli(stack, *args: str, python_flags: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     env = {**os.environ, **stack.env(), "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "mirror", *args],
+        [sys.executable, *python_flags, "-m", "flows.cli", "mirror", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -69,6 +69,20 @@ def test_killed_run_resumes_copying_only_what_is_missing(env, stack):
     doc = load(env.gcs, result["manifest_uri"])
     assert doc["totals"]["objects"] == n
     assert len(copied()) == n
+
+
+def test_cli_process_shortcuts_keep_its_output_and_skip_grpc(env, stack):
+    """The console script's fast exit still delivers every byte of output, and grpc is never loaded."""
+    for i in range(3):
+        env.put(f"s/{i}.bin", os.urandom(1000 + i))
+    proc = _cli(stack, env.src, env.dst, "--json", python_flags=("-X", "importtime"))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert json.loads(out)["objects_copied"] == 3
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.decode().splitlines() if line.startswith("import time")}
+    assert "google.api_core.exceptions" in imported and "google.cloud.storage" in imported
+    # api_core tries `import grpc` (importtime lists the failed attempt too); loaded, grpc loads its core.
+    assert "grpc._cython.cygrpc" not in imported
 
 
 def test_cli_reports_policy_errors_without_a_traceback(env, stack):
