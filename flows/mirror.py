@@ -53,6 +53,7 @@ def summary_rows(r: MirrorResult) -> list[dict[str, str]]:
         "objects skipped": f"{r.objects_skipped} ({r.bytes_skipped / MiB:.1f} MiB)",
         "objects in snapshot": f"{r.objects_total} ({r.bytes_total / MiB:.1f} MiB)",
         "shards validated": str(r.shards_validated),
+        "copies checked against S3's checksum": str(r.objects_s3_checksum_verified),
         "time (s)": ", ".join(f"{k} {v:.2f}" for k, v in r.timings_s.items()),
     }
     return [{"field": k, "value": v} for k, v in rows.items()]

@@ -90,7 +90,8 @@ def summary(r: Any) -> str:
         [
             f"snapshot   {r.snapshot_id}" + (f" ({r.snapshot_name})" if r.snapshot_name else ""),
             f"manifest   {r.manifest_uri}",
-            f"copied     {r.objects_copied} objects, {r.bytes_copied / MiB:.1f} MiB ({rate:.0f} MiB/s)",
+            f"copied     {r.objects_copied} objects, {r.bytes_copied / MiB:.1f} MiB ({rate:.0f} MiB/s), "
+            f"{r.objects_s3_checksum_verified} also checked against S3's checksum",
             f"skipped    {r.objects_skipped} objects, {r.bytes_skipped / MiB:.1f} MiB (already mirrored)",
             f"validated  {r.shards_validated} shards"
             + (f" against {r.schema_file}" if r.schema_file else " (no schema file in the source)"),

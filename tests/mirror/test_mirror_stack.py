@@ -202,3 +202,37 @@ def test_snapshot_names_are_immutable_and_ids_content_derived(env):
     env.put("a.bin", b"y")
     with pytest.raises(PolicyError, match="immutable"):
         mirror(env.spec(snapshot="day-1"), env.settings, clients=(env.s3, env.gcs))
+
+
+def test_copies_are_checked_against_s3_full_object_checksums(env):
+    """botocore sends its default CRC32 with each PUT and moto returns it on GET: a small and a
+    streamed object are checked against it (their reads meet the end of the body); a multipart
+    object has no full-object checksum."""
+    env.put("_schema.yaml", b"version: 1\nshards: []\n")
+    env.put("big.bin", os.urandom(9 * MiB))
+    env.put_multipart("parts.bin", [os.urandom(5 * MiB), os.urandom(1 * MiB)])
+    head = env.s3.head_object(Bucket=env.src_bucket, Key="data/big.bin", ChecksumMode="ENABLED")
+    assert head.get("ChecksumCRC32"), "the emulator keeps the PUT's checksum"
+    res = mirror(env.spec(), env.settings, clients=(env.s3, env.gcs))
+    assert res.objects_copied == 3
+    assert res.objects_s3_checksum_verified == 2
+
+
+@pytest.mark.parametrize("size", [1 * MiB, 9 * MiB], ids=["small", "streamed"])
+def test_bytes_that_do_not_match_s3s_checksum_fail_the_run(env, size):
+    """Rot inside S3 itself: the stored bytes change under an unchanged ETag and checksum (moto
+    runs in this process, so its stored object is altered directly). The end-of-body check
+    catches it, the copy is retried, then the run fails and commits nothing."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    env.put("_schema.yaml", b"version: 1\nshards: []\n")
+    env.put("blob.bin", os.urandom(size))
+    key = s3_backends[DEFAULT_ACCOUNT_ID]["aws"].buckets[env.src_bucket].keys["data/blob.bin"]
+    etag = key.etag  # computed and kept: only the bytes change
+    data = key.value
+    key.value = bytes([data[0] ^ 0xFF]) + data[1:]
+    assert key.etag == etag
+    with pytest.raises(IntegrityError, match=r"blob.bin.*S3's checksum.*after 3 attempts"):
+        mirror(env.spec(), env.settings, clients=(env.s3, env.gcs))
+    assert env.manifests() == []

@@ -178,6 +178,19 @@ def _s3_crc32c(resp: dict[str, Any]) -> int | None:
     return crc.from_b64(value)
 
 
+def _s3_end(resp: dict[str, Any], rel: str) -> None:
+    """Read past the last byte of a whole-object body: there must be nothing, and botocore checks
+    S3's full-object checksum (CRC32, SHA*) only when a read meets the end."""
+    from botocore.exceptions import FlexibleChecksumError
+
+    try:
+        extra = resp["Body"].read(1)
+    except FlexibleChecksumError as exc:
+        raise ChecksumMismatchError(f"{rel!r}: the bytes read do not match S3's checksum ({exc})") from exc
+    if extra:
+        raise SourceChangedError(f"source object {rel!r}: S3 sends more bytes than listed")
+
+
 def _has_other_checksum(resp: dict[str, Any]) -> bool:
     """Whether S3 sent a full-object checksum that botocore validates for us."""
     return any(resp.get(k) for k in ("ChecksumCRC32", "ChecksumSHA1", "ChecksumSHA256"))
@@ -197,8 +210,9 @@ def copy_small(ctx: CopyContext, src: SourceObject) -> Copied:
     resp = get_pinned(ctx, src, None)
     reader = _Reader(resp["Body"], src.rel, ctx.fault)
     data = reader.read(src.size)
-    if reader.count != src.size or resp["Body"].read(1):
+    if reader.count != src.size:
         raise SourceChangedError(f"source object {src.rel!r}: read {reader.count} bytes, listed {src.size}")
+    _s3_end(resp, src.rel)
     s3_crc = _s3_crc32c(resp)
     if s3_crc is not None and s3_crc != reader.crc:
         raise ChecksumMismatchError(
@@ -276,6 +290,8 @@ class _StreamBody:
         body = _RangeBody(resp["Body"], self._src.rel, len(self), self._ctx.fault)
         try:
             yield from body
+            if self._rng is None:
+                _s3_end(resp, self._src.rel)
         finally:
             resp["Body"].close()
         self.crc = body.crc

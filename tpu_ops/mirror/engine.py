@@ -179,6 +179,7 @@ def mirror(
         bytes_skipped=todo.bytes_skip,
         shards_validated=validated,
         schema_file=schema_rel,
+        objects_s3_checksum_verified=sum(c.s3_checksum_checked for c in copied),
         timings_s={k: round(v, 4) for k, v in timings.items()},
     )
 
