@@ -18,10 +18,35 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=run)
 
 
+def check_api() -> None:
+    """Raise ``ConfigError`` naming the API URL if no Prefect API answers there."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    from tpu_ops.errors import ConfigError
+
+    async def health() -> Exception | None:
+        async with get_client() as client:
+            return await client.api_healthcheck()
+
+    try:
+        problem = asyncio.run(health())
+    except Exception as exc:  # the client could not even be built or reach the URL
+        problem = exc
+    if problem is not None:
+        raise ConfigError(
+            f"no Prefect API answers at {PREFECT_API_URL.value() or 'the ephemeral server'} ({problem}); "
+            "start one with `make ui` and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from tpu_ops.specs import PipelineSpec, load_spec
 
     pipeline = load_spec(args.spec, PipelineSpec) if args.spec else None
+    check_api()
     from flows.deployments import main
 
     main(pipeline)

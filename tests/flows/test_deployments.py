@@ -35,3 +35,21 @@ def test_deployments_expose_typed_forms_and_the_pipeline_schedule() -> None:
     mirror = by_flow["mirror_dataset"]._parameter_openapi_schema.model_dump()
     assert "MirrorSpec" in mirror["definitions"]
     assert by_flow["reap-tpu-slices"].schedules[0].schedule.interval.total_seconds() == 900
+
+
+def test_serve_without_a_prefect_api_says_so_plainly() -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "serve"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1
+    assert f"no Prefect API answers at http://127.0.0.1:{port}/api" in proc.stderr and "make ui" in proc.stderr
+    assert "Traceback" not in proc.stderr
