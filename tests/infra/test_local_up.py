@@ -86,3 +86,25 @@ def test_local_up_serves_and_cleans_up(tmp_path):
     assert out.decode() == env_file.read_text()
     leftovers = [p for p in before if _alive(p)]
     assert leftovers == []
+
+
+def test_a_killed_stack_leaves_no_emulator_behind(tmp_path):
+    """SIGKILL runs no cleanup at all: fake-gcs-server still goes, because its lifeline pipe closes."""
+    env_file = tmp_path / "local.env"
+    cmd = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "flows.cli"]
+    proc = subprocess.Popen(
+        [*cmd, "local", "up", "--env-file", str(env_file)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "NO_GCE_CHECK": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
+    )  # fmt: skip
+    try:
+        wait_until(lambda: env_file.exists() or proc.poll() is not None, 15, what="env file")
+        gcs_url = _parse(env_file)["STORAGE_EMULATOR_HOST"]
+        with urllib.request.urlopen(f"{gcs_url}/storage/v1/b", timeout=5) as resp:
+            assert resp.status == 200
+        emulators = _descendants(proc.pid)
+        assert len(emulators) >= 2, "the lifeline shell and the server"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    wait_until(lambda: not any(_alive(p) for p in emulators), 10, what="fake-gcs-server to exit")
