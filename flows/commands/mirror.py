@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--part-size-mib", type=int, default=32, metavar="MIB", help="size of those parts (32)")
     p.add_argument("--schema-file", default="_schema.yaml", metavar="KEY", help="schema file in SRC")
     p.add_argument(
+        "--require-schema", action="store_true", help="refuse a source without its schema file (default: warn)"
+    )
+    p.add_argument(
         "--allowed-location",
         action="append",
         default=[],
@@ -138,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         "part_size_mib": args.part_size_mib,
         "ranged_min_mib": args.ranged_min_mib,
         "schema_file": args.schema_file,
+        "require_schema": args.require_schema,
         "allowed_locations": args.allowed_location,
     }
     bar = _Bar() if not args.no_progress and sys.stderr.isatty() else None

@@ -236,3 +236,12 @@ def test_bytes_that_do_not_match_s3s_checksum_fail_the_run(env, size):
     with pytest.raises(IntegrityError, match=r"blob.bin.*S3's checksum.*after 3 attempts"):
         mirror(env.spec(), env.settings, clients=(env.s3, env.gcs))
     assert env.manifests() == []
+
+
+def test_a_source_without_its_schema_is_refused_when_required(env):
+    env.put("train/000.safetensors", _good_shard())
+    with pytest.raises(PolicyError, match=r"_schema.yaml does not exist and require_schema is set"):
+        mirror(env.spec(require_schema=True), env.settings, clients=(env.s3, env.gcs))
+    assert env.dest_names() == []
+    res = mirror(env.spec(), env.settings, clients=(env.s3, env.gcs))  # the default warns and copies
+    assert res.objects_copied == 1 and res.schema_file is None

@@ -139,7 +139,7 @@ def mirror(
     emit(Progress("plan", 0, len(todo.copy), 0, todo.bytes_copy))
 
     t = time.perf_counter()
-    validated, schema_rel = _validate(ctx, spec.schema_file, source.objects, todo.copy, emit)
+    validated, schema_rel = _validate(ctx, spec, source.objects, todo.copy, emit)
     timings["validate"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -186,7 +186,7 @@ def mirror(
 
 def _validate(
     ctx: CopyContext,
-    schema_file: str,
+    spec: MirrorSpec,
     listed: list[SourceObject],
     to_copy: list[SourceObject],
     emit: ProgressFn,
@@ -194,7 +194,13 @@ def _validate(
     """Validate the shards about to be copied (all of them if the schema itself changed)."""
     from tpu_ops.mirror.validate import load_schema, validate
 
+    schema_file = spec.schema_file
     schema_obj = next((o for o in listed if o.rel == schema_file), None)
+    if schema_obj is None and spec.require_schema:
+        raise PolicyError(
+            f"{ctx.source}/{schema_file} does not exist and require_schema is set: a curated dataset "
+            "declares its shards there; nothing was copied"
+        )
     if schema_obj is None:
         if to_copy:
             log.warning("no schema file %s/%s: shards are copied without validation", ctx.source, schema_file)

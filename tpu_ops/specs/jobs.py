@@ -45,6 +45,9 @@ class MirrorSpec(StrictModel):
         "smaller ones stream in one GET and one upload.",
     )
     schema_file: ObjectKey = Field("_schema.yaml", description="Schema file in the source prefix.")
+    require_schema: bool = Field(
+        False, description="Refuse a source without its schema file (otherwise it is copied unchecked, with a warning)."
+    )
     allowed_locations: Annotated[list[str], AfterValidator(_upper_locations)] = Field(
         default_factory=list,
         description="GCS bucket locations the data may be written to (data residency); empty = any.",
