@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 SMALL_MAX = 8 * MiB  # the SDK's single-request upload limit; larger objects are streamed
 BLOCK = 4 * MiB  # a part streams from S3 to GCS this many bytes at a time
-PUT_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one streamed upload
+UPLOAD_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one streamed upload
 MAX_PARTS = 32  # GCS compose takes at most 32 sources
 RANGED_MIN = 256 * MiB  # default: from this size on, ranged parts are copied in parallel and composed
 MISMATCH_ATTEMPTS = 3
@@ -353,7 +353,7 @@ def _upload(
         resource["crc32c"] = crc32c
     data = _Multipart(resource, body)
     with google_errors("gcs"):
-        resp = ctx.gcs._http.post(url, data=data, headers={"Content-Type": data.content_type}, timeout=PUT_TIMEOUT)
+        resp = ctx.gcs._http.post(url, data=data, headers={"Content-Type": data.content_type}, timeout=UPLOAD_TIMEOUT)
         if resp.status_code not in (200, 201):
             raise from_http_response(resp)  # type: ignore[no-untyped-call]
         stored: dict[str, Any] = resp.json()
