@@ -9,6 +9,7 @@ import pytest
 from mirror_helpers import safetensors_bytes
 
 from tpu_ops.errors import IntegrityError, PolicyError, SpecError
+from tpu_ops.mirror import copy
 from tpu_ops.mirror.copy import SourceChangedError
 from tpu_ops.mirror.engine import mirror
 from tpu_ops.mirror.manifest import load
@@ -245,3 +246,23 @@ def test_a_source_without_its_schema_is_refused_when_required(env):
     assert env.dest_names() == []
     res = mirror(env.spec(), env.settings, clients=(env.s3, env.gcs))  # the default warns and copies
     assert res.objects_copied == 1 and res.schema_file is None
+
+
+def test_edge_objects_are_copied_exactly(env):
+    """An empty object, names with spaces and non-ASCII letters, and sizes either side of the
+    in-memory limit: each one byte for byte, and a re-run copies none of them again."""
+    files = {
+        "_schema.yaml": b"version: 1\nshards: []\n",
+        "empty.bin": b"",
+        "dir with space/ünïcødé ✓.bin": os.urandom(1000),
+        "limit/at.bin": os.urandom(copy.SMALL_MAX),
+        "limit/over.bin": os.urandom(copy.SMALL_MAX + 1),
+    }
+    for rel, body in files.items():
+        env.put(rel, body)
+    res = mirror(env.spec(), env.settings, clients=(env.s3, env.gcs))
+    assert res.objects_copied == len(files) and res.bytes_copied == sum(map(len, files.values()))
+    for rel, body in files.items():
+        assert env.dest_bytes(rel) == body, rel
+    again = mirror(env.spec(), env.settings, clients=(env.s3, env.gcs))
+    assert again.objects_copied == 0 and again.snapshot_id == res.snapshot_id
