@@ -7,13 +7,20 @@ every 15 minutes. In production, ``deploy`` the same objects to a work pool inst
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
+import threading
 from datetime import timedelta
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tpu_ops.specs import PipelineSpec
 
 REAP_INTERVAL = timedelta(minutes=15)
+SHUTDOWN_GRACE_S = 20.0
 
 
 def deployments(pipeline: PipelineSpec | None = None) -> list[Any]:
@@ -43,11 +50,56 @@ def deployments(pipeline: PipelineSpec | None = None) -> list[Any]:
     ]
 
 
-def main(pipeline: PipelineSpec | None = None) -> None:  # pragma: no cover - a long-running server
-    """Serve every deployment until interrupted."""
-    from prefect import serve
+def _arm_shutdown_deadline(grace_s: float) -> None:
+    """Leave with exit code 1 if the process is still shutting down ``grace_s`` seconds from now."""
 
-    serve(*deployments(pipeline))
+    def give_up() -> None:
+        print(
+            f"error: shutdown did not finish within {grace_s:.0f} s (is the Prefect API gone?); exiting",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+
+    timer = threading.Timer(grace_s, give_up)
+    timer.daemon = True
+    timer.start()
+
+
+def main(pipeline: PipelineSpec | None = None, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+    """Serve every deployment until SIGTERM or SIGINT; shutdown takes at most ``grace_s`` seconds.
+
+    Prefect's runner pauses every deployment's schedule as it shuts down, retrying against the API
+    for minutes when the API has gone; a deadline armed by the signal bounds that.
+    """
+    import asyncio
+
+    from prefect.exceptions import TerminationSignal
+    from prefect.runner import Runner
+
+    served = deployments(pipeline)
+
+    class BoundedRunner(Runner):
+        async def __aenter__(self) -> BoundedRunner:
+            await super().__aenter__()
+            names = ", ".join(f"{d.flow_name}/{d.name}" for d in served)
+            print(f"serving {names}; stop with Ctrl-C", flush=True)  # ready: a signal now shuts down cleanly
+            return self
+
+        def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:
+            _arm_shutdown_deadline(grace_s)
+            super().handle_sigterm(*args, **kwargs)
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        _arm_shutdown_deadline(grace_s)
+        raise KeyboardInterrupt
+
+    runner = BoundedRunner(pause_on_shutdown=True)
+    for deployment in served:
+        runner.add_deployment(deployment)
+    signal.signal(signal.SIGINT, on_sigint)
+    with contextlib.suppress(KeyboardInterrupt, TerminationSignal):  # the way out, as in prefect.serve
+        asyncio.run(runner.start())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,6 +15,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "`tpu-ops local up` for a dry run. Runs until interrupted.",
     )
     p.add_argument("--spec", type=Path, help="a pipeline spec: its own deployment, on its cron schedule")
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="seconds a SIGTERM/SIGINT shutdown may take before the process exits anyway (20)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -49,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
     check_api()
     from flows.deployments import main
 
-    main(pipeline)
+    main(pipeline, grace_s=args.shutdown_grace)
     return 0

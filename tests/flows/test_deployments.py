@@ -53,3 +53,55 @@ def test_serve_without_a_prefect_api_says_so_plainly() -> None:
     assert proc.returncode == 1
     assert f"no Prefect API answers at http://127.0.0.1:{port}/api" in proc.stderr and "make ui" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) -> None:
+    """Prefect's runner retries pausing its schedules against a vanished API for minutes; the
+    deadline armed by SIGTERM ends the process after --shutdown-grace seconds instead."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from infra.local._proc import free_port, http_ok, kill_group, wait_until
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PYTHONPATH": str(ROOT),
+    }
+    env.pop("PREFECT_API_URL", None)
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    server = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    serve = None
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/api/health"), 90, interval=0.2, what="prefect server")
+        env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "serve", "--shutdown-grace", "3"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        out: list[bytes] = []
+        reader = threading.Thread(target=lambda: out.extend(serve.stdout), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        wait_until(lambda: any(b"serving " in line for line in out) or serve.poll() is not None, 60, what="serving")
+        assert serve.poll() is None
+        kill_group(server, grace=5)  # the API goes away
+        t0 = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        _, err = serve.communicate(timeout=30)
+        took = time.monotonic() - t0
+        assert serve.returncode == 1, err.decode()[-2000:]
+        assert b"shutdown did not finish within 3 s" in err
+        assert took < 15
+    finally:
+        if serve is not None and serve.poll() is None:
+            kill_group(serve, grace=1)
+        kill_group(server, grace=5)
