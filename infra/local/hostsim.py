@@ -25,6 +25,12 @@ from infra.local._proc import kill_group, wait_until
 from infra.local.metadata import MetadataServer, tpu_vm_values
 from infra.local.tpu.models import NodeEvent, TpuBackend
 
+# A worker's bash hangs off a lifeline: stdin is a pipe only the simulator's process holds. A
+# background subshell waits on it and kills the worker's whole process group when it closes,
+# which happens however that process ends (SIGKILL included). The script itself is exec'd, so
+# the worker's pid, signals and exit status stay those of `bash startup-script.sh`.
+_LIFELINE = 'exec 3<&0 </dev/null; (read -r _ <&3; kill -KILL 0) & exec bash "$0" 3<&-'
+
 
 @dataclass
 class Worker:
@@ -127,8 +133,8 @@ class HostSimulator:
         })  # fmt: skip
         with open(wd / "stdout.log", "wb") as out, open(wd / "stderr.log", "wb") as err:
             proc = subprocess.Popen(
-                ["bash", str(wd / "startup-script.sh")],
-                cwd=wd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                ["bash", "-c", _LIFELINE, str(wd / "startup-script.sh")],
+                cwd=wd, env=env, stdout=out, stderr=err, stdin=subprocess.PIPE, start_new_session=True,
             )  # fmt: skip
         return Worker(w, wd, proc, md)
 
@@ -149,6 +155,8 @@ class HostSimulator:
         def reap() -> None:
             for wk in workers:
                 kill_group(wk.proc, self.grace_s)
+                if wk.proc.stdin:
+                    wk.proc.stdin.close()
                 wk.metadata.stop()
 
         t = threading.Thread(target=reap, name="hostsim-reaper", daemon=True)

@@ -88,8 +88,9 @@ def test_local_up_serves_and_cleans_up(tmp_path):
     assert leftovers == []
 
 
-def test_a_killed_stack_leaves_no_emulator_behind(tmp_path):
-    """SIGKILL runs no cleanup at all: fake-gcs-server still goes, because its lifeline pipe closes."""
+def test_a_killed_stack_leaves_no_process_behind(tmp_path):
+    """SIGKILL runs no cleanup at all: fake-gcs-server and the simulated TPU workers still go,
+    because the pipes they hang off close with the stack's process."""
     env_file = tmp_path / "local.env"
     cmd = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "flows.cli"]
     proc = subprocess.Popen(
@@ -99,12 +100,20 @@ def test_a_killed_stack_leaves_no_emulator_behind(tmp_path):
     )  # fmt: skip
     try:
         wait_until(lambda: env_file.exists() or proc.poll() is not None, 15, what="env file")
-        gcs_url = _parse(env_file)["STORAGE_EMULATOR_HOST"]
-        with urllib.request.urlopen(f"{gcs_url}/storage/v1/b", timeout=5) as resp:
+        env = _parse(env_file)
+        with urllib.request.urlopen(f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b", timeout=5) as resp:
             assert resp.status == 200
-        emulators = _descendants(proc.pid)
-        assert len(emulators) >= 2, "the lifeline shell and the server"
+        script = "trap '' TERM; sleep 300 & wait"  # a worker with a child of its own, deaf to SIGTERM
+        node = {"acceleratorType": "v4-16", "runtimeVersion": "v2", "metadata": {"startup-script": script}}
+        req = urllib.request.Request(
+            f"{env['TPU_OPS_TPU_ENDPOINT']}/v2/projects/p/locations/us-central2-b/nodes?nodeId=n1",
+            data=json.dumps(node).encode(), method="POST",
+        )  # fmt: skip
+        urllib.request.urlopen(req, timeout=10).read()
+        # fake-gcs + its lifeline shell, and per worker (2) bash and its sleep (and a watcher, forked first)
+        wait_until(lambda: len(_descendants(proc.pid)) >= 6, 10, what="the emulator and 2 workers")
+        everything = _descendants(proc.pid)
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    wait_until(lambda: not any(_alive(p) for p in emulators), 10, what="fake-gcs-server to exit")
+    wait_until(lambda: not any(_alive(p) for p in everything), 10, what="every child of the stack to exit")
