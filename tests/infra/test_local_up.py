@@ -51,15 +51,29 @@ def _parse(env_file: Path) -> dict[str, str]:
     return out
 
 
-def test_local_up_serves_and_cleans_up(tmp_path):
-    env_file = tmp_path / "local.env"
+def _local_up(env_file: Path, *args: str, output: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
     cmd = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "flows.cli"]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [*cmd, "local", "up", "--env-file", str(env_file), "--grace", "1"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    return subprocess.Popen(
+        [*cmd, "local", "up", "--env-file", str(env_file), *args],
+        cwd=ROOT, stdout=output, stderr=output, start_new_session=True,
         env={**os.environ, "NO_GCE_CHECK": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
     )  # fmt: skip
+
+
+def _create_node(tpu_endpoint: str, script: str) -> None:
+    """A v4-16 (2 workers) through the fake TPU API, running ``script`` on each worker."""
+    node = {"acceleratorType": "v4-16", "runtimeVersion": "v2", "metadata": {"startup-script": script}}
+    req = urllib.request.Request(
+        f"{tpu_endpoint}/v2/projects/p/locations/us-central2-b/nodes?nodeId=n1",
+        data=json.dumps(node).encode(), method="POST",
+    )  # fmt: skip
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+def test_local_up_serves_and_cleans_up(tmp_path):
+    env_file = tmp_path / "local.env"
+    t0 = time.monotonic()
+    proc = _local_up(env_file, "--grace", "1")
     try:
         wait_until(lambda: env_file.exists() or proc.poll() is not None, 15, what="env file")
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
@@ -68,15 +82,8 @@ def test_local_up_serves_and_cleans_up(tmp_path):
         for key in ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "TPU_OPS_TPU_ENDPOINT", "TPU_OPS_GCS_ENDPOINT"):
             assert is_loopback(env[key]), key
         assert env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"].endswith("/") and env["TPU_OPS_DRY_RUN"] == "true"
-        # start a worker process through the fake TPU API, so there is something to clean up
-        tpu = env["TPU_OPS_TPU_ENDPOINT"]
-        script = "trap '' TERM; while true; do sleep 0.05; done"  # ignores SIGTERM: needs the SIGKILL
-        node = {"acceleratorType": "v4-16", "runtimeVersion": "v2", "metadata": {"startup-script": script}}
-        body = json.dumps(node)
-        req = urllib.request.Request(
-            f"{tpu}/v2/projects/p/locations/us-central2-b/nodes?nodeId=n1", data=body.encode(), method="POST"
-        )
-        urllib.request.urlopen(req, timeout=10).read()
+        # start worker processes through the fake TPU API, so there is something to clean up
+        _create_node(env["TPU_OPS_TPU_ENDPOINT"], "trap '' TERM; while true; do sleep 0.05; done")  # needs SIGKILL
         wait_until(lambda: len(_descendants(proc.pid)) >= 3, 10, what="fake-gcs + 2 workers")
         before = _descendants(proc.pid)
     finally:
@@ -92,24 +99,13 @@ def test_a_killed_stack_leaves_no_process_behind(tmp_path):
     """SIGKILL runs no cleanup at all: fake-gcs-server and the simulated TPU workers still go,
     because the pipes they hang off close with the stack's process."""
     env_file = tmp_path / "local.env"
-    cmd = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "flows.cli"]
-    proc = subprocess.Popen(
-        [*cmd, "local", "up", "--env-file", str(env_file)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "NO_GCE_CHECK": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
-    )  # fmt: skip
+    proc = _local_up(env_file, output=subprocess.DEVNULL)
     try:
         wait_until(lambda: env_file.exists() or proc.poll() is not None, 15, what="env file")
         env = _parse(env_file)
         with urllib.request.urlopen(f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b", timeout=5) as resp:
             assert resp.status == 200
-        script = "trap '' TERM; sleep 300 & wait"  # a worker with a child of its own, deaf to SIGTERM
-        node = {"acceleratorType": "v4-16", "runtimeVersion": "v2", "metadata": {"startup-script": script}}
-        req = urllib.request.Request(
-            f"{env['TPU_OPS_TPU_ENDPOINT']}/v2/projects/p/locations/us-central2-b/nodes?nodeId=n1",
-            data=json.dumps(node).encode(), method="POST",
-        )  # fmt: skip
-        urllib.request.urlopen(req, timeout=10).read()
+        _create_node(env["TPU_OPS_TPU_ENDPOINT"], "trap '' TERM; sleep 300 & wait")  # a child, deaf to SIGTERM
         # fake-gcs + its lifeline shell, and per worker (2) bash and its sleep (and a watcher, forked first)
         wait_until(lambda: len(_descendants(proc.pid)) >= 6, 10, what="the emulator and 2 workers")
         everything = _descendants(proc.pid)
