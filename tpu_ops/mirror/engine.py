@@ -51,7 +51,7 @@ def make_gcs(settings: Settings, concurrency: int) -> Any:
     session.mount("https://", adapter)
     # requests re-reads proxy and CA-bundle variables on every request (a scan of the whole
     # environment, ~0.5 ms per upload); settle them once, by requests' own rules, for the endpoint.
-    env = session.merge_environment_settings(gcs._connection.API_BASE_URL, {}, None, None, None)
+    env = session.merge_environment_settings(gcs._connection.get_api_base_url_for_mtls(), {}, None, None, None)
     session.proxies, session.verify, session.trust_env = env["proxies"], env["verify"], False
     return gcs
 
