@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers import Run, blob_exists, job_spec, live_node, params_bytes, run_reference_locally, wait_for
+from train_helpers import Run, blob_exists, job_spec, live_node, params_bytes, run_reference_locally, wait_for
 
 from tpu_ops.errors import TrainingError
 from tpu_ops.train.checkpoints import latest_complete_step
