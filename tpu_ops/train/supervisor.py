@@ -206,9 +206,11 @@ class Supervisor:
         if top is None or (inc.last_step is not None and top <= inc.last_step):
             return
         if top > (inc.resume_step or 0) and inc.first_step is None:
-            inc.first_step, inc.first_step_at = top, now
+            # When the agents saw the first new step (they heartbeat at once then), else when we did.
+            seen = [float(b["first_step_at"]) for b in beats if b.get("first_step_at")]
+            inc.first_step, inc.first_step_at = top, min(seen, default=now)
             if preemption is not None:
-                preemption.restore_s = now - inc.ready_at
+                preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
                 self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
         inc.last_step, inc.last_progress_at = top, now
 
