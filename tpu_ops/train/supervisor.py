@@ -28,7 +28,7 @@ from typing import Any
 from tpu_ops.agent.run import Job
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi, wait_until
-from tpu_ops.errors import TpuOpsError, TrainingError, TransientError
+from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
@@ -45,6 +45,17 @@ from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
 Notify = Callable[[str, dict[str, Any]], None]
 PREEMPTED_EVENT = "tpu-ops.slice.preempted"
 RECOVERED_EVENT = "tpu-ops.slice.recovered"
+
+
+def check_command(job: TrainJobSpec, run_id: str) -> None:
+    """A MaxText-style ``run_name=`` in the command must be the run id, or its auto-resume and ours disagree."""
+    for arg in job.train.command or []:
+        if arg.startswith("run_name=") and arg.removeprefix("run_name=") != run_id:
+            raise SpecError(
+                f"train.command sets {arg!r} but the run id is {run_id!r}: they must match so the trainer's own "
+                f"resume reads the same checkpoints (<checkpoint_dir>/<run_id>/{job.train.checkpoint_subdir})",
+                [{"field": "train.command", "value": arg}],
+            )
 
 
 def job_document(job: TrainJobSpec, run_id: str) -> Job:
@@ -73,6 +84,7 @@ class Supervisor:
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
+        check_command(job, run_id)
         self.api = api or TpuApi(settings)
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id)
