@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export NO_GCE_CHECK := true
 
-.PHONY: setup test lint typecheck pytest dry-run ui bench clean
+.PHONY: setup tools test lint typecheck pytest dry-run ui bench clean
 
 setup: $(STAMP)
 
@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+## Debian tools the tests use: shellcheck checks every rendered startup script
+tools:
+	command -v shellcheck >/dev/null || { apt-get update -qq && apt-get install -y -qq shellcheck; }
+
 ## the whole test command CI runs: lint, type-check, tests
-test: $(STAMP) lint typecheck pytest
+test: $(STAMP) tools lint typecheck pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -37,10 +41,11 @@ dry-run: $(STAMP)
 ui: $(STAMP)
 	$(VENV)/bin/prefect server start --host 127.0.0.1
 
-## the mirror benchmark against rclone (Debian's rclone package is installed if missing)
+## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead
 bench: $(STAMP)
 	command -v rclone >/dev/null || { apt-get update -qq && apt-get install -y -qq rclone; }
 	$(PY) bench/mirror_bench.py
+	$(PY) bench/recovery_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     retry_max_delay_s: float = Field(10.0, ge=0.0, le=600.0)
     poll_interval_s: float = Field(2.0, ge=0.01, le=300.0)
     state_dir: Path = Field(Path(".tpu-ops"), description="Local state: ledgers, audit spool.")
+    worker_dir: Path | None = Field(
+        None, description="A worker's scratch directory (trainer log, progress file); default: a temp dir."
+    )
     price_table: Path | None = Field(None, description="A JSON price table overriding the shipped one.")
     tpu_zones: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -121,3 +124,34 @@ class Settings(BaseSettings):
                 )
             if not is_loopback(value):
                 raise ConfigError(f"dry run: endpoint {name}={value!r} is not on loopback; refusing to start")
+
+
+class JobEnv(BaseSettings):
+    """The job contract as a trainer reads it: the ``TPU_OPS_*`` variables the agent sets.
+
+    The agent sets them on every worker; README ("Training") documents each. Trainers in other
+    languages read the same variables.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    run_id: str
+    worker: int = Field(0, ge=0)
+    workers: int = Field(1, ge=1)
+    checkpoint_dir: str = Field(description="gs:// directory the trainer writes <step>/ entries into")
+    resume_step: int | None = Field(None, description="absent on a fresh start")
+    dataset_manifest: str | None = None
+    steps: int = Field(ge=1)
+    checkpoint_every: int = Field(ge=1)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict, description="JSON object")
+    progress_file: Path | None = Field(None, description="the trainer writes its current step here")
+    coordinator_address: str | None = None
+
+
+def child_environment(extra: dict[str, str], drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment plus ``extra`` (minus ``drop``), for a child process."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(extra)
+    return env
