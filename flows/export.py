@@ -1,0 +1,138 @@
+"""Prefect flows ``export_model``, ``approve_model`` and ``deploy_model``: thin wrappers around
+:mod:`tpu_ops.export`, each audited, each ending with a digest of the run's chain, a Prefect event
+(``tpu-ops.model.exported`` / ``.approved`` / ``.deployed``) and the run's trail as an artifact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+
+from flows.audit import audit_digest, audit_event, current_actor, emit, publish_trail, trail_for
+from flows.settings import resolve_settings
+from tpu_ops.cloud.clients import boto3_client, storage_client
+from tpu_ops.export import registry, release
+from tpu_ops.export.exporter import export_run, failure_text
+from tpu_ops.specs.common import GcsUri, RunId
+from tpu_ops.specs.jobs import ExportSpec
+from tpu_ops.uris import parse_gs
+
+
+def run_export(
+    spec: ExportSpec, run_id: str, checkpoint_dir: str, manifest: str | None, settings: Any
+) -> dict[str, Any]:
+    """Export ``run_id`` (RUN = ``checkpoint_dir/run_id``); a failure is audited, then re-raised."""
+    trail = trail_for(settings)
+    run_uri = str(parse_gs(checkpoint_dir).child(run_id))
+    try:
+        result = export_run(
+            spec, run_uri, run_id, gcs=storage_client(settings), s3=boto3_client(settings, "s3"),
+            sm=boto3_client(settings, "sagemaker"), trail=trail, actor=current_actor(trail), manifest_uri=manifest,
+        )  # fmt: skip
+    except Exception as exc:
+        audit_event("model.exported", run_id, params={"run_uri": run_uri, "destination": spec.destination},
+                    outcome="failure", error=failure_text(exc), settings=settings)  # fmt: skip
+        raise
+    return result.to_json()
+
+
+@task(name="export-artifact")
+def export_task(
+    spec: ExportSpec, run_id: str, checkpoint_dir: str, manifest: str | None, aws_block: str | None,
+    gcp_block: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Package, stream, verify and register (one library call)."""
+    return run_export(spec, run_id, checkpoint_dir, manifest, resolve_settings(aws_block, gcp_block))
+
+
+@flow(name="export_model", log_prints=True)
+def export_model(
+    spec: ExportSpec,
+    run_id: RunId,
+    checkpoint_dir: GcsUri | None = None,
+    dataset_manifest: GcsUri | None = None,
+    aws_credentials_block: str | None = None,
+    gcp_credentials_block: str | None = None,
+) -> dict[str, Any]:
+    """Export a run's final checkpoint as model.tar.gz in S3 and register a SageMaker model package.
+
+    ``checkpoint_dir`` is the training spec's (the run is ``<checkpoint_dir>/<run_id>``); it
+    defaults to the export spec's ``checkpoint``.
+    """
+    base = checkpoint_dir or spec.checkpoint
+    if not base:
+        raise ValueError("checkpoint_dir: give the training checkpoint_dir (or set the export spec's checkpoint)")
+    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
+    try:
+        result = export_task(spec, run_id, base, dataset_manifest, aws_credentials_block, gcp_credentials_block)
+        art = result["artifact"]
+        get_run_logger().info("exported %s (%s) as %s", art["uri"], art["sha256"], result["package_arn"])
+        emit("model.exported", run_id, {"package_arn": result["package_arn"], "artifact": art["uri"],
+                                        "sha256": art["sha256"]})  # fmt: skip
+        return result
+    finally:
+        audit_digest(run_id, settings)
+        publish_trail(run_id, settings)
+
+
+def run_approve(arn: str, approver: str, reject: bool, reason: str, settings: Any) -> dict[str, Any]:
+    """Approve or reject ``arn`` (audited), then seal the run's chain with a digest."""
+    trail = trail_for(settings)
+    sm = boto3_client(settings, "sagemaker")
+    run_id = _run_of(sm, arn)
+    try:
+        pkg = release.approve(sm, trail, arn, approver, reject=reject, reason=reason, actor=current_actor(trail))
+    finally:
+        if run_id:
+            audit_digest(run_id, settings)
+    return {"arn": pkg.arn, "status": pkg.status, "run_id": run_id, "approver": approver}
+
+
+def run_deploy(arn: str, endpoint: str, instance_type: str, count: int, settings: Any) -> dict[str, Any]:
+    """Deploy an approved ``arn`` on ``endpoint`` (refused and audited otherwise), then seal with a digest."""
+    trail = trail_for(settings)
+    sm = boto3_client(settings, "sagemaker")
+    run_id = _run_of(sm, arn)
+    try:
+        dep = release.deploy(sm, trail, arn, endpoint, role_arn=settings.sagemaker_role_arn,
+                             instance_type=instance_type, count=count, actor=current_actor(trail))  # fmt: skip
+    finally:
+        if run_id:
+            audit_digest(run_id, settings)
+    return {"arn": arn, "run_id": run_id, "endpoint": dep.endpoint, "endpoint_arn": dep.endpoint_arn,
+            "created": dep.created, "model": dep.model}  # fmt: skip
+
+
+def _run_of(sm: Any, arn: str) -> str | None:
+    try:
+        return registry.describe(sm, registry.check_package_arn(arn)).run_id
+    except Exception:
+        return None  # the library call reports what is wrong with the ARN
+
+
+@flow(name="approve_model", log_prints=True)
+def approve_model(
+    model_package_arn: str, approver: str, reject: bool = False, reason: str = "",
+    aws_credentials_block: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Approve (or reject, with a reason) a model package pending manual approval; audited."""
+    settings = resolve_settings(aws_credentials_block)
+    out = run_approve(model_package_arn, approver, reject, reason, settings)
+    emit("model.approved", out["run_id"] or "", {"package_arn": out["arn"], "status": out["status"],
+                                                 "approver": approver})  # fmt: skip
+    publish_trail(out["run_id"] or "", settings)
+    return out
+
+
+@flow(name="deploy_model", log_prints=True)
+def deploy_model(
+    model_package_arn: str, endpoint: str, instance_type: str = "ml.m5.large", instance_count: int = 1,
+    aws_credentials_block: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Create or update a SageMaker endpoint from an APPROVED package; refused (and audited) otherwise."""
+    settings = resolve_settings(aws_credentials_block)
+    out = run_deploy(model_package_arn, endpoint, instance_type, instance_count, settings)
+    emit("model.deployed", out["run_id"] or "", {"package_arn": model_package_arn, "endpoint": out["endpoint_arn"]})
+    publish_trail(out["run_id"] or "", settings)
+    return out
