@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -46,6 +47,8 @@ def _os_user() -> str:
 def current_actor(trail: AuditTrail) -> Actor:
     """The identity plus the current Prefect flow run and deployment, when inside one."""
     flow: dict[str, str | None] = {}
+    if "prefect" not in sys.modules:  # no flow run without Prefect loaded; importing it costs seconds
+        return trail.actor()
     try:
         from prefect.runtime import deployment, flow_run
 
@@ -113,7 +116,8 @@ def publish_trail(run_id: str, settings: Settings | None = None) -> None:
         from prefect.artifacts import create_markdown_artifact
 
         from tpu_ops.audit.lineage import render
-        from tpu_ops.cloud.clients import boto3_client, storage_client
+        from tpu_ops.cloud.clients import storage_client
+        from tpu_ops.cloud.session import shared_client
         from tpu_ops.export.release import chain_records, load_lineage
 
         s = settings or Settings()
@@ -125,7 +129,7 @@ def publish_trail(run_id: str, settings: Settings | None = None) -> None:
             rows.append(f"| {r['seq']} | {r['time'][:19]} | `{r['event']}` | {r['outcome']} | {who} | "
                         f"`{r['hash'][:12]}` |")  # fmt: skip
         try:
-            text = render(load_lineage(run_id, sm=boto3_client(s, "sagemaker"), gcs=storage_client(s), trail=trail))
+            text = render(load_lineage(run_id, sm=shared_client(s, "sagemaker"), gcs=storage_client(s), trail=trail))
         except Exception as exc:
             text = f"(lineage unavailable: {exc})"
         create_markdown_artifact(

@@ -9,32 +9,11 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 
-from flows.audit import audit_digest, audit_event, current_actor, emit, publish_trail, trail_for
+from flows.audit import audit_digest, emit, publish_trail
+from flows.export_steps import run_approve, run_deploy, run_export
 from flows.settings import resolve_settings
-from tpu_ops.cloud.clients import boto3_client, storage_client
-from tpu_ops.export import registry, release
-from tpu_ops.export.exporter import export_run, failure_text
 from tpu_ops.specs.common import GcsUri, RunId
 from tpu_ops.specs.jobs import ExportSpec
-from tpu_ops.uris import parse_gs
-
-
-def run_export(
-    spec: ExportSpec, run_id: str, checkpoint_dir: str, manifest: str | None, settings: Any
-) -> dict[str, Any]:
-    """Export ``run_id`` (RUN = ``checkpoint_dir/run_id``); a failure is audited, then re-raised."""
-    trail = trail_for(settings)
-    run_uri = str(parse_gs(checkpoint_dir).child(run_id))
-    try:
-        result = export_run(
-            spec, run_uri, run_id, gcs=storage_client(settings), s3=boto3_client(settings, "s3"),
-            sm=boto3_client(settings, "sagemaker"), trail=trail, actor=current_actor(trail), manifest_uri=manifest,
-        )  # fmt: skip
-    except Exception as exc:
-        audit_event("model.exported", run_id, params={"run_uri": run_uri, "destination": spec.destination},
-                    outcome="failure", error=failure_text(exc), settings=settings)  # fmt: skip
-        raise
-    return result.to_json()
 
 
 @task(name="export-artifact")
@@ -74,41 +53,6 @@ def export_model(
     finally:
         audit_digest(run_id, settings)
         publish_trail(run_id, settings)
-
-
-def run_approve(arn: str, approver: str, reject: bool, reason: str, settings: Any) -> dict[str, Any]:
-    """Approve or reject ``arn`` (audited), then seal the run's chain with a digest."""
-    trail = trail_for(settings)
-    sm = boto3_client(settings, "sagemaker")
-    run_id = _run_of(sm, arn)
-    try:
-        pkg = release.approve(sm, trail, arn, approver, reject=reject, reason=reason, actor=current_actor(trail))
-    finally:
-        if run_id:
-            audit_digest(run_id, settings)
-    return {"arn": pkg.arn, "status": pkg.status, "run_id": run_id, "approver": approver}
-
-
-def run_deploy(arn: str, endpoint: str, instance_type: str, count: int, settings: Any) -> dict[str, Any]:
-    """Deploy an approved ``arn`` on ``endpoint`` (refused and audited otherwise), then seal with a digest."""
-    trail = trail_for(settings)
-    sm = boto3_client(settings, "sagemaker")
-    run_id = _run_of(sm, arn)
-    try:
-        dep = release.deploy(sm, trail, arn, endpoint, role_arn=settings.sagemaker_role_arn,
-                             instance_type=instance_type, count=count, actor=current_actor(trail))  # fmt: skip
-    finally:
-        if run_id:
-            audit_digest(run_id, settings)
-    return {"arn": arn, "run_id": run_id, "endpoint": dep.endpoint, "endpoint_arn": dep.endpoint_arn,
-            "created": dep.created, "model": dep.model}  # fmt: skip
-
-
-def _run_of(sm: Any, arn: str) -> str | None:
-    try:
-        return registry.describe(sm, registry.check_package_arn(arn)).run_id
-    except Exception:
-        return None  # the library call reports what is wrong with the ARN
 
 
 @flow(name="approve_model", log_prints=True)

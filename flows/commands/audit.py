@@ -95,11 +95,12 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_lineage(args: argparse.Namespace) -> int:
     from flows.audit import trail_for
     from tpu_ops.audit.lineage import render
-    from tpu_ops.cloud.clients import boto3_client, storage_client
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.cloud.session import shared_client
     from tpu_ops.export.release import load_lineage
 
     settings = _settings()
-    lin = load_lineage(args.target, sm=boto3_client(settings, "sagemaker"), gcs=storage_client(settings),
+    lin = load_lineage(args.target, sm=shared_client(settings, "sagemaker"), gcs=storage_client(settings),
                        trail=trail_for(settings))  # fmt: skip
     print(json.dumps(lin, indent=2, default=str) if args.json else render(lin))
     return 0

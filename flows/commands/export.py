@@ -74,7 +74,7 @@ def run_export(args: argparse.Namespace) -> int:
     manifest = args.manifest or manifest
     if args.no_flow:
         from flows.audit import audit_digest
-        from flows.export import run_export as export
+        from flows.export_steps import run_export as export
         from flows.settings import resolve_settings
 
         settings = resolve_settings()
@@ -99,7 +99,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_approve(args: argparse.Namespace) -> int:
     if args.no_flow:
-        from flows.export import run_approve as approve
+        from flows.export_steps import run_approve as approve
         from flows.settings import resolve_settings
 
         out = approve(args.arn, args.approver, args.reject, args.reason, resolve_settings())
@@ -115,7 +115,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     if args.instance_count < 1 or args.instance_count > 100:
         raise SpecError(f"--instance-count {args.instance_count} is not between 1 and 100")
     if args.no_flow:
-        from flows.export import run_deploy as deploy
+        from flows.export_steps import run_deploy as deploy
         from flows.settings import resolve_settings
 
         out = deploy(args.arn, args.endpoint, args.instance_type, args.instance_count, resolve_settings())

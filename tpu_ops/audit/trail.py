@@ -35,28 +35,12 @@ class Written:
     flushed: int = 0
 
 
-_session: list[Any] = []
-_session_lock = threading.Lock()
-
-
 def audit_clients(settings: Settings) -> tuple[Any, Any]:
-    """S3 and KMS clients for the trail: short timeouts and few retries, since a failure just spools.
+    """S3 and KMS clients for the trail: short timeouts and few retries, since a failure just spools."""
+    from tpu_ops.cloud.session import shared_client
 
-    They come from one botocore session per process: loading the service models is most of the
-    cost of a client (~0.4 s each on a busy machine), and every flow step builds a trail.
-    """
-    from botocore.session import get_session
-
-    from tpu_ops.cloud.clients import aws_client, aws_params
-
-    params = aws_params(settings)
-    params["max_attempts"] = 2
-    with _session_lock:
-        if not _session:
-            _session.append(get_session())
-        session = _session[0]
-        s3 = aws_client(params, "s3", session=session, connect_timeout=2, read_timeout=10, max_pool_connections=16)
-        return s3, aws_client(params, "kms", session=session, connect_timeout=2, read_timeout=10)
+    kw: dict[str, Any] = {"max_attempts": 2, "connect_timeout": 2, "read_timeout": 10}
+    return shared_client(settings, "s3", max_pool_connections=16, **kw), shared_client(settings, "kms", **kw)
 
 
 class AuditTrail:
