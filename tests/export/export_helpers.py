@@ -30,11 +30,14 @@ class Run:
 
 
 def write_run(gcs: Any, bucket: str, run_id: str, *, big: int = 0) -> tuple[str, str]:
-    """Steps 100 and 200 committed, 300 interrupted (item marker only), job.json, manifest, goodput."""
+    """Steps 100 and 200 committed, 300 interrupted (item marker only), job.json, manifest, goodput.
+
+    ``big``: the size of step 200's state (the step an export packages), else 2 KiB.
+    """
     b = gcs.bucket(bucket)
     base = f"runs/{run_id}"
     for step in (100, 200, 300):
-        b.blob(f"{base}/{step}/state/array.bin").upload_from_string(os.urandom(big or 2048))
+        b.blob(f"{base}/{step}/state/array.bin").upload_from_string(os.urandom(big if big and step == 200 else 2048))
         b.blob(f"{base}/{step}/state/commit_success.txt").upload_from_string(b"ok")
         b.blob(f"{base}/{step}/_CHECKPOINT_METADATA").upload_from_string(json.dumps({"step": step}))
         if step != 300:
