@@ -22,6 +22,7 @@ import google_crc32c
 
 from tpu_ops.errors import AlreadyExistsError, IntegrityError
 from tpu_ops.mirror.crc import from_b64, to_b64
+from tpu_ops.mirror.stream import ChecksumStream, close_quietly
 
 MiB = 1024 * 1024
 PART_SIZE = 8 * MiB  # S3's minimum is 5 MiB for every part but the last
@@ -58,29 +59,42 @@ class Artifact:
 
 
 class CheckedReader:
-    """A file-like reader over a GCS blob that checks the CRC32C GCS stored once the end is reached."""
+    """A file-like view of a GCS blob for ``tarfile``: bytes pass through the mirror's
+    :class:`~tpu_ops.mirror.stream.ChecksumStream` (CRC32C in passing, a short read is an error),
+    and :meth:`close` compares the CRC32C with the one GCS stored."""
 
     def __init__(self, blob: Any) -> None:
         self._blob = blob
-        self._fh = blob.open("rb", chunk_size=READ_CHUNK)
-        self._crc = 0
-        self.size = 0
+        self._raw = blob.open("rb", chunk_size=READ_CHUNK)
+        self.stream = ChecksumStream(self._raw, f"gs://{blob.bucket.name}/{blob.name}", int(blob.size),
+                                     block=READ_CHUNK, service="gcs")  # fmt: skip
+        self._blocks = iter(self.stream)
+        self._block = memoryview(b"")  # the current block, and how far tarfile has read into it
+        self._at = 0
 
     def read(self, n: int = -1) -> bytes:
-        data: bytes = self._fh.read(n)
-        self._crc = google_crc32c.extend(self._crc, data)
-        self.size += len(data)
-        return data
+        """``n`` bytes unless the blob ends first (``tarfile`` takes a short read for the end of data)."""
+        parts: list[bytes] = []
+        want = n
+        while want != 0:
+            if self._at >= len(self._block):
+                block = next(self._blocks, None)
+                if block is None:
+                    break
+                self._block, self._at = memoryview(block), 0
+            end = len(self._block) if want < 0 else min(len(self._block), self._at + want)
+            parts.append(bytes(self._block[self._at : end]))
+            want = want - (end - self._at) if want > 0 else want
+            self._at = end
+        return b"".join(parts)
 
     def close(self) -> None:
-        self._fh.close()
-        crc = self._crc
+        close_quietly(self._raw)
+        crc, where = self.stream.crc, f"gs://{self._blob.bucket.name}/{self._blob.name}"
+        if self.stream.count != len(self.stream):
+            raise IntegrityError(f"{where}: read {self.stream.count} bytes, GCS says {len(self.stream)}")
         if self._blob.crc32c and crc != from_b64(self._blob.crc32c):
-            raise IntegrityError(f"gs://{self._blob.bucket.name}/{self._blob.name}: CRC32C of what was read "
-                                 f"({to_b64(crc)}) differs from GCS's ({self._blob.crc32c})")  # fmt: skip
-        if self._blob.size is not None and self.size != self._blob.size:
-            raise IntegrityError(f"gs://{self._blob.bucket.name}/{self._blob.name}: read {self.size} bytes, "
-                                 f"GCS says {self._blob.size}")  # fmt: skip
+            raise IntegrityError(f"{where}: CRC32C read {to_b64(crc)} differs from GCS's {self._blob.crc32c}")
 
 
 class MultipartSink:
@@ -181,19 +195,18 @@ def verify_artifact(s3: Any, bucket: str, key: str, sha256: str | None, crc32c: 
     head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     stored = head.get("ChecksumCRC32C")
     body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-    sha, crc, size = hashlib.sha256(), 0, 0
-    for chunk in iter(lambda: body.read(READ_CHUNK), b""):
-        sha.update(chunk)
-        crc = google_crc32c.extend(crc, chunk)
-        size += len(chunk)
-    got_crc = to_b64(crc)
+    stream = ChecksumStream(body, f"s3://{bucket}/{key}", int(head["ContentLength"]), block=READ_CHUNK, sha256=True)
+    try:
+        for _ in stream:
+            pass
+    finally:
+        close_quietly(body)
+    got_crc, sha_hex, size = to_b64(stream.crc), str(stream.sha256), stream.count
     where = f"s3://{bucket}/{key}"
     if stored is None or head.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
         raise IntegrityError(f"{where}: S3 holds no full-object CRC32C for it")
     if got_crc != stored or (crc32c and crc32c != stored):
         raise IntegrityError(f"{where}: CRC32C read back {got_crc}, S3 stored {stored}, uploaded {crc32c}")
-    if sha256 and sha.hexdigest() != sha256:
-        raise IntegrityError(f"{where}: SHA-256 read back {sha.hexdigest()} differs from uploaded {sha256}")
-    if size != head["ContentLength"]:
-        raise IntegrityError(f"{where}: read {size} bytes, S3 says {head['ContentLength']}")
-    return sha.hexdigest(), got_crc, size
+    if sha256 and sha_hex != sha256:
+        raise IntegrityError(f"{where}: SHA-256 read back {sha_hex} differs from uploaded {sha256}")
+    return sha_hex, got_crc, size
