@@ -6,9 +6,15 @@ STAMP := $(VENV)/.installed-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export NO_GCE_CHECK := true
 
-.PHONY: setup test lint typecheck pytest dry-run ui bench clean
+.PHONY: setup chromium test lint typecheck pytest dry-run ui bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) chromium
+
+## the browser test drives Debian's Chromium through Playwright (its own browser download does not work
+## offline); installed with apt-get when missing (CI runs as root)
+chromium:
+	@test -x /usr/bin/chromium || { apt-get update -qq && \
+		apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends chromium fonts-dejavu-core; }
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -17,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 ## the whole test command CI runs: lint, type-check, tests
-test: $(STAMP) lint typecheck pytest
+test: setup lint typecheck pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -26,7 +32,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+pytest: setup
 	$(VENV)/bin/pytest -q
 
 ## the main job: the whole pipeline, locally, against emulated clouds
