@@ -83,6 +83,24 @@ class Settings(BaseSettings):
         None, description="A worker's scratch directory (trainer log, progress file); default: a temp dir."
     )
     price_table: Path | None = Field(None, description="A JSON price table overriding the shipped one.")
+    audit_uri: str = Field(
+        "s3://tpu-ops-audit/trail",
+        description="s3://bucket/prefix of the audit trail; the bucket has Object Lock enabled.",
+    )
+    audit_retention_days: int = Field(
+        2555, ge=1, le=36500, description="Object Lock retention (compliance mode) of each audit record."
+    )
+    audit_kms_key_id: str | None = Field(
+        None, description="KMS asymmetric key (ECC_NIST_P256, SIGN_VERIFY) that signs audit digests."
+    )
+    audit_spool: Path | None = Field(
+        None, description="Local JSONL spool for audit records while S3 is unreachable (default: state_dir)."
+    )
+    sagemaker_role_arn: str = Field(
+        "arn:aws:iam::123456789012:role/tpu-ops-sagemaker-execution",
+        description="The execution role SageMaker models deployed by tpu-ops run as.",
+    )
+    audit_actor: str | None = Field(None, description="The user or service identity audit records name.")
     tpu_zones: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Zones teardown and the reaper scan (comma-separated in the environment); "
@@ -95,6 +113,18 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [z.strip() for z in value.split(",") if z.strip()]
         return value
+
+    @property
+    def audit_spool_path(self) -> Path:
+        """Where audit records wait while S3 is unreachable."""
+        return self.audit_spool or self.state_dir / "audit-spool.jsonl"
+
+    @field_validator("audit_uri")
+    @classmethod
+    def _check_audit_uri(cls, value: str) -> str:
+        from tpu_ops.uris import parse_s3
+
+        return str(parse_s3(value))
 
     def endpoints(self) -> dict[str, str | None]:
         """The endpoint settings by name, as the clients will use them."""
