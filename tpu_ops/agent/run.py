@@ -161,8 +161,10 @@ class Agent:
         rc = self._watch(resume, progress, log)
         step = _read_step(progress)
         self._heartbeat(step, resume, log, "exited")
+        # Told to stop (SIGTERM to the agent or the trainer) = the host going away, not the trainer failing.
+        terminated = self.term_at is not None or rc == -signal.SIGTERM
         report = {"worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": rc,
-                  "terminated": self.term_at is not None, "resume_step": resume, "last_step": step,
+                  "terminated": terminated, "resume_step": resume, "last_step": step,
                   "log_tail": _tail(log), "time": time.time(), "node": self.who.node_id}  # fmt: skip
         put_json(self.gcs, self.layout.worker_report(self.who.worker_number), report)
         print(f"tpu-ops agent: trainer exited {rc} at step {step}", flush=True)

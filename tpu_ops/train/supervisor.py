@@ -33,7 +33,7 @@ from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.provision.records import Outcome, Slice
+from tpu_ops.provision.records import Outcome
 from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
@@ -284,7 +284,3 @@ def supervise(job: TrainJobSpec, run_id: str, settings: Settings, **kw: Any) -> 
     """Run ``job`` under ``run_id`` to the end through preemptions; see :class:`Supervisor`."""
     return Supervisor(job, run_id, settings, **kw).run()
 
-
-def last_slice(sup: Supervisor) -> Slice | None:
-    """The slice of the latest incarnation (for summaries)."""
-    return getattr(sup, "_slice", None)
