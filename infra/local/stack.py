@@ -6,7 +6,8 @@
         stack.preempt("us-central2-b", "my-node")
 
 Parts: moto in server mode (S3, SageMaker, STS) in a thread, fake-gcs-server as a subprocess in
-its own process group, the fake Cloud TPU API in a thread, and the TPU-VM host simulator. Every
+its own process group, the fake Cloud TPU API in a thread, the fake Storage Transfer Service in a
+thread (copying between the two storage emulators), and the TPU-VM host simulator. Every
 part binds 127.0.0.1 on a free port; ``stop()`` (or leaving the ``with``) stops all of them and
 kills every process the stack started.
 """
@@ -23,6 +24,9 @@ from infra.local._proc import http_call
 from infra.local.aws import MotoServer
 from infra.local.gcs import FakeGcs
 from infra.local.hostsim import HostSimulator
+from infra.local.sts.models import StsBackend
+from infra.local.sts.mover import EmulatorMover
+from infra.local.sts.server import StsServer
 from infra.local.tpu.models import Latency, TpuBackend
 from infra.local.tpu.server import TpuServer
 from tpu_ops.settings import Settings
@@ -60,6 +64,7 @@ class LocalStack:
         self.aws: MotoServer | None = None
         self.gcs: FakeGcs | None = None
         self.tpu: TpuServer | None = None
+        self.sts: StsServer | None = None
         self.hosts: HostSimulator | None = None
         self._started = False
 
@@ -72,6 +77,7 @@ class LocalStack:
             self.gcs.start()
             self.aws = MotoServer()
             self.aws.start()
+            self.sts = StsServer(StsBackend(EmulatorMover(self.aws.url, self.gcs.url, AWS_REGION))).start()
             if self._tpu_enabled:
                 backend = TpuBackend(latency=self._latency)
                 self.tpu = TpuServer(backend, logs=self._logs).start()
@@ -86,11 +92,11 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part (workers first); safe to call twice and after a failed start."""
-        for part in (self.hosts, self.tpu, self.aws, self.gcs):
+        for part in (self.hosts, self.tpu, self.sts, self.aws, self.gcs):
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
-        self.hosts = self.tpu = None
+        self.hosts = self.tpu = self.sts = None
         self._started = False
 
     def __enter__(self) -> LocalStack:
@@ -121,6 +127,16 @@ class LocalStack:
         return str(self._need(self.tpu, "tpu").url)
 
     @property
+    def sts_endpoint(self) -> str:
+        """Fake Storage Transfer Service: ``http://127.0.0.1:PORT`` (the Python client's ``api_endpoint``)."""
+        return str(self._need(self.sts, "sts").url)
+
+    @property
+    def sts_backend(self) -> StsBackend:
+        """The fake STS's state model (in-process control: fail an object, stall, deny a bucket)."""
+        return self._need(self.sts, "sts").backend  # type: ignore[no-any-return]
+
+    @property
     def backend(self) -> TpuBackend:
         """The fake TPU API's state model (in-process control without HTTP)."""
         return self._need(self.tpu, "tpu").backend  # type: ignore[no-any-return]
@@ -141,6 +157,7 @@ class LocalStack:
             "TPU_OPS_AWS_REGION": AWS_REGION,
             "TPU_OPS_AWS_ENDPOINT_URL": self.aws_endpoint,
             "TPU_OPS_GCS_ENDPOINT": self.gcs_endpoint,
+            "TPU_OPS_STS_ENDPOINT": self.sts_endpoint,
             "TPU_OPS_AWS_ACCESS_KEY_ID": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "TPU_OPS_AWS_SECRET_ACCESS_KEY": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
         }
@@ -157,6 +174,7 @@ class LocalStack:
             "aws_region": AWS_REGION,
             "aws_endpoint_url": self.aws_endpoint,
             "gcs_endpoint": self.gcs_endpoint,
+            "sts_endpoint": self.sts_endpoint,
             "tpu_endpoint": self.tpu_endpoint if self.tpu is not None else None,
             "aws_access_key_id": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
@@ -180,6 +198,7 @@ class LocalStack:
         """Forget all cloud state: AWS (moto), GCS buckets, TPU nodes/queued resources (workers stopped)."""
         self._need(self.aws, "aws").reset()
         self.reset_gcs()
+        self.sts_backend.reset()
         if self.tpu is not None:
             self.tpu.backend.reset()
 
