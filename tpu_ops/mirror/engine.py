@@ -15,7 +15,7 @@ from typing import Any
 
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import PolicyError
-from tpu_ops.mirror import manifest
+from tpu_ops.mirror import manifest, sts
 from tpu_ops.mirror.copy import CopyContext, Fault, copy_all
 from tpu_ops.mirror.listing import list_dest, list_source
 from tpu_ops.mirror.plan import plan
@@ -149,7 +149,9 @@ def mirror(
         emit(Progress("copy", n, total_objects, b, total_bytes))
 
     emit(Progress("copy", 0, total_objects, 0, total_bytes))
-    copied = copy_all(ctx, todo.copy, on_copy) if todo.copy else []
+    engine = sts.choose(spec.engine, settings, total_objects, total_bytes)
+    copier = sts.copy_all if engine == "sts" else copy_all
+    copied = copier(ctx, todo.copy, on_copy) if todo.copy else []
     timings["copy"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -180,6 +182,7 @@ def mirror(
         shards_validated=validated,
         schema_file=schema_rel,
         objects_s3_checksum_verified=sum(c.s3_checksum_checked for c in copied),
+        engine=engine,
         timings_s={k: round(v, 4) for k, v in timings.items()},
     )
 
