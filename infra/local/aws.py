@@ -2,7 +2,8 @@
 
 In-process is the fast choice (no second interpreter importing moto). moto keeps its state in
 process-wide backends: the first server started in a process resets them; servers started while
-another is live share that state (one live stack per process is the intended use).
+another is live share that state (one live stack per process is the intended use). Our fixes to
+moto's costs that grow with data size (``moto_patches``) are applied before it serves.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ class MotoServer:
 
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
+
+        from infra.local import moto_patches
+
+        moto_patches.apply()  # S3 costs that grow with data size (see moto_patches, README)
 
         self._server = ThreadedMotoServer(ip_address=LOOPBACK, port=0, verbose=False)
         self.port = 0

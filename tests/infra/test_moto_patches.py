@@ -1,0 +1,50 @@
+"""Our fix to moto's ListObjectVersions: no body is copied, the answer is unchanged."""
+
+from __future__ import annotations
+
+import gc
+import os
+import uuid
+
+from moto.s3.models import FakeKey
+
+from infra.local import moto_patches
+from tpu_ops.mirror.engine import make_clients, mirror
+from tpu_ops.specs.jobs import MirrorSpec
+
+
+def test_versioned_no_change_mirror_copies_no_body_and_listing_stays_correct(stack, monkeypatch):
+    assert moto_patches.applied()
+    settings = stack.settings()
+    s3, gcs = make_clients(settings, 4)
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"lov-{tag}", f"lov-dst-{tag}"
+    s3.create_bucket(Bucket=src)
+    s3.put_bucket_versioning(Bucket=src, VersioningConfiguration={"Status": "Enabled"})
+    gcs.create_bucket(dst)
+    old, new = os.urandom(3 * 2**20), os.urandom(3 * 2**20)
+    s3.put_object(Bucket=src, Key="d/a.bin", Body=old)
+    s3.put_object(Bucket=src, Key="d/a.bin", Body=new)
+    s3.put_object(Bucket=src, Key="d/b.bin", Body=b"b")
+    s3.put_object(Bucket=src, Key="d/gone.bin", Body=b"g")
+    s3.delete_object(Bucket=src, Key="d/gone.bin")  # now a delete marker over that version
+    spec = MirrorSpec(source=f"s3://{src}/d", destination=f"gs://{dst}/m")
+    assert mirror(spec, settings, clients=(s3, gcs)).objects_copied == 2
+
+    # Stock moto deep-copies every stored version per page: FakeKey.__getstate__ reads each body.
+    copied_bodies = []
+    real = FakeKey.__getstate__
+    monkeypatch.setattr(FakeKey, "__getstate__", lambda self: copied_bodies.append(self.name) or real(self))
+    again = mirror(spec, settings, clients=(s3, gcs))
+    assert (again.objects_copied, again.objects_skipped) == (0, 2)
+    assert copied_bodies == []
+
+    listed = s3.list_object_versions(Bucket=src, Prefix="d/")
+    latest = {(v["Key"], v["IsLatest"]) for v in listed["Versions"]}
+    assert latest == {("d/a.bin", True), ("d/a.bin", False), ("d/b.bin", True), ("d/gone.bin", False)}
+    assert [(m["Key"], m["IsLatest"]) for m in listed["DeleteMarkers"]] == [("d/gone.bin", True)]
+    gc.collect()  # the listing's views are gone; the stored bodies must still be readable
+    versions = {v["VersionId"]: v["IsLatest"] for v in listed["Versions"] if v["Key"] == "d/a.bin"}
+    for vid, is_latest in versions.items():
+        body = s3.get_object(Bucket=src, Key="d/a.bin", VersionId=vid)["Body"].read()
+        assert body == (new if is_latest else old)
