@@ -26,7 +26,7 @@ _applied = False
 def _views() -> tuple[type, Any]:
     from moto.s3.models import FakeDeleteMarker, FakeKey
 
-    class ListedVersion(FakeKey):  # type: ignore[misc]
+    class ListedVersion(FakeKey):
         """A listing's view of a stored version: its attributes, not a copy of its body."""
 
         def __init__(self, key: Any) -> None:  # no FakeKey.__init__: nothing is allocated
@@ -74,4 +74,4 @@ def applied() -> bool:
     """Whether moto's ``list_object_versions`` uses the views (for tests)."""
     from moto.s3 import models
 
-    return _applied and hasattr(models.copy, "ListedVersion")
+    return _applied and hasattr(getattr(models, "copy", None), "ListedVersion")
