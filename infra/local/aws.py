@@ -8,6 +8,8 @@ moto's costs that grow with data size (``moto_patches``) are applied before it s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from infra.local._proc import LOOPBACK, http_call
 
 
@@ -38,6 +40,19 @@ class MotoServer:
     def reset(self) -> None:
         """Forget every AWS resource (moto's own reset endpoint)."""
         http_call(f"{self.url}/moto-api/reset", "POST", b"")
+
+    def put_objects(self, bucket: str, objects: Iterable[tuple[str, bytes]]) -> int:
+        """Store objects straight into moto's in-process backend (seeding at scale: ~30 us each
+        instead of an HTTP PUT's milliseconds). Only for a server in this process; returns how many."""
+        from moto.core import DEFAULT_ACCOUNT_ID  # type: ignore[attr-defined]
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        n = 0
+        for key, body in objects:
+            backend.put_object(bucket, key, body, disable_notification=True)
+            n += 1
+        return n
 
     def stop(self) -> None:
         if self.url:

@@ -43,7 +43,7 @@ class LocalStack:
     ``tpu=False`` skips the fake TPU API and the host simulator (S3 + GCS only, fastest).
     ``provision_s``/``delete_s`` are the fake TPU latencies; ``grace_s`` is the SIGTERM->SIGKILL
     grace period of simulated hosts; ``workdir`` keeps worker directories (default: a temp dir
-    removed on stop).
+    removed on stop); ``gcs_access_log`` makes fake-gcs-server log every request to that file.
     """
 
     def __init__(
@@ -55,12 +55,14 @@ class LocalStack:
         delete_s: float = 0.0,
         grace_s: float = 5.0,
         workdir: Path | None = None,
+        gcs_access_log: Path | None = None,
     ) -> None:
         self.project = project
         self._tpu_enabled = tpu
         self._latency = Latency(provision_s, delete_s)
         self._grace_s = grace_s
         self._workdir = workdir
+        self._gcs_access_log = gcs_access_log
         self.aws: MotoServer | None = None
         self.gcs: FakeGcs | None = None
         self.tpu: TpuServer | None = None
@@ -73,7 +75,7 @@ class LocalStack:
         if self._started:
             return self
         try:
-            self.gcs = FakeGcs()
+            self.gcs = FakeGcs(access_log=self._gcs_access_log)
             self.gcs.start()
             self.aws = MotoServer()
             self.aws.start()

@@ -48,3 +48,37 @@ def test_versioned_no_change_mirror_copies_no_body_and_listing_stays_correct(sta
     for vid, is_latest in versions.items():
         body = s3.get_object(Bucket=src, Key="d/a.bin", VersionId=vid)["Body"].read()
         assert body == (new if is_latest else old)
+
+
+NAMES = ["a", "a/b", "a/b/c", "a-b", "a0", "b/x", "b/y/z", "b/y/zz", "c", "c/", "d/e", "d/f"]
+
+
+def _pages(list_v2, backend, bucket, **kw):
+    """Every page's names (keys and common prefixes), following continuation tokens."""
+    out, token = [], None
+    while True:
+        keys, truncated, token = list_v2(backend, bucket, kw.get("prefix"), kw.get("delimiter"), token,
+                                         kw.get("start_after"), kw.get("max_keys", 1000))  # fmt: skip
+        out.append([k if isinstance(k, str) else k.name for k in keys])
+        if not truncated:
+            return out
+
+
+def test_paged_list_objects_v2_returns_what_stock_moto_returns(stack):
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import S3Backend, s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    bucket_name = f"lv2-{uuid.uuid4().hex[:8]}"
+    backend.create_bucket(bucket_name, "us-east-1")
+    stack.aws.put_objects(bucket_name, [(n, n.encode()) for n in NAMES])
+    backend.delete_object(bucket_name, "c")  # unversioned: gone
+    bucket = backend.get_bucket(bucket_name)
+    cases = [{}, {"max_keys": 1}, {"max_keys": 2, "delimiter": "/"}, {"prefix": "b/", "delimiter": "/", "max_keys": 1},
+             {"prefix": "a", "max_keys": 3}, {"start_after": "a0", "max_keys": 2},
+             {"delimiter": "/", "start_after": "b/"}, {"prefix": "zz"}, {"max_keys": 0}]  # fmt: skip
+    for kw in cases:
+        ours = _pages(S3Backend.list_objects_v2, backend, bucket, **kw)
+        assert ours == _pages(moto_patches.STOCK["list_objects_v2"], backend, bucket, **kw), kw
+    stack.aws.put_objects(bucket_name, [("a/new", b"n")])  # the cached order follows new names
+    assert ["a/new"] in _pages(S3Backend.list_objects_v2, backend, bucket, prefix="a/n", max_keys=1)
