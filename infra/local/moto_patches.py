@@ -15,6 +15,10 @@ response, never what it returns.
   the continuation token), so listing N keys cost O(N^2 / 1000): 29 s for 20,000 keys. The fix
   keeps each bucket's key names sorted (rebuilt only when the set of names changed, checked in
   C), finds the page's start by bisection and builds only that page's entries.
+- Every timestamp moto serialises (``LastModified`` of each listed key) went through
+  ``TimestampSerializer._convert_timestamp_to_str`` -> ``parse_to_aware_datetime`` -> dateutil's
+  generic parser, ~0.4 ms per key: 0.4 s of every 1,000-key page. An ISO 8601 string (what moto
+  stores) is now read with ``datetime.fromisoformat``; anything else takes moto's path.
 """
 
 from __future__ import annotations
@@ -113,6 +117,22 @@ def list_objects_v2(
     return self._truncate_result(items, max_keys)
 
 
+def _fast_timestamps(stock: Any) -> Any:
+    from datetime import UTC, datetime
+
+    def convert(self: Any, value: Any, timestamp_format: str) -> Any:
+        if isinstance(value, str) and "T" in value:
+            try:
+                parsed = datetime.fromisoformat(value)
+            except ValueError:
+                return stock(self, value, timestamp_format)
+            parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+            return getattr(self, f"_timestamp_{timestamp_format.lower()}")(parsed)
+        return stock(self, value, timestamp_format)
+
+    return convert
+
+
 def apply() -> None:
     """Install the fixes in this process's moto (idempotent)."""
     global _applied
@@ -126,7 +146,11 @@ def apply() -> None:
         shim.copy = _copy.copy  # type: ignore[attr-defined]
         shim.deepcopy = deepcopy  # type: ignore[attr-defined]
         shim.ListedVersion = listed  # type: ignore[attr-defined]
+        from moto.core.serialize import TimestampSerializer
+
         STOCK["list_objects_v2"] = models.S3Backend.list_objects_v2
+        STOCK["timestamp"] = TimestampSerializer._convert_timestamp_to_str
+        TimestampSerializer._convert_timestamp_to_str = _fast_timestamps(STOCK["timestamp"])  # type: ignore[method-assign]
         models.copy = shim  # type: ignore[attr-defined]
         models.S3Backend.list_objects_v2 = list_objects_v2  # type: ignore[method-assign]
         _applied = True

@@ -82,3 +82,14 @@ def test_paged_list_objects_v2_returns_what_stock_moto_returns(stack):
         assert ours == _pages(moto_patches.STOCK["list_objects_v2"], backend, bucket, **kw), kw
     stack.aws.put_objects(bucket_name, [("a/new", b"n")])  # the cached order follows new names
     assert ["a/new"] in _pages(S3Backend.list_objects_v2, backend, bucket, prefix="a/n", max_keys=1)
+
+
+def test_timestamps_serialise_as_stock_moto_does(stack):
+    from moto.core.serialize import TimestampSerializer
+
+    ts = TimestampSerializer("iso8601")
+    values = ["2026-11-23T07:29:18.123456Z", "2026-11-23T07:29:18Z", "2026-11-23T07:29:18+00:00",
+              "2026-11-23T07:29:18.000Z", "1700000000", 1700000000]  # fmt: skip
+    for fmt in ("iso8601", "rfc822", "unixtimestamp", "iso8601_zeroed"):
+        for v in values:
+            assert ts._convert_timestamp_to_str(v, fmt) == moto_patches.STOCK["timestamp"](ts, v, fmt), (v, fmt)
