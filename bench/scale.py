@@ -82,8 +82,8 @@ def seed(stack: Any, src_bucket: str, dst_bucket: str, n: int, log: Any) -> None
     """``n`` objects in ``s3://src_bucket/data/``, already mirrored to ``gs://dst_bucket/data/``."""
     from google_crc32c import value as crc32c
 
-    from tpu_ops.mirror.copy import provenance
     from tpu_ops.mirror.records import SourceObject
+    from tpu_ops.mirror.strategies import provenance
 
     t = time.perf_counter()
     stack.aws.put_objects(src_bucket, ((f"data/{i:07d}.bin", body(i)) for i in range(n)))

@@ -18,6 +18,8 @@ translated into it in one place, :mod:`tpu_ops.cloud.translate`. The tree::
     ├── ProvisioningError         every rung of the capacity ladder failed (carries the attempts)
     ├── CheckpointError           no complete checkpoint, corrupt checkpoint
     └── IntegrityError            checksum mismatch, source changed mid-run, broken audit chain
+        ├── SourceChangedError    the source object is no longer the listed version
+        └── ChecksumMismatchError what was stored (or sent) does not match the bytes read
 """
 
 from __future__ import annotations
@@ -110,3 +112,11 @@ class CheckpointError(TpuOpsError):
 
 class IntegrityError(TpuOpsError):
     """Data did not verify: checksum mismatch, source changed during a run, broken audit chain."""
+
+
+class SourceChangedError(IntegrityError):
+    """The source object no longer matches the listed version/ETag: it changed during the run."""
+
+
+class ChecksumMismatchError(IntegrityError):
+    """What the destination stored (or the source declared) does not match the bytes we read."""

@@ -69,6 +69,16 @@ class Settings(BaseSettings):
     aws_secret_access_key: SecretStr | None = Field(
         None, validation_alias=_env("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY")
     )
+    aws_session_token: SecretStr | None = Field(
+        None,
+        validation_alias=_env("aws_session_token", "AWS_SESSION_TOKEN"),
+        description="The session token of temporary credentials (STS), sent with the key pair.",
+    )
+    aws_profile: str | None = Field(
+        None,
+        validation_alias=_env("aws_profile", "AWS_PROFILE"),
+        description="A named profile of the AWS config files; used when no key pair is set.",
+    )
     gcp_credentials_file: Path | None = Field(
         None, validation_alias=_env("gcp_credentials_file", "GOOGLE_APPLICATION_CREDENTIALS")
     )

@@ -60,7 +60,7 @@ def storage_client(settings: Settings) -> Any:
 
 
 def aws_params(settings: Settings) -> dict[str, Any]:
-    """What an AWS client is built from (region, endpoint, explicit credentials, retries), as JSON data.
+    """What an AWS client is built from (region, endpoint, credentials or profile, retries), as JSON data.
 
     Checks the settings first, like every factory here. Handed to a child process through a pipe
     (``mirror.prefetch``), never through argv or the environment.
@@ -72,7 +72,9 @@ def aws_params(settings: Settings) -> dict[str, Any]:
     if settings.aws_access_key_id and settings.aws_secret_access_key:
         kw["aws_access_key_id"] = settings.aws_access_key_id.get_secret_value()
         kw["aws_secret_access_key"] = settings.aws_secret_access_key.get_secret_value()
-    return {"client": kw, "max_attempts": settings.retry_attempts}
+        if settings.aws_session_token:  # temporary credentials are worthless without it
+            kw["aws_session_token"] = settings.aws_session_token.get_secret_value()
+    return {"client": kw, "profile": settings.aws_profile, "max_attempts": settings.retry_attempts}
 
 
 def aws_client(
@@ -91,6 +93,8 @@ def aws_client(
 
     cfg = Config(retries={"mode": "standard", "max_attempts": params["max_attempts"]}, **config)
     session = session or get_session()
+    if params.get("profile"):
+        session.set_config_variable("profile", params["profile"])
     if text_timestamps:
         session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
     return session.create_client(service, config=cfg, **params["client"])

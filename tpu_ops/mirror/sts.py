@@ -31,10 +31,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tpu_ops.cloud.translate import aws_errors, google_errors
-from tpu_ops.errors import AccessDeniedError, CloudError, ConfigError, NotFoundError
+from tpu_ops.errors import (
+    AccessDeniedError,
+    ChecksumMismatchError,
+    CloudError,
+    ConfigError,
+    NotFoundError,
+    SourceChangedError,
+)
 from tpu_ops.mirror import crc
-from tpu_ops.mirror.copy import ChecksumMismatchError, CopyContext, SourceChangedError, provenance
 from tpu_ops.mirror.records import RESERVED_DIR, Copied, SourceObject
+from tpu_ops.mirror.strategies import CopyContext, provenance
 from tpu_ops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,6 +67,11 @@ def _aws_source(ctx: CopyContext) -> dict[str, Any]:
     s = ctx.settings
     if s.sts_aws_role_arn:
         src["role_arn"] = s.sts_aws_role_arn
+    elif s.aws_session_token:
+        raise ConfigError(
+            "engine sts: the AWS credentials are temporary (they carry a session token), which Storage "
+            "Transfer Service cannot take; set TPU_OPS_STS_AWS_ROLE_ARN to a role it assumes instead"
+        )
     elif s.aws_access_key_id and s.aws_secret_access_key:
         src["aws_access_key"] = {
             "access_key_id": s.aws_access_key_id.get_secret_value(),
