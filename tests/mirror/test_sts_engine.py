@@ -102,7 +102,10 @@ def test_auto_picks_sts_from_the_threshold_on_and_a_role_arn_replaces_keys(env, 
         update={"mirror_sts_min_objects": 4, "poll_interval_s": 0.05, "sts_aws_role_arn": role}
     )
     below = mirror(_spec(env, "a"), env.settings, clients=(env.s3, env.gcs))
-    above = mirror(_spec(env, "b"), low, clients=(env.s3, env.gcs))
+    seen = []
+    above = mirror(_spec(env, "b"), low, seen.append, clients=(env.s3, env.gcs))
+    copy = [(p.objects_done, p.bytes_done) for p in seen if p.phase == "copy"]
+    assert copy[0] == (0, 0) and copy[-1] == (4, 400)  # the STS operation's counters are the progress
     assert (below.engine, below.objects_copied) == ("local", 4)
     assert (above.engine, above.objects_copied) == ("sts", 4) and above.snapshot_id == below.snapshot_id
     [job] = stack.sts_backend.jobs.values()
