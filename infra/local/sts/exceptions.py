@@ -6,7 +6,14 @@ Over HTTP each becomes ``{"error": {"code": <http>, "message": ..., "status": <C
 from __future__ import annotations
 
 from infra.local.tpu.exceptions import CODES as _TPU_CODES
-from infra.local.tpu.exceptions import Injected, TpuApiError
+from infra.local.tpu.exceptions import (
+    AlreadyExists,
+    FailedPrecondition,
+    Injected,
+    InvalidArgument,
+    NotFound,
+    TpuApiError,
+)
 
 __all__ = [
     "CODES",
@@ -22,19 +29,3 @@ __all__ = [
 CODES = {**_TPU_CODES, "OUT_OF_RANGE": (11, 400), "DATA_LOSS": (15, 500)}
 
 StsApiError = TpuApiError  # the same Google error model; the name says which fake raised it
-
-
-class InvalidArgument(StsApiError):
-    status = "INVALID_ARGUMENT"
-
-
-class NotFound(StsApiError):
-    status = "NOT_FOUND"
-
-
-class AlreadyExists(StsApiError):
-    status = "ALREADY_EXISTS"
-
-
-class FailedPrecondition(StsApiError):
-    status = "FAILED_PRECONDITION"

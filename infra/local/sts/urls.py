@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from infra.local.tpu.urls import Routes, known_in, match_in
+
 _JOB = r"transferJobs/[^:]+"
 _OP = r"transferOperations/[^:]+"
 
@@ -27,17 +29,13 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", r"^/_fake/state$", "fake_state"),
 ]
 
-ROUTES: list[tuple[str, re.Pattern[str], str]] = [(m, re.compile(p), h) for m, p, h in URL_PATHS]
+ROUTES: Routes = [(m, re.compile(p), h) for m, p, h in URL_PATHS]
 
 
 def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:
     """The handler name and path arguments for a request, or ``None`` if no route matches."""
-    for m, pattern, handler in ROUTES:
-        found = pattern.match(path)
-        if found and m == method:
-            return handler, found.groupdict()
-    return None
+    return match_in(ROUTES, method, path)
 
 
 def path_known(path: str) -> bool:
-    return any(p.match(path) for _, p, _ in ROUTES)
+    return known_in(ROUTES, path)
