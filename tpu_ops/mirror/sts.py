@@ -106,6 +106,7 @@ def copy_all(ctx: CopyContext, objects: list[SourceObject], on_copy: Callable[[i
     from tpu_ops.cloud.transfer import transfer_client
 
     client = transfer_client(ctx.settings)
+    source = _aws_source(ctx)  # a credentials problem stops the run before anything is written
     job_id = "tpu-ops-" + uuid.uuid4().hex[:20]
     location = _write_list(ctx, objects, job_id)
     project = ctx.settings.gcp_project
@@ -115,21 +116,21 @@ def copy_all(ctx: CopyContext, objects: list[SourceObject], on_copy: Callable[[i
         "description": f"tpu-ops mirror {ctx.source} -> {ctx.dest}"[:1024],
         "status": "ENABLED",
         "transfer_spec": {
-            "aws_s3_data_source": _aws_source(ctx),
+            "aws_s3_data_source": source,
             "gcs_data_sink": {"bucket_name": ctx.dest.bucket, "path": _dir(ctx.dest.prefix)},
             "transfer_manifest": {"location": location},
             "transfer_options": {"overwrite_when": "ALWAYS"},
         },
     }
-    with google_errors(SERVICE):
-        created = client.create_transfer_job({"transfer_job": job})
-    log.info("storage transfer job %s for %d objects", created.name, len(objects))
+    created = None
     try:
         with google_errors(SERVICE):
+            created = client.create_transfer_job({"transfer_job": job})
+            log.info("storage transfer job %s for %d objects", created.name, len(objects))
             run = client.run_transfer_job({"job_name": created.name, "project_id": project})
         final = _follow(client, run.operation.name, ctx.settings, on_copy)
     finally:
-        _cleanup(client, ctx, created.name, project, location)
+        _cleanup(client, ctx, created.name if created else None, project, location)
     _raise_failures(final, ctx)
     return verify(ctx, objects)
 
@@ -153,16 +154,17 @@ def _follow(client: Any, name: str, settings: Settings, on_copy: Callable[[int, 
         time.sleep(settings.poll_interval_s)
 
 
-def _cleanup(client: Any, ctx: CopyContext, job_name: str, project: str, location: str) -> None:
+def _cleanup(client: Any, ctx: CopyContext, job_name: str | None, project: str, location: str) -> None:
     """Delete the one-off job and its transfer manifest (best effort: neither holds data)."""
     try:
-        with google_errors(SERVICE):
+        if job_name:
             request = {"job_name": job_name, "project_id": project, "transfer_job": {"status": "DELETED"}}
-            client.update_transfer_job({**request, "update_transfer_job_field_mask": "status"})
+            with google_errors(SERVICE):
+                client.update_transfer_job({**request, "update_transfer_job_field_mask": "status"})
         with google_errors("gcs"):
             ctx.bucket.blob(location.split("/", 3)[3]).delete()
     except Exception as exc:
-        log.warning("could not clean up storage transfer job %s: %s", job_name, exc)
+        log.warning("could not clean up storage transfer job %s or %s: %s", job_name, location, exc)
 
 
 def _raise_failures(top: Any, ctx: CopyContext) -> None:
