@@ -174,11 +174,14 @@ def main() -> int:
             """Measured children: ``cli(*tpu-ops args)``, ``cli.python(code, *args)``; JSON output."""
 
             def __call__(self, *args: str) -> tuple[float, float, dict]:
-                wall, cpu, _rss, out = run_child([*ours, *args], env)
+                return self.run({}, *args)
+
+            def run(self, override: dict[str, str], *args: str) -> tuple[float, float, dict]:
+                wall, cpu, _rss, out = run_child([*ours, *args], {**env, **override})
                 return wall, cpu, json.loads(out)
 
-            def python(self, code: str, *args: str) -> tuple[float, float, dict]:
-                wall, cpu, _rss, out = run_child([sys.executable, "-c", code, *args], env)
+            def python(self, override: dict[str, str], code: str, *args: str) -> tuple[float, float, dict]:
+                wall, cpu, _rss, out = run_child([sys.executable, "-c", code, *args], {**env, **override})
                 return wall, cpu, json.loads(out)
 
         cli = Cli()
@@ -223,7 +226,7 @@ def main() -> int:
         ours_run("5 changed")
         rclone_run("5 changed", 5 * SMALL)
         versioned = scale.versioned_no_change(s3, gcs, cli, log)
-        at_scale = scale.no_change_at_scale(stack, s3, gcs, args.scale_objects, cli, log)
+        at_scale = scale.no_change_at_scale(stack, s3, args.scale_objects, cli, log)
 
     shutil.rmtree(tmp, ignore_errors=True)
     t = time.perf_counter()

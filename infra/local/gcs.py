@@ -32,9 +32,14 @@ _LIFELINE = 'exec 3<&0 </dev/null; "$@" 3<&- & child=$!; read -r _ <&3; kill "$c
 class FakeGcs:
     """A fake-gcs-server subprocess on a free loopback port (in-memory backend)."""
 
-    def __init__(self, port: int | None = None, access_log: Path | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, access_log: Path | None = None, filesystem_root: Path | None = None
+    ) -> None:
         self.port = port or free_port()
         self.access_log = access_log  # one line per request (benchmarks count requests with it)
+        # The memory backend's creates slow down as a bucket fills (see README); a filesystem root
+        # can be filled directly instead (objects as files, attributes in a user.metadata xattr).
+        self.filesystem_root = filesystem_root
         self.url = f"http://{LOOPBACK}:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -42,7 +47,8 @@ class FakeGcs:
         cmd = [
             str(binary_path()),
             "-scheme", "http",
-            "-backend", "memory",
+            *(["-backend", "filesystem", "-filesystem-root", str(self.filesystem_root)]
+              if self.filesystem_root else ["-backend", "memory"]),
             "-host", LOOPBACK,
             "-port", str(self.port),
             "-external-url", self.url,
