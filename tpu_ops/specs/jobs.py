@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from tpu_ops.specs.common import Duration, GcsUri, Name, ObjectKey, RunId, S3Uri, StrictModel
 from tpu_ops.specs.slice import ProvisionSpec
+from tpu_ops.text import unsafe_char
 
 _LOCATION = re.compile(r"^[A-Z0-9-]{2,40}$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
@@ -79,8 +80,11 @@ class TrainSpec(StrictModel):
         for key, value in self.hyperparameters.items():
             if not _HP_KEY.match(key):
                 raise ValueError(f"hyperparameter name {key!r} is not allowed: lowercase identifier, ≤ 63")
-            if isinstance(value, str) and (len(value) > 256 or any(ord(c) < 32 for c in value)):
-                raise ValueError(f"hyperparameter {key!r} value is too long or has control characters")
+            if isinstance(value, str) and len(value) > 256:
+                raise ValueError(f"hyperparameter {key!r} value is longer than 256 characters")
+            bad = unsafe_char(value) if isinstance(value, str) else None
+            if bad:
+                raise ValueError(f"hyperparameter {key!r} value contains {bad}")
         return self
 
 
