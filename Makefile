@@ -6,21 +6,25 @@ STAMP := $(VENV)/.installed-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export NO_GCE_CHECK := true
 
-.PHONY: setup chromium test lint typecheck pytest dry-run ui bench clean
+.PHONY: setup tools test lint typecheck pytest dry-run ui bench clean
 
-setup: $(STAMP) chromium
-
-## the browser test drives Debian's Chromium through Playwright (its own browser download does not work
-## offline); installed with apt-get when missing (CI runs as root)
-chromium:
-	@test -x /usr/bin/chromium || { apt-get update -qq && \
-		apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends chromium fonts-dejavu-core; }
+setup: $(STAMP) tools
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=24"
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+## Debian tools the tests use, installed with apt-get when missing (CI runs as root): shellcheck checks
+## every rendered startup script; the browser test drives Debian's Chromium through Playwright (its own
+## browser download does not work offline)
+tools:
+	@missing=""; \
+	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	test -x /usr/bin/chromium || missing="$$missing chromium fonts-dejavu-core"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && \
+		apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends $$missing; fi
 
 ## the whole test command CI runs: lint, type-check, tests
 test: setup lint typecheck pytest
@@ -43,10 +47,11 @@ dry-run: $(STAMP)
 ui: $(STAMP)
 	$(VENV)/bin/prefect server start --host 127.0.0.1
 
-## the mirror benchmark against rclone (Debian's rclone package is installed if missing)
+## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead
 bench: $(STAMP)
 	command -v rclone >/dev/null || { apt-get update -qq && apt-get install -y -qq rclone; }
 	$(PY) bench/mirror_bench.py
+	$(PY) bench/recovery_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

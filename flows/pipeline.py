@@ -78,6 +78,7 @@ def retraining_pipeline(
     script = render_startup_script(
         run_id,
         ["preflight", "--run-id", run_id, "--manifest", snapshot.manifest_uri, "--out", reports_uri],
+        run_uri=f"{spec.train.checkpoint_dir}/{run_id}",
     )
     try:
         with _quota(spec.provision):

@@ -8,9 +8,8 @@ import os
 import pytest
 from mirror_helpers import safetensors_bytes
 
-from tpu_ops.errors import IntegrityError, PolicyError, SpecError
-from tpu_ops.mirror import copy
-from tpu_ops.mirror.copy import SourceChangedError
+from tpu_ops.errors import IntegrityError, PolicyError, SourceChangedError, SpecError
+from tpu_ops.mirror import strategies
 from tpu_ops.mirror.engine import mirror
 from tpu_ops.mirror.manifest import load
 
@@ -255,8 +254,8 @@ def test_edge_objects_are_copied_exactly(env):
         "_schema.yaml": b"version: 1\nshards: []\n",
         "empty.bin": b"",
         "dir with space/ünïcødé ✓.bin": os.urandom(1000),
-        "limit/at.bin": os.urandom(copy.SMALL_MAX),
-        "limit/over.bin": os.urandom(copy.SMALL_MAX + 1),
+        "limit/at.bin": os.urandom(strategies.SMALL_MAX),
+        "limit/over.bin": os.urandom(strategies.SMALL_MAX + 1),
     }
     for rel, body in files.items():
         env.put(rel, body)

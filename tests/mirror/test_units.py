@@ -13,10 +13,10 @@ from mirror_helpers import safetensors_bytes
 
 from tpu_ops.errors import SpecError
 from tpu_ops.mirror import crc
-from tpu_ops.mirror.copy import MAX_PARTS, part_ranges, provenance
 from tpu_ops.mirror.plan import plan
 from tpu_ops.mirror.records import DestObject, SourceObject
 from tpu_ops.mirror.schema import check_header, header_length, parse_schema
+from tpu_ops.mirror.strategies import MAX_PARTS, part_ranges, provenance
 
 
 def test_crc32c_combine_matches_whole():

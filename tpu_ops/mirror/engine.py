@@ -11,16 +11,18 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import PolicyError
 from tpu_ops.mirror import manifest
-from tpu_ops.mirror.copy import CopyContext, Fault, copy_all
-from tpu_ops.mirror.listing import list_dest, list_source
+from tpu_ops.mirror.listing import DestListing, SourceListing, list_dest, list_source
 from tpu_ops.mirror.plan import plan
-from tpu_ops.mirror.prefetch import SourcePrefetch
 from tpu_ops.mirror.records import MirrorResult, Progress, SourceObject
+from tpu_ops.mirror.scheduler import copy_all
+from tpu_ops.mirror.strategies import CopyContext
+from tpu_ops.mirror.stream import Fault
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import MirrorSpec
 from tpu_ops.uris import parse_gs, parse_s3
@@ -40,20 +42,10 @@ def make_s3(settings: Settings, concurrency: int) -> Any:
 
 def make_gcs(settings: Settings, concurrency: int) -> Any:
     """A GCS client with a connection pool sized for ``concurrency`` threads."""
-    from requests.adapters import HTTPAdapter
-
     from tpu_ops.cloud import clients
+    from tpu_ops.mirror.gcs_transport import tune
 
-    gcs = clients.storage_client(settings)
-    session = gcs._http
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=concurrency + 4)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    # requests re-reads proxy and CA-bundle variables on every request (a scan of the whole
-    # environment, ~0.5 ms per upload); settle them once, by requests' own rules, for the endpoint.
-    env = session.merge_environment_settings(gcs._connection.get_api_base_url_for_mtls(), {}, None, None, None)
-    session.proxies, session.verify, session.trust_env = env["proxies"], env["verify"], False
-    return gcs
+    return tune(clients.storage_client(settings), concurrency + 4)
 
 
 def make_clients(settings: Settings, concurrency: int) -> tuple[Any, Any]:
@@ -73,6 +65,16 @@ def check_location(gcs: Any, bucket: str, allowed: list[str]) -> str:
     return location
 
 
+@dataclass
+class _Listed:
+    """Both listings, and the clients that made them."""
+
+    source: SourceListing
+    dest: DestListing
+    gcs: Any
+    s3: Any
+
+
 def mirror(
     spec: MirrorSpec,
     settings: Settings,
@@ -80,54 +82,25 @@ def mirror(
     *,
     clients: tuple[Any, Any] | None = None,
     fault: Fault | None = None,
-    source_prefetch: SourcePrefetch | None = None,
 ) -> MirrorResult:
     """Mirror ``spec.source`` to ``spec.destination`` as a verified snapshot; see the module doc.
 
     ``clients`` = (boto3 S3 client, google storage client) to reuse; ``fault`` is a test seam that
-    may alter bytes after they are checksummed (see ``copy.Fault``); ``source_prefetch`` is a
-    child already listing the source (see ``prefetch.py``), used instead of listing here.
+    may alter bytes after they are checksummed (see ``stream.Fault``).
     """
     t0 = time.perf_counter()
-    if source_prefetch:
-        source_prefetch.configure(settings)
-    timings: dict[str, float] = {}
     emit = progress or (lambda p: None)
     src_uri, dst_uri = parse_s3(spec.source), parse_gs(spec.destination)
     emit(Progress("list"))
-    s3_client: list[Any] = [clients[0]] if clients else []
-
-    def s3() -> Any:
-        if not s3_client:
-            s3_client.append(make_s3(settings, spec.concurrency))
-        return s3_client[0]
-
-    with ThreadPoolExecutor(2, thread_name_prefix="list") as pool:
-        # The S3 listing waits on the network while this thread builds the GCS client (whose
-        # import is much of a no-change run's cost), so the two overlap.
-        f_src = None if source_prefetch else pool.submit(list_source, s3(), src_uri)
-        gcs = clients[1] if clients else make_gcs(settings, spec.concurrency)
-        allowed = spec.allowed_locations
-        f_loc = pool.submit(check_location, gcs, dst_uri.bucket, allowed) if allowed else None
-        f_dst = pool.submit(list_dest, gcs, dst_uri)
-        if f_loc is not None:
-            f_loc.result()  # a residency refusal wins over listing errors
-        dest = f_dst.result()
-        if source_prefetch and not dest.objects:
-            s3()  # an empty destination means copies: build the S3 client while the child lists
-        source = f_src.result() if f_src else source_prefetch.result() if source_prefetch else None
-    if source is None:  # the prefetching child failed: list here, which raises the real error
-        source = list_source(s3(), src_uri)
-    timings["list"] = time.perf_counter() - t0
+    listed = _list(spec, settings, clients)
+    timings = {"list": time.perf_counter() - t0}
 
     t = time.perf_counter()
-    todo = plan(source.objects, dest.objects)
+    todo = plan(listed.source.objects, listed.dest.objects)
     timings["plan"] = time.perf_counter() - t
-    # Only reads (validation, copies) need S3 from here on, and a no-change run makes none.
-    s3_or_none = s3() if todo.copy else None
     ctx = CopyContext(
-        s3_or_none,
-        gcs,
+        listed.s3,
+        listed.gcs,
         src_uri,
         dst_uri,
         settings,
@@ -139,17 +112,13 @@ def mirror(
     emit(Progress("plan", 0, len(todo.copy), 0, todo.bytes_copy))
 
     t = time.perf_counter()
-    validated, schema_rel = _validate(ctx, spec, source.objects, todo.copy, emit)
+    validated, schema_rel = _validate(ctx, spec, listed.source.objects, todo.copy, emit)
     timings["validate"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    total_objects, total_bytes = len(todo.copy), todo.bytes_copy
-
-    def on_copy(n: int, b: int) -> None:
-        emit(Progress("copy", n, total_objects, b, total_bytes))
-
-    emit(Progress("copy", 0, total_objects, 0, total_bytes))
-    copied = copy_all(ctx, todo.copy, on_copy) if todo.copy else []
+    n, total = len(todo.copy), todo.bytes_copy
+    emit(Progress("copy", 0, n, 0, total))
+    copied = copy_all(ctx, todo.copy, lambda i, b: emit(Progress("copy", i, n, b, total))) if todo.copy else []
     timings["copy"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -157,20 +126,20 @@ def mirror(
     rows = [manifest.entry(s.rel, s.size, d.crc32c, s.etag, s.version_id) for s, d in todo.skip]
     rows += [manifest.entry(c.source.rel, c.source.size, c.crc32c, c.source.etag, c.source.version_id) for c in copied]
     doc = manifest.build(
-        rows, source=str(src_uri), destination=str(dst_uri), versioned=source.versioned, name=spec.snapshot
+        rows, source=str(src_uri), destination=str(dst_uri), versioned=listed.source.versioned, name=spec.snapshot
     )
-    manifest_uri = manifest.commit(gcs, dst_uri, doc)
-    _delete_quietly(gcs, dst_uri.bucket, dest.stale_parts)
+    manifest_uri = manifest.commit(listed.gcs, dst_uri, doc)
+    _delete_quietly(listed.gcs, dst_uri.bucket, listed.dest.stale_parts)
     timings["commit"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
-    emit(Progress("done", total_objects, total_objects, total_bytes, total_bytes))
+    emit(Progress("done", n, n, total, total))
     return MirrorResult(
         snapshot_id=doc["snapshot_id"],
         manifest_uri=manifest_uri,
         snapshot_name=spec.snapshot,
         source=str(src_uri),
         destination=str(dst_uri),
-        source_versioned=source.versioned,
+        source_versioned=listed.source.versioned,
         objects_total=len(rows),
         bytes_total=doc["totals"]["bytes"],
         objects_copied=len(copied),
@@ -182,6 +151,25 @@ def mirror(
         objects_s3_checksum_verified=sum(c.s3_checksum_checked for c in copied),
         timings_s={k: round(v, 4) for k, v in timings.items()},
     )
+
+
+def _list(spec: MirrorSpec, settings: Settings, clients: tuple[Any, Any] | None) -> _Listed:
+    """List source and destination at once (and check the destination's location first)."""
+    src_uri, dst_uri = parse_s3(spec.source), parse_gs(spec.destination)
+    s3 = clients[0] if clients else make_s3(settings, spec.concurrency)
+    with ThreadPoolExecutor(2, thread_name_prefix="list") as pool:
+        # The S3 listing waits on the network while this thread builds the GCS client (whose
+        # import is much of a no-change run's cost), so the two overlap.
+        f_src = pool.submit(list_source, s3, src_uri)
+        gcs = clients[1] if clients else make_gcs(settings, spec.concurrency)
+        allowed = spec.allowed_locations
+        f_loc = pool.submit(check_location, gcs, dst_uri.bucket, allowed) if allowed else None
+        f_dst = pool.submit(list_dest, gcs, dst_uri)
+        if f_loc is not None:
+            f_loc.result()  # a residency refusal wins over listing errors
+        dest = f_dst.result()
+        source = f_src.result()
+    return _Listed(source, dest, gcs, s3)
 
 
 def _validate(

@@ -7,14 +7,13 @@ from typing import Any
 
 from tpu_ops.errors import SpecError
 from tpu_ops.mirror import schema as sch
-from tpu_ops.mirror.copy import CopyContext, get_pinned
 from tpu_ops.mirror.records import SourceObject
+from tpu_ops.mirror.source import PinnedRead
+from tpu_ops.mirror.strategies import CopyContext
 
 
 def _range(ctx: CopyContext, src: SourceObject, start: int, end: int) -> bytes:
-    resp = get_pinned(ctx, src, (start, end))
-    data: bytes = resp["Body"].read()
-    return data
+    return PinnedRead(ctx.s3, ctx.source, src, (start, end), block=end - start).read_all()
 
 
 def load_schema(ctx: CopyContext, src: SourceObject) -> sch.Schema:

@@ -91,7 +91,9 @@ def bounded_duration(low: timedelta, high: timedelta) -> Any:
 
 
 def _seconds(value: timedelta) -> str:
-    return f"{int(value.total_seconds())}s"
+    # Sub-second durations (poll intervals) keep their fraction, so a JSON round trip is exact.
+    seconds = value.total_seconds()
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds:g}s"
 
 
 def Duration(low: timedelta, high: timedelta) -> Any:
