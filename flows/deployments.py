@@ -33,6 +33,7 @@ def deployments(pipeline: PipelineSpec | None = None) -> list[Any]:
     from flows.pipeline import retraining_pipeline
     from flows.provision import provision_slice, run_on_slice
     from flows.reaper import reap_tpu_slices
+    from flows.train import train
 
     retrain: dict[str, Any] = {"name": "default", "tags": ["tpu-ops", "pipeline"]}
     if pipeline is not None:
@@ -44,6 +45,7 @@ def deployments(pipeline: PipelineSpec | None = None) -> list[Any]:
         mirror_dataset.to_deployment(name="default", tags=["tpu-ops", "mirror"]),
         provision_slice.to_deployment(name="default", tags=["tpu-ops"]),
         run_on_slice.to_deployment(name="default", tags=["tpu-ops"]),
+        train.to_deployment(name="default", tags=["tpu-ops", "train"]),
         reap_tpu_slices.to_deployment(
             name="every-15-minutes", interval=REAP_INTERVAL, parameters={"ttl_hours": 72.0}, tags=["tpu-ops", "reaper"]
         ),
