@@ -283,4 +283,3 @@ class Supervisor:
 def supervise(job: TrainJobSpec, run_id: str, settings: Settings, **kw: Any) -> GoodputReport:
     """Run ``job`` under ``run_id`` to the end through preemptions; see :class:`Supervisor`."""
     return Supervisor(job, run_id, settings, **kw).run()
-
