@@ -11,10 +11,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tpu_ops.cloud.clients import aws_client, aws_params
+from tpu_ops.cloud.clients import boto3_client
 from tpu_ops.settings import Settings
 
-_session: list[Any] = []
+# One botocore session per AWS profile: a session carries its profile as config.
+_sessions: dict[str | None, Any] = {}
 _lock = threading.Lock()
 
 
@@ -22,10 +23,6 @@ def shared_client(settings: Settings, service: str, *, max_attempts: int | None 
     """An AWS client for ``service`` built from ``settings`` on the process's shared session."""
     from botocore.session import get_session
 
-    params = aws_params(settings)
-    if max_attempts is not None:
-        params["max_attempts"] = max_attempts
     with _lock:
-        if not _session:
-            _session.append(get_session())
-        return aws_client(params, service, session=_session[0], **config)
+        session = _sessions.get(settings.aws_profile) or _sessions.setdefault(settings.aws_profile, get_session())
+        return boto3_client(settings, service, session=session, max_attempts=max_attempts, **config)
