@@ -136,6 +136,10 @@ def test_intact_trail_verifies_from_s3_and_jsonl(
     assert "intact: 10 records in 1 chains, 2 digests (signatures checked)" in out
     assert main(["audit", "verify", str(_jsonl(tmp_path, written))]) == 0
     assert main(["audit", "verify", "s3://tpu-ops-audit/no-trail-here"]) == 1  # a wrong prefix is not "intact"
+    capsys.readouterr()
+    assert main(["audit", "dump", str(run_a[0].store.trail)]) == 0  # to verify offline
+    dumped = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert dumped == written
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))
