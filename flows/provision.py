@@ -19,6 +19,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.runtime import flow_run as current_run
 
+from flows.audit import audit_digest, audited
 from flows.settings import resolve_settings
 from tpu_ops.provision import Slice, provision, teardown
 from tpu_ops.provision.ledger import Ledger
@@ -79,14 +80,27 @@ def provision_task(
         logger.info("attempt %s", a.describe())
 
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
-    return provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
+    params = {"accelerator_type": spec.slice.accelerator_type, "zones": list(spec.slice.zones),
+              "ladder": [r.model_dump() for r in spec.ladder], "budget_usd": spec.budget_usd}  # fmt: skip
+    with audited("slice.provisioned", run_id, params=params, settings=settings) as rec:
+        s = provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
+        rec["params"].update(tier=s.tier, zone=s.zone, queued_resource=s.queued_resource, node=s.node,
+                             hosts=s.hosts, attempts=[a.describe() for a in s.attempts])  # fmt: skip
+        rec["subjects"].append({"uri": f"tpu://{settings.gcp_project}/{s.zone}/{s.node}", "kind": "slice"})
+    return s
 
 
 @task(name="teardown-slice")
 def teardown_task(
     run_id: str, zones: list[str] | None = None, gcp_credentials_block: str | None = None
 ) -> TeardownReport:
-    return teardown(run_id, resolve_settings(gcp_credentials_block=gcp_credentials_block), zones=zones)
+    settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
+    with audited("slice.deleted", run_id, params={"zones": zones or []}, settings=settings) as rec:
+        report = teardown(run_id, settings, zones=zones)
+        rec["params"].update(confirmed_gone=report.confirmed_gone, seconds=round(report.seconds, 3))
+        rec["subjects"] += [{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
+                            for r in report.deleted]  # fmt: skip
+    return report
 
 
 def _attempts_artifact(s: Slice) -> None:
@@ -146,6 +160,7 @@ def provision_slice(spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: s
     _attempts_artifact(s)
     # The slice outlives this flow run on purpose: tell the reaper it is the user's until teardown.
     Ledger(resolve_settings(gcp_credentials_block=gcp_credentials_block), run_id).hand_off(s.queued_resource)
+    audit_digest(run_id)
     return s.to_json()
 
 
@@ -181,6 +196,7 @@ def run_on_slice(
     finally:
         report = teardown_task(run_id, zones, gcp_credentials_block)
         print(f"teardown of run {run_id}: {len(report.deleted)} resources deleted, confirmed gone")
+        audit_digest(run_id)
     return result
 
 
