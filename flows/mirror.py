@@ -77,6 +77,11 @@ def mirror_dataset(
     """Mirror ``spec.source`` into ``spec.destination``; returns the snapshot (manifest URI, counts).
 
     Credentials come from the named Prefect blocks (else the environment), never parameters.
+
+    Args:
+        spec: What to mirror, where to, and how (concurrency, part sizes, schema, residency).
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
     """
     result = mirror_objects(spec, aws_credentials_block, gcp_credentials_block)
     publish_summary(result)

@@ -69,7 +69,16 @@ def retraining_pipeline(
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
 ) -> dict[str, Any]:
-    """Mirror the dataset, provision a slice, run every worker against the pinned snapshot, tear down."""
+    """Mirror the dataset, provision a slice, run every worker against the pinned snapshot, tear down.
+
+    Args:
+        spec: The whole pipeline: mirror, provision (slice and capacity ladder), train, export.
+        run_id: Fix the run id (lowercase letters, digits, '-', ≤ 40) to resume that run; empty: the
+            spec's run_id, else a new one from the pipeline name and the time.
+        worker_timeout_s: Seconds to wait for every worker of the slice to report.
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
     logger = get_run_logger()
     run_id = run_id or spec.run_id or new_run_id(spec.name)
     _tag_current_run(run_id)

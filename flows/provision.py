@@ -139,7 +139,13 @@ def _quota(spec: ProvisionSpec) -> Iterator[None]:
 
 @flow(name="provision-slice", log_prints=True, **HOOKS)
 def provision_slice(spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
-    """Provision a slice for ``run_id`` through the capacity ladder; tear it down if the flow fails."""
+    """Provision a slice for ``run_id`` through the capacity ladder; tear it down if the flow fails.
+
+    Args:
+        spec: The slice (accelerator, region, zones), the capacity ladder, budget and timeouts.
+        run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
     check_run_id(run_id)
     _tag_current_run(run_id)
     s = provision_task(spec, run_id, gcp_credentials_block)
@@ -160,6 +166,13 @@ def run_on_slice(
     """Provision, run ``command`` (or hold the slice ``hold_seconds``), then always tear down.
 
     The slice's zone, node and endpoints are passed to the command as ``TPU_OPS_SLICE_*`` variables.
+
+    Args:
+        spec: The slice (accelerator, region, zones), the capacity ladder, budget and timeouts.
+        run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
+        command: argv run on this machine once the slice is up (it gets TPU_OPS_SLICE_* variables).
+        hold_seconds: Keep the slice this many seconds before tearing it down (0: not at all).
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
     """
     check_run_id(run_id)
     _tag_current_run(run_id)
