@@ -111,8 +111,17 @@ def test_prefect_cli_deploys_lists_and_runs(served: dict[str, Any]) -> None:
     assert pooled == {"pipeline-pool", "reaper-pool", "mirror-pool", "provision-pool", "run-on-slice-pool"}, listed
     assert {"scheduled-dry-run", "every-60s"} <= set(listed), "the served deployments are listed too"
     assert all(listed[n]["work_pool_name"] == "tpu-ops" for n in pooled)
+    # The documented base job templates for other pool types are accepted by the server as they are.
+    for kind in ("kubernetes", "ecs", "cloud-run-v2"):
+        template = json.loads((ROOT / "infra" / "work-pools" / f"{kind}.json").read_text())
+        api(env, "/work_pools/", {"name": f"tpu-ops-{kind}", "type": kind, "base_job_template": template})
+        stored = api(env, f"/work_pools/tpu-ops-{kind}")["base_job_template"]
+        assert stored["variables"]["properties"]["image"]["default"].endswith("/tpu-ops:0.1.0")
     pools = json.loads(prefect(env, "work-pool", "ls", "-o", "json").stdout)
-    assert [(p["name"], p["type"]) for p in pools] == [("tpu-ops", "process")]
+    assert sorted((p["name"], p["type"]) for p in pools) == [
+        ("tpu-ops", "process"), ("tpu-ops-cloud-run-v2", "cloud-run-v2"), ("tpu-ops-ecs", "ecs"),
+        ("tpu-ops-kubernetes", "kubernetes"),
+    ]  # fmt: skip
 
     created = prefect(env, "deployment", "run", "reap-tpu-slices/reaper-pool", "--param", "ttl_hours=1").stdout
     run_id = re.search(r"UUID: ([0-9a-f-]{36})", created).group(1)  # type: ignore[union-attr]
