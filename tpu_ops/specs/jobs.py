@@ -53,6 +53,11 @@ class MirrorSpec(StrictModel):
         default_factory=list,
         description="GCS bucket locations the data may be written to (data residency); empty = any.",
     )
+    engine: Literal["local", "sts", "auto"] = Field(
+        "local",
+        description="Who copies: this process (local), Storage Transfer Service (sts), or STS from the "
+        "settings' size/object-count threshold on (auto). Validation, verification and the manifest are the same.",
+    )
 
 
 _ARG_MAX = 4096
