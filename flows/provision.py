@@ -19,6 +19,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.runtime import flow_run as current_run
 
+from flows.audit import emit
 from flows.settings import resolve_settings
 from tpu_ops.provision import Slice, provision, teardown
 from tpu_ops.provision.ledger import Ledger
@@ -79,14 +80,26 @@ def provision_task(
         logger.info("attempt %s", a.describe())
 
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
-    return provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
+    s = provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
+    emit("slice.provisioned", run_id, slice_event(s))
+    return s
+
+
+def slice_event(s: Slice) -> dict[str, Any]:
+    """The payload of ``tpu-ops.slice.provisioned``: which slice, where, on which tier."""
+    keys = ("queued_resource", "node", "zone", "tier", "accelerator_type", "chips", "hosts")
+    return {k: getattr(s, k) for k in keys}
 
 
 @task(name="teardown-slice")
 def teardown_task(
     run_id: str, zones: list[str] | None = None, gcp_credentials_block: str | None = None
 ) -> TeardownReport:
-    return teardown(run_id, resolve_settings(gcp_credentials_block=gcp_credentials_block), zones=zones)
+    """Delete the run's queued resources and nodes; ``tpu-ops.slice.deleted`` once they are confirmed gone."""
+    report = teardown(run_id, resolve_settings(gcp_credentials_block=gcp_credentials_block), zones=zones)
+    if report.confirmed_gone:
+        emit("slice.deleted", run_id, {"deleted": report.to_json()["deleted"], "seconds": round(report.seconds, 2)})
+    return report
 
 
 def _attempts_artifact(s: Slice) -> None:

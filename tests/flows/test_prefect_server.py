@@ -152,3 +152,52 @@ def test_scheduled_runs_of_the_reaper_and_the_pipeline_are_created_and_complete(
     assert run["created_by"]["type"] == "SCHEDULE", run["created_by"]
     started = datetime.fromisoformat(run["expected_start_time"])
     assert started == served["fires_at"], (started, served["fires_at"])
+
+    # The run's events, on its resource (the contracts' names), reached Prefect's event feed.
+    run_id = next(t.removeprefix("tpu-ops-run:") for t in run["tags"] if t.startswith("tpu-ops-run:"))
+
+    def events() -> set[str]:
+        query = {"filter": {"resource": {"id": [f"tpu-ops.run.{run_id}"]}}, "limit": 50}
+        return {e["event"] for e in api(env, "/events/filter", query)["events"]}
+
+    wanted = {"tpu-ops.snapshot.committed", "tpu-ops.slice.provisioned", "tpu-ops.slice.deleted"}
+    wait_until(lambda: wanted <= events(), 60, 1.0, f"events {wanted}")
+    # Its one slot (at most one run per pipeline name) exists and was given back.
+    limit = api(env, "/v2/concurrency_limits/tpu-ops-pipeline-scheduled-dry-run")
+    assert (limit["limit"], limit["active_slots"]) == (1, 0)
+
+
+def test_a_second_run_of_the_same_pipeline_is_refused_while_one_holds_its_slot(prefect_server: dict[str, str]) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.pipeline import one_run_at_a_time
+    from tpu_ops.errors import ConfigError
+
+    with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}), one_run_at_a_time("busy"):
+        t0 = time.monotonic()
+        with (
+            pytest.raises(ConfigError, match="pipeline 'busy' already has a run in progress"),
+            one_run_at_a_time("busy", wait_s=1),
+        ):
+            pass
+        assert time.monotonic() - t0 < 60
+        with one_run_at_a_time("another"):  # other pipelines are not held up
+            pass
+
+
+def test_the_example_automation_is_accepted_with_a_notification_block(prefect_server: dict[str, str]) -> None:
+    """examples/automations/notify-failed-retrain.yaml, pointed at a real block, as the README says."""
+    from prefect.blocks.notifications import SlackWebhook
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        block_id = SlackWebhook(url="https://hooks.slack.com/services/T000/B000/XXXX").save(
+            "tpu-ops-alerts", overwrite=True
+        )
+    text = (ROOT / "examples" / "automations" / "notify-failed-retrain.yaml").read_text()
+    doc = yaml.safe_load(text.replace("REPLACE_WITH_BLOCK_ID", str(block_id)))
+    (automation,) = doc["automations"]
+    created = api(prefect_server, "/automations/", automation)
+    stored = api(prefect_server, f"/automations/{created['id']}")
+    assert set(stored["trigger"]["expect"]) == {"prefect.flow-run.Failed", "prefect.flow-run.Crashed"}
+    assert stored["actions"][0]["block_document_id"] == str(block_id)
