@@ -29,7 +29,6 @@ from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Attempt
 from tpu_ops.specs import PipelineSpec, TrainJobSpec
-from tpu_ops.specs.common import RunId
 from tpu_ops.train.layout import RunLayout
 
 
@@ -109,21 +108,20 @@ def _attempts(ledger: Ledger) -> list[str]:
 )
 def retraining_pipeline(
     spec: PipelineSpec,
-    run_id: RunId | None = None,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
 ) -> dict[str, Any]:
     """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down.
 
     Args:
-        spec: The whole pipeline: mirror, provision (slice and capacity ladder), train, export.
-        run_id: Fix the run id (lowercase letters, digits, '-', ≤ 40) to resume that run; empty: the
-            spec's run_id, else a new one from the pipeline name and the time.
+        spec: The whole pipeline: mirror, provision (slice and capacity ladder), train, export. Its
+            run_id (the only one: there is no second, top-level one) fixes the run to resume;
+            empty: a new run id from the pipeline name and the time.
         aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
     """
     with one_run_at_a_time(spec.name):
-        return _run(spec, run_id or spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
+        return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
 
 
 def _run(

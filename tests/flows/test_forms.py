@@ -63,7 +63,11 @@ def test_ladder_rungs_are_typed_choices_in_the_form() -> None:
 @pytest.mark.parametrize(
     ("change", "field", "words"),
     [
-        ({"train": {"checkpoint_every": 5000}}, "train.checkpoint_every", "than steps (1000); allowed: 1 to 1000"),
+        (
+            {"train": {"steps": 1000, "checkpoint_every": 5000}},
+            "train.checkpoint_every",
+            "than steps (1000); allowed: 1 to 1000",
+        ),
         ({"provision": {"queue_timeout": "ten minutes"}}, "provision.queue_timeout", "write 90s, 30m, 2h, 1d"),
         ({"schedule": "every monday"}, "schedule", "5-field cron expression like '0 3 * * 1'"),
     ],
@@ -81,3 +85,9 @@ def test_cross_field_and_format_errors_name_the_field_and_what_is_allowed(
         parse_spec(PipelineSpec, doc)
     assert [e["field"] for e in err.value.errors] == [field]
     assert words in err.value.errors[0]["message"]
+
+
+def test_run_id_appears_once_in_the_pipeline_form() -> None:
+    schema = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()
+    assert "run_id" not in schema["properties"]  # not a second, top-level one
+    assert "run_id" in schema["definitions"]["PipelineSpec"]["properties"]
