@@ -43,9 +43,11 @@ pytest: setup
 dry-run: $(STAMP)
 	$(VENV)/bin/tpu-ops dry-run
 
-## the Prefect UI on http://127.0.0.1:4200
+## the Prefect UI on http://127.0.0.1:4200, with its own database under .tpu-ops/prefect (not ~/.prefect)
+UI_HOME ?= $(CURDIR)/.tpu-ops/prefect
 ui: $(STAMP)
-	$(VENV)/bin/prefect server start --host 127.0.0.1
+	mkdir -p $(UI_HOME)
+	PREFECT_HOME=$(UI_HOME) $(VENV)/bin/prefect server start --host 127.0.0.1
 
 ## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead,
 ## audit verify of 10,000 records

@@ -8,6 +8,9 @@ Export and the audit digest follow on ``main`` once they land.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -27,7 +30,6 @@ from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Attempt
 from tpu_ops.specs import PipelineSpec, TrainJobSpec
-from tpu_ops.specs.common import RunId
 from tpu_ops.train.layout import RunLayout
 
 
@@ -35,6 +37,39 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
     """``<name>-<yymmdd>-<hhmmss>``, within the 40 characters a run id may have."""
     stamp = (now or datetime.now(UTC)).strftime("%y%m%d-%H%M%S")
     return f"{name[:26].rstrip('-')}-{stamp}"
+
+
+PIPELINE_LIMIT_PREFIX = "tpu-ops-pipeline-"
+SECOND_RUN_WAIT_S = 30.0
+
+
+@contextmanager
+def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Iterator[None]:
+    """Hold pipeline ``pipeline``'s one slot (a Prefect global concurrency limit of 1, created on
+    first use) for the whole run. A second run of the same pipeline waits ``wait_s`` seconds, then
+    fails saying why: two runs would mirror into one snapshot and train twice."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectAlreadyExists
+
+    from tpu_ops.errors import ConfigError
+
+    name = PIPELINE_LIMIT_PREFIX + pipeline
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+    held = False
+    try:
+        with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True):
+            held = True
+            yield
+    except TimeoutError:
+        if held:
+            raise  # the run's own timeout, not the slot's
+        raise ConfigError(
+            f"pipeline {pipeline!r} already has a run in progress (Prefect concurrency limit {name!r}); "
+            "at most one run per pipeline name: wait for it, or cancel it in the UI"
+        ) from None
 
 
 def _pipeline_teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
@@ -78,13 +113,27 @@ def _attempts(ledger: Ledger) -> list[str]:
 )
 def retraining_pipeline(
     spec: PipelineSpec,
-    run_id: RunId | None = None,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
 ) -> dict[str, Any]:
-    """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down."""
+    """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down.
+
+    Args:
+        spec: The whole pipeline: mirror, provision (slice and capacity ladder), train, export. Its
+            run_id (the only one: there is no second, top-level one) fixes the run to resume;
+            empty: a new run id from the pipeline name and the time.
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
+    with one_run_at_a_time(spec.name):
+        return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
+
+
+def _run(
+    spec: PipelineSpec, run_id: str, aws_credentials_block: str | None, gcp_credentials_block: str | None
+) -> dict[str, Any]:
+    """The pipeline's steps, inside its one-run-at-a-time slot."""
     logger = get_run_logger()
-    run_id = run_id or spec.run_id or new_run_id(spec.name)
     _tag_current_run(run_id)
     snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block, run_id=run_id)
     job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(

@@ -72,7 +72,13 @@ def _audit_reaped(r: Any) -> None:
 def reap_tpu_slices(
     dry_run: bool = False, ttl_hours: float | None = 72.0, zones: list[str] | None = None
 ) -> dict[str, Any]:
-    """Delete tpu-ops slices whose run is finished, unknown, dead, or older than ``ttl_hours``."""
+    """Delete tpu-ops slices whose run is finished, unknown, dead, or older than ``ttl_hours``.
+
+    Args:
+        dry_run: Only report what would be deleted.
+        ttl_hours: Delete any tpu-ops slice older than this many hours, live or not; empty: no limit.
+        zones: Zones to sweep, e.g. us-central2-b; empty: every zone the TPU API lists.
+    """
     logger = get_run_logger()
     report = reap_once(dry_run=dry_run, ttl=timedelta(hours=ttl_hours) if ttl_hours else None, zones=zones)
     for r in report.reaped:

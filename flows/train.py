@@ -82,7 +82,13 @@ def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | 
 
 @flow(name="train", log_prints=True, **HOOKS)
 def train(spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
-    """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down."""
+    """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down.
+
+    Args:
+        spec: The slice and capacity ladder (provision) and the training job (train).
+        run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
     check_run_id(run_id)
     _tag_current_run(run_id)
     try:

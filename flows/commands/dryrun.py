@@ -88,7 +88,7 @@ def _audit(settings: Any, run_id: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tpu_ops.specs import PipelineSpec, load_spec
+    from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
 
     spec = load_spec(args.spec, PipelineSpec)  # bad input fails here, before anything starts
     # A temporary Prefect server must not try to phone home from a machine with no network.
@@ -118,11 +118,13 @@ def run(args: argparse.Namespace) -> int:
         from flows.pipeline import new_run_id, retraining_pipeline
 
         run_id = args.run_id or spec.run_id or new_run_id(spec.name)
+        # The run id travels in the spec (the flow has no second one), checked like any spec field.
+        fixed = parse_spec(PipelineSpec, {**spec.model_dump(mode="json"), "run_id": run_id}, what="--run-id")
         _step(f"running the retraining-pipeline flow as run {run_id} (one spot preemption will be injected)")
         injector = PreemptOnce(stack, settings, spec, run_id)
         injector.start()
         try:
-            summary: dict[str, Any] = retraining_pipeline(spec, run_id=run_id)
+            summary: dict[str, Any] = retraining_pipeline(fixed)
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted

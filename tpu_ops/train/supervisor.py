@@ -45,6 +45,7 @@ from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
 Notify = Callable[[str, dict[str, Any]], None]
 PREEMPTED_EVENT = "tpu-ops.slice.preempted"
 RECOVERED_EVENT = "tpu-ops.slice.recovered"
+PROVISIONED_EVENT = "tpu-ops.slice.provisioned"
 
 
 def check_command(job: TrainJobSpec, run_id: str) -> None:
@@ -153,6 +154,8 @@ class Supervisor:
         inc = Incarnation(number, "" if adopted else inc_id, s.queued_resource, s.zone, s.tier, time.time(), resume)
         self._slice = s
         self.report.incarnations.append(inc)
+        self.notify(PROVISIONED_EVENT, {"incarnation": number, "queued_resource": s.queued_resource, "node": s.node,
+                                        "zone": s.zone, "tier": s.tier, "resume_step": resume})  # fmt: skip
         return inc
 
     # -- watching ----------------------------------------------------------------------------
