@@ -49,6 +49,22 @@ class Settings(BaseSettings):
     aws_endpoint_url: str | None = Field(None, validation_alias=_env("aws_endpoint_url", "AWS_ENDPOINT_URL"))
     gcs_endpoint: str | None = Field(None, validation_alias=_env("gcs_endpoint", "STORAGE_EMULATOR_HOST"))
     tpu_endpoint: str | None = Field(None, validation_alias=_env("tpu_endpoint"))
+    sts_endpoint: str | None = Field(
+        None, validation_alias=_env("sts_endpoint"), description="Storage Transfer Service (a local fake in a dry run)."
+    )
+    sts_aws_role_arn: str | None = Field(
+        None,
+        pattern=r"^arn:aws:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]+$",
+        max_length=600,
+        description="IAM role Storage Transfer Service assumes (federated identity) to read S3; "
+        "without it, the AWS keys are handed to STS.",
+    )
+    mirror_sts_min_bytes: int = Field(
+        256 * 1024**3, ge=0, description="engine=auto: copy with Storage Transfer Service from this many planned bytes."
+    )
+    mirror_sts_min_objects: int = Field(
+        500_000, ge=0, description="engine=auto: ... or from this many planned objects."
+    )
     aws_access_key_id: SecretStr | None = Field(None, validation_alias=_env("aws_access_key_id", "AWS_ACCESS_KEY_ID"))
     aws_secret_access_key: SecretStr | None = Field(
         None, validation_alias=_env("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY")
@@ -132,6 +148,7 @@ class Settings(BaseSettings):
             "aws_endpoint_url": self.aws_endpoint_url,
             "gcs_endpoint": self.gcs_endpoint,
             "tpu_endpoint": self.tpu_endpoint,
+            "sts_endpoint": self.sts_endpoint,
             "metadata_host": self.metadata_host,
         }
 

@@ -46,6 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="LOC",
         help="a GCS location the destination bucket may be in (repeatable; default: any)",
     )
+    p.add_argument(
+        "--engine",
+        choices=("local", "sts", "auto"),
+        default="local",
+        help="who copies: this process, Storage Transfer Service, or STS above the settings' threshold (local)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=run, fast_exit=True, http_only=True, keep_freed_memory=True)
@@ -106,6 +112,9 @@ def summary(r: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     import logging
 
+    if args.engine != "local" and "grpc" in sys.modules and sys.modules["grpc"] is None:
+        del sys.modules["grpc"]  # the STS client's package imports its gRPC transport as well
+
     from tpu_ops.mirror.engine import mirror
     from tpu_ops.settings import Settings
     from tpu_ops.specs.jobs import MirrorSpec
@@ -122,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         "schema_file": args.schema_file,
         "require_schema": args.require_schema,
         "allowed_locations": args.allowed_location,
+        "engine": args.engine,
     }
     spec = parse_spec(MirrorSpec, data, "mirror arguments")
     bar = _Bar() if not args.no_progress and sys.stderr.isatty() else None

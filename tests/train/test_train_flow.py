@@ -94,3 +94,12 @@ def test_train_flow_refuses_a_bad_spec_then_trains_a_good_one(
             sort=ArtifactSort.CREATED_DESC, limit=5, offset=0,
         )  # fmt: skip
     assert found and found[0].type == "table" and "goodput" in (found[0].description or "")
+
+
+def test_maxtext_run_name_must_be_the_run_id(stack: Any, cli_env: None, capsys: Any) -> None:
+    from pathlib import Path as P
+
+    spec = P(__file__).resolve().parents[2] / "examples" / "maxtext.yaml"
+    stack.add_fault(".", 500, 1)
+    assert main(["train", "--spec", str(spec), "--run-id", "other-run", "--no-flow"]) == 2
+    assert "run_name=llm-ft-001" in capsys.readouterr().err and stack.state()["faults_pending"] == 1

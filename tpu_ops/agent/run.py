@@ -122,6 +122,7 @@ class Agent:
         self.workdir = Path(settings.worker_dir or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.term_at: float | None = None
+        self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -133,7 +134,7 @@ class Agent:
     def _heartbeat(self, step: int | None, resume: int | None, log: Path, state: str) -> None:
         doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
                "log_bytes": log.stat().st_size if log.exists() else 0, "incarnation": self.incarnation,
-               "state": state}  # fmt: skip
+               "state": state, "first_step_at": self.first_step_at}  # fmt: skip
         try:
             put_json(self.gcs, self.layout.heartbeat(self.who.worker_number), doc)
         except TpuOpsError as exc:  # a missed heartbeat must not kill training
@@ -147,6 +148,8 @@ class Agent:
         resume = latest_complete_step(self.gcs, self.layout.steps_uri)
         progress, log = self.workdir / "progress", self.workdir / "trainer.log"
         progress.unlink(missing_ok=True)
+        if self.job.dataset_manifest and not self._preflight(resume, log):
+            return 1
         env = contract_env(self.job, self.who, resume, progress)
         start = f"resuming from step {resume}" if resume is not None else "fresh start"
         print(f"tpu-ops agent: worker {self.who.worker_number}/{self.who.worker_count} of {self.job.run_id}: {start}")
@@ -158,8 +161,10 @@ class Agent:
         rc = self._watch(resume, progress, log)
         step = _read_step(progress)
         self._heartbeat(step, resume, log, "exited")
+        # Told to stop (SIGTERM to the agent or the trainer) = the host going away, not the trainer failing.
+        terminated = self.term_at is not None or rc == -signal.SIGTERM
         report = {"worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": rc,
-                  "terminated": self.term_at is not None, "resume_step": resume, "last_step": step,
+                  "terminated": terminated, "resume_step": resume, "last_step": step,
                   "log_tail": _tail(log), "time": time.time(), "node": self.who.node_id}  # fmt: skip
         put_json(self.gcs, self.layout.worker_report(self.who.worker_number), report)
         print(f"tpu-ops agent: trainer exited {rc} at step {step}", flush=True)
@@ -167,13 +172,39 @@ class Agent:
             self._commit_done()
         return rc
 
+    def _preflight(self, resume: int | None, log: Path) -> bool:
+        """Verify the pinned snapshot before training (report under ``RUN/_tpu_ops/preflight/``)."""
+        from tpu_ops.agent.preflight import preflight
+
+        assert self.job.dataset_manifest is not None
+        try:
+            report = preflight(self.settings, self.job.run_id, self.job.dataset_manifest,
+                               str(self.layout.state("preflight")))  # fmt: skip
+        except TpuOpsError as exc:  # the snapshot differs or cannot be read: the job's input is wrong
+            log.write_text(f"pre-flight failed: {type(exc).__name__}: {exc}\n")
+            put_json(self.gcs, self.layout.worker_report(self.who.worker_number), {
+                "worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": 1,
+                "terminated": False, "resume_step": resume, "last_step": None, "log_tail": _tail(log),
+                "time": time.time(), "node": self.who.node_id})  # fmt: skip
+            return False
+        print(f"tpu-ops agent: verified snapshot {report.snapshot_id}: {report.objects_checked} objects", flush=True)
+        return True
+
     def _watch(self, resume: int | None, progress: Path, log: Path) -> int:
+        """Check the trainer every 0.1 s; heartbeat every ``heartbeat_s``, and at once on the first new step
+        (the end of a restore, which the supervisor times)."""
         assert self.proc is not None
-        interval = max(0.05, self.job.heartbeat_s)
+        last_beat = 0.0
         while True:
-            self._heartbeat(_read_step(progress), resume, log, "running")
+            step = _read_step(progress)
+            first = self.first_step_at is None and step is not None and step > (resume or 0)
+            if first:
+                self.first_step_at = time.time()
+            if first or time.monotonic() - last_beat >= self.job.heartbeat_s:
+                self._heartbeat(step, resume, log, "running")
+                last_beat = time.monotonic()
             try:
-                return self.proc.wait(timeout=interval)
+                return self.proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
                 pass
             if self.term_at is not None and time.monotonic() - self.term_at > self.job.term_grace_s:

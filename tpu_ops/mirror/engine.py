@@ -16,7 +16,7 @@ from typing import Any
 
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import PolicyError
-from tpu_ops.mirror import manifest
+from tpu_ops.mirror import manifest, sts
 from tpu_ops.mirror.listing import DestListing, SourceListing, list_dest, list_source
 from tpu_ops.mirror.plan import plan
 from tpu_ops.mirror.records import MirrorResult, Progress, SourceObject
@@ -118,7 +118,9 @@ def mirror(
     t = time.perf_counter()
     n, total = len(todo.copy), todo.bytes_copy
     emit(Progress("copy", 0, n, 0, total))
-    copied = copy_all(ctx, todo.copy, lambda i, b: emit(Progress("copy", i, n, b, total))) if todo.copy else []
+    engine = sts.choose(spec.engine, settings, n, total)
+    copier = sts.copy_all if engine == "sts" else copy_all
+    copied = copier(ctx, todo.copy, lambda i, b: emit(Progress("copy", i, n, b, total))) if todo.copy else []
     timings["copy"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -149,6 +151,7 @@ def mirror(
         shards_validated=validated,
         schema_file=schema_rel,
         objects_s3_checksum_verified=sum(c.s3_checksum_checked for c in copied),
+        engine=engine,
         timings_s={k: round(v, 4) for k, v in timings.items()},
     )
 

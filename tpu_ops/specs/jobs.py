@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from tpu_ops.specs.common import Duration, GcsUri, Name, ObjectKey, RunId, S3Uri, StrictModel
 from tpu_ops.specs.slice import ProvisionSpec
+from tpu_ops.text import unsafe_char
 
 _LOCATION = re.compile(r"^[A-Z0-9-]{2,40}$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
@@ -52,6 +53,11 @@ class MirrorSpec(StrictModel):
         default_factory=list,
         description="GCS bucket locations the data may be written to (data residency); empty = any.",
     )
+    engine: Literal["local", "sts", "auto"] = Field(
+        "local",
+        description="Who copies: this process (local), Storage Transfer Service (sts), or STS from the "
+        "settings' size/object-count threshold on (auto). Validation, verification and the manifest are the same.",
+    )
 
 
 _ARG_MAX = 4096
@@ -64,8 +70,11 @@ def _check_command(argv: list[str] | None) -> list[str] | None:
     if not argv or not argv[0]:
         raise ValueError("command must be a non-empty argv list, e.g. ['python3', '-m', 'maxtext.train', ...]")
     for arg in argv:
-        if len(arg) > _ARG_MAX or any(ord(c) < 32 and c != "\t" for c in arg):
-            raise ValueError(f"command argument {arg[:40]!r} is longer than {_ARG_MAX} or has control characters")
+        if len(arg) > _ARG_MAX:
+            raise ValueError(f"command argument {arg[:40]!r}... is longer than {_ARG_MAX} characters")
+        bad = unsafe_char(arg, allow="\t")
+        if bad:
+            raise ValueError(f"command argument {arg[:40]!r} has control characters: {bad}")
     return argv
 
 
@@ -85,8 +94,11 @@ def _check_hyperparameters(values: dict[str, float | int | str | bool]) -> dict[
     for key, value in values.items():
         if not _HP_KEY.match(key):
             raise ValueError(f"hyperparameter name {key!r} is not allowed: lowercase identifier, ≤ 63")
-        if isinstance(value, str) and (len(value) > 256 or any(ord(c) < 32 for c in value)):
-            raise ValueError(f"hyperparameter {key!r} value is too long or has control characters")
+        if isinstance(value, str) and len(value) > 256:
+            raise ValueError(f"hyperparameter {key!r} value is longer than 256 characters")
+        bad = unsafe_char(value) if isinstance(value, str) else None
+        if bad:
+            raise ValueError(f"hyperparameter {key!r} value contains {bad}")
     return values
 
 

@@ -80,23 +80,32 @@ def _put(gcs: Any, uri: ObjectUri, data: bytes | str) -> None:
         gcs.bucket(uri.bucket).blob(uri.prefix).upload_from_string(data)
 
 
+def _wait_for(gcs: Any, step_dir: ObjectUri, names: set[str], step: int) -> None:
+    deadline = time.monotonic() + PART_WAIT_S
+    while True:
+        with google_errors("gcs"):
+            blobs = gcs.list_blobs(step_dir.bucket, prefix=step_dir.prefix + "/")
+            have = {b.name[len(step_dir.prefix) + 1 :] for b in blobs}
+        if names <= have:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"reference trainer: step {step}: {sorted(names - have)} never appeared")
+        time.sleep(0.05)
+
+
 def save(gcs: Any, env: JobEnv, step: int, params: np.ndarray, hp: dict[str, Any]) -> None:
-    """Write this worker's part; worker 0 commits the step once every part exists."""
+    """Write this worker's part; worker 0 commits the step once every part exists.
+
+    Every worker then waits for the commit (a barrier, as a synchronous multi-host save is), so no
+    worker runs more than ``checkpoint_every`` steps past the newest committed step.
+    """
     step_dir = parse_gs(env.checkpoint_dir).child(str(step))
     part = np.array_split(params, env.workers)[env.worker]
     _put(gcs, step_dir.child(f"params/part-{env.worker:05d}.npy"), _npy(part))
     if env.worker != 0:
+        _wait_for(gcs, step_dir, {COMMIT_MARKER}, step)
         return
-    deadline = time.monotonic() + PART_WAIT_S
-    want = {f"part-{w:05d}.npy" for w in range(env.workers)}
-    while True:
-        with google_errors("gcs"):
-            have = {b.name.rsplit("/", 1)[-1] for b in gcs.list_blobs(step_dir.bucket, prefix=step_dir.prefix + "/")}
-        if want <= have:
-            break
-        if time.monotonic() > deadline:
-            raise SystemExit(f"reference trainer: step {step}: parts {sorted(want - have)} never arrived")
-        time.sleep(0.05)
+    _wait_for(gcs, step_dir, {f"params/part-{w:05d}.npy" for w in range(env.workers)}, step)
     _put(gcs, step_dir.child(f"params/{COMMIT_MARKER}"), "")  # item-level marker, as Orbax writes
     _put(gcs, step_dir.child("meta.json"), json.dumps({"step": step, "workers": env.workers}))
     if int(hp.get("slow_commit_step", -1)) == step:

@@ -28,12 +28,12 @@ from typing import Any
 from tpu_ops.agent.run import Job
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi, wait_until
-from tpu_ops.errors import TpuOpsError, TrainingError, TransientError
+from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.provision.records import Outcome, Slice
+from tpu_ops.provision.records import Outcome
 from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
@@ -45,6 +45,17 @@ from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
 Notify = Callable[[str, dict[str, Any]], None]
 PREEMPTED_EVENT = "tpu-ops.slice.preempted"
 RECOVERED_EVENT = "tpu-ops.slice.recovered"
+
+
+def check_command(job: TrainJobSpec, run_id: str) -> None:
+    """A MaxText-style ``run_name=`` in the command must be the run id, or its auto-resume and ours disagree."""
+    for arg in job.train.command or []:
+        if arg.startswith("run_name=") and arg.removeprefix("run_name=") != run_id:
+            raise SpecError(
+                f"train.command sets {arg!r} but the run id is {run_id!r}: they must match so the trainer's own "
+                f"resume reads the same checkpoints (<checkpoint_dir>/<run_id>/{job.train.checkpoint_subdir})",
+                [{"field": "train.command", "value": arg}],
+            )
 
 
 def job_document(job: TrainJobSpec, run_id: str) -> Job:
@@ -73,6 +84,7 @@ class Supervisor:
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
+        check_command(job, run_id)
         self.api = api or TpuApi(settings)
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id)
@@ -206,9 +218,11 @@ class Supervisor:
         if top is None or (inc.last_step is not None and top <= inc.last_step):
             return
         if top > (inc.resume_step or 0) and inc.first_step is None:
-            inc.first_step, inc.first_step_at = top, now
+            # When the agents saw the first new step (they heartbeat at once then), else when we did.
+            seen = [float(b["first_step_at"]) for b in beats if b.get("first_step_at")]
+            inc.first_step, inc.first_step_at = top, min(seen, default=now)
             if preemption is not None:
-                preemption.restore_s = now - inc.ready_at
+                preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
                 self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
         inc.last_step, inc.last_progress_at = top, now
 
@@ -269,8 +283,3 @@ class Supervisor:
 def supervise(job: TrainJobSpec, run_id: str, settings: Settings, **kw: Any) -> GoodputReport:
     """Run ``job`` under ``run_id`` to the end through preemptions; see :class:`Supervisor`."""
     return Supervisor(job, run_id, settings, **kw).run()
-
-
-def last_slice(sup: Supervisor) -> Slice | None:
-    """The slice of the latest incarnation (for summaries)."""
-    return getattr(sup, "_slice", None)

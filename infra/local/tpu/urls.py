@@ -39,14 +39,25 @@ URL_PATHS: list[tuple[str, str, str]] = [
 ROUTES: list[tuple[str, re.Pattern[str], str]] = [(m, re.compile(p), h) for m, p, h in URL_PATHS]
 
 
-def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+Routes = list[tuple[str, re.Pattern[str], str]]
+
+
+def match_in(routes: Routes, method: str, path: str) -> tuple[str, dict[str, str]] | None:
     """The handler name and path arguments for a request, or ``None`` if no route matches."""
-    for m, pattern, handler in ROUTES:
+    for m, pattern, handler in routes:
         found = pattern.match(path)
         if found and m == method:
             return handler, found.groupdict()
     return None
 
 
+def known_in(routes: Routes, path: str) -> bool:
+    return any(p.match(path) for _, p, _ in routes)
+
+
+def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+    return match_in(ROUTES, method, path)
+
+
 def path_known(path: str) -> bool:
-    return any(p.match(path) for _, p, _ in ROUTES)
+    return known_in(ROUTES, path)
