@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "dryrun.yaml"
 
@@ -72,6 +74,13 @@ def _step(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The dry run; with ``--json`` its progress lines go to stderr and stdout holds only the JSON."""
+    out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     from tpu_ops.specs import PipelineSpec, load_spec
 
     spec = load_spec(args.spec, PipelineSpec)  # bad input fails here, before anything starts
@@ -115,18 +124,10 @@ def run(args: argparse.Namespace) -> int:
         summary["left_behind"] = {"tpu_resources": leftover, "worker_processes": len(left.get("worker_pids", []))}
     summary["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(summary, indent=2, default=str), file=out)
     else:
+        from flows.report import glance_rows, glance_text
+
         _step("done")
-        for key in ("run_id", "snapshot_id", "manifest", "objects_copied", "slice", "workers_verified",
-                    "injected_preemption", "training", "cost"):  # fmt: skip
-            print(f"    {key}: {summary[key]}")
-        for p in summary["preemptions"]:
-            lost, overhead = p["steps_lost"], p["overhead_s"] or 0
-            print(f"    preemption {p['number']} ({p['reason']}): lost {lost} step(s), resumed from "
-                  f"{p['resume_step']}; {overhead:.1f} s from preemption to the first new step")  # fmt: skip
-        print("    ladder:")
-        for attempt in summary["attempts"]:
-            print(f"      {attempt}")
-        print(f"    left behind: {summary['left_behind']}; took {summary['seconds']} s")
+        print(glance_text(glance_rows(summary)), file=out)
     return 0 if leftover == 0 else 1
