@@ -154,7 +154,7 @@ def glance_text(rows: list[tuple[str, str]]) -> str:
 def glance_markdown(rows: list[tuple[str, str]], title: str) -> str:
     """``rows`` as a markdown table under ``title`` (the pipeline-summary artifact)."""
     cells = [f"| {k} | {v.replace('|', '/')} |" for k, v in rows]
-    return "\n".join([f"# {title}", "", "| | |", "|---|---|", *cells])
+    return "\n".join([f"# {title}", "", "| field | value |", "|---|---|", *cells])
 
 
 def publish(summary: dict[str, Any]) -> None:
