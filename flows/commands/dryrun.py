@@ -69,6 +69,28 @@ class PreemptOnce(threading.Thread):
         self.join(timeout=10)
 
 
+def audit_verified(settings: Any) -> dict[str, Any]:
+    """The dry run's audit trail checked end to end (chains, digests, signatures when a key is set)."""
+    from tpu_ops.audit.store import S3Store
+    from tpu_ops.audit.trail import audit_clients
+    from tpu_ops.audit.verify import items_from_objects, verify
+    from tpu_ops.uris import parse_s3
+
+    s3, kms = audit_clients(settings)
+    items = items_from_objects(S3Store(s3, parse_s3(settings.audit_uri), 1).read_all())
+    trusted = (
+        kms.describe_key(KeyId=settings.audit_kms_key_id)["KeyMetadata"]["Arn"] if settings.audit_kms_key_id else None
+    )
+    report = verify(items, kms if trusted else None, trusted)
+    if not report.records:
+        verdict = "no records"
+    elif report.ok:
+        verdict = "OK" + (", signatures checked" if report.signatures_checked else "")
+    else:
+        verdict = f"DAMAGED: {report.damage[0].describe()}"
+    return {"verify": verdict, "records": report.records, "digests": report.digests, "ok": report.ok}
+
+
 def _step(text: str) -> None:
     print(f"==> {text}", flush=True)
 
@@ -119,6 +141,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted
+        _step("verifying the audit trail")
+        summary["audit"] = audit_verified(settings)
         left = stack.state()
         leftover = int(left["queued_resources"]) + int(left["nodes"])
         summary["left_behind"] = {"tpu_resources": leftover, "worker_processes": len(left.get("worker_pids", []))}
