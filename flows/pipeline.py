@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.mirror import mirror_dataset
-from flows.provision import RUN_TAG_PREFIX, _quota, _tag_current_run, provision_task, teardown_task
+from flows.provision import HOOKS, _quota, _tag_current_run, provision_task, teardown_task
 from flows.settings import resolve_settings
-from tpu_ops.agent.preflight import collect_reports
-from tpu_ops.provision import teardown
 from tpu_ops.provision.ledger import Ledger
 from tpu_ops.provision.prices import load as load_prices
+from tpu_ops.runs import collect_reports, preflight_uri, run_uri
 from tpu_ops.specs import PipelineSpec
 from tpu_ops.specs.common import RunId
 from tpu_ops.startup import render_startup_script
@@ -31,22 +29,6 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
     return f"{name[:26].rstrip('-')}-{stamp}"
 
 
-def _pipeline_teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """On failure, cancellation or crash: tear down the slice of the run this flow run was tagged with."""
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        tags = client.read_flow_run(UUID(str(flow_run.id))).tags
-    run_ids = [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]
-    params = dict(flow_run.parameters or {})
-    spec = params.get("spec") or {}
-    zones = ((spec.get("provision") or {}).get("slice") or {}).get("zones") if isinstance(spec, dict) else None
-    settings = resolve_settings(params.get("aws_credentials_block"), params.get("gcp_credentials_block"))
-    for run_id in run_ids:
-        report = teardown(run_id, settings, zones=zones or None)
-        print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: {len(report.deleted)} deleted")
-
-
 @task(name="wait-for-workers")
 def wait_for_workers(
     out_uri: str, hosts: int, timeout_s: float, gcp_credentials_block: str | None
@@ -55,13 +37,7 @@ def wait_for_workers(
     return collect_reports(resolve_settings(gcp_credentials_block=gcp_credentials_block), out_uri, hosts, timeout_s)
 
 
-@flow(
-    name="retraining-pipeline",
-    log_prints=True,
-    on_failure=[_pipeline_teardown_hook],
-    on_cancellation=[_pipeline_teardown_hook],
-    on_crashed=[_pipeline_teardown_hook],
-)
+@flow(name="retraining-pipeline", log_prints=True, **HOOKS)
 def retraining_pipeline(
     spec: PipelineSpec,
     run_id: RunId | None = None,
@@ -74,7 +50,7 @@ def retraining_pipeline(
     run_id = run_id or spec.run_id or new_run_id(spec.name)
     _tag_current_run(run_id)
     snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block)
-    reports_uri = f"{spec.train.checkpoint_dir}/{run_id}/preflight"
+    reports_uri = preflight_uri(run_uri(spec.train.checkpoint_dir, run_id))
     script = render_startup_script(
         run_id,
         ["preflight", "--run-id", run_id, "--manifest", snapshot.manifest_uri, "--out", reports_uri],

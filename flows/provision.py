@@ -48,17 +48,31 @@ def _tag_current_run(run_id: str) -> None:
 
 
 def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow hook (called by keyword): tear down the run's slice whatever ended the flow run."""
+    """Flow hook (called by keyword): tear down every run this flow run is tagged with.
+
+    The one teardown hook of every flow that provisions. It finds the run by its tag (read back
+    from the API: the tag is added after the run started), so a flow whose run id is derived at
+    run time is covered too. Zones come from the spec parameter when it names them; otherwise
+    ``teardown`` looks where the run's ledger says it has been.
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        tags = client.read_flow_run(UUID(str(flow_run.id))).tags
     params = dict(getattr(flow_run, "parameters", None) or {})
-    run_id = params.get("run_id")
-    if not run_id:
-        return
-    spec = params.get("spec") or {}
-    zones = (spec.get("slice") or {}).get("zones") if isinstance(spec, dict) else None
     settings = resolve_settings(gcp_credentials_block=params.get("gcp_credentials_block"))
-    report = teardown(str(run_id), settings, zones=zones or None)
-    names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
-    print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: deleted {names}")
+    for run_id in [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]:
+        report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")))
+        names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
+        print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: deleted {names}")
+
+
+def _spec_zones(spec: Any) -> list[str] | None:
+    """The slice's zones in a provision spec or a pipeline spec (parameters arrive as dicts)."""
+    if not isinstance(spec, dict):
+        return None
+    slice_ = spec.get("slice") or (spec.get("provision") or {}).get("slice") or {}
+    return list(slice_.get("zones") or []) or None
 
 
 HOOKS: dict[str, Any] = {

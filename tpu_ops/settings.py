@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     retry_initial_delay_s: float = Field(0.2, ge=0.0, le=60.0)
     retry_max_delay_s: float = Field(10.0, ge=0.0, le=600.0)
     poll_interval_s: float = Field(2.0, ge=0.01, le=300.0)
-    state_dir: Path = Field(Path(".tpu-ops"), description="Local state: ledgers, audit spool.")
+    state_dir: Path = Field(Path(".tpu-ops"), description="Local state: the cost ledgers of runs.")
     price_table: Path | None = Field(None, description="A JSON price table overriding the shipped one.")
     tpu_zones: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -61,7 +61,7 @@ class TrainSpec(StrictModel):
         None, description="gs:// URI of a snapshot manifest; in a pipeline, the mirror's manifest."
     )
     checkpoint_dir: GcsUri = Field(description="gs://bucket/prefix for Orbax-layout checkpoints")
-    trainer: str = Field("tpu_ops.trainer.reference", description="Python module[:function] the agent runs.")
+    trainer: str = Field("tpu_ops.train.reference", description="Python module[:function] the agent runs.")
     steps: int = Field(ge=1, le=10_000_000)
     checkpoint_every: int = Field(ge=1, le=1_000_000)
     hyperparameters: dict[str, float | int | str | bool] = Field(default_factory=dict)
