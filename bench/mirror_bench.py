@@ -8,6 +8,11 @@ into fake-gcs-server. Both tools run as subprocesses, so process start, CPU and 
 objects changed; then planning time and RSS for a synthetic 100,000-object listing. Prints a
 table and whether each of the mirror's speed targets holds; exits 1 if one does not.
 
+At scale (issue 12, ``bench/scale.py``): API requests per copied object for both tools (counted at
+the emulators during a measured full copy), a no-change run over ``--scale-objects`` (100,000)
+objects against the time of its two listings alone, and a no-change run over 4 x 64 MiB on a
+versioned source against the same on an unversioned one (moto's ListObjectVersions fix).
+
 The full copy is repeated ``--runs`` times per tool (default 5), each into a fresh bucket, the two
 tools taking turns at going first; the table shows the median wall and CPU time and the highest
 peak RSS, and lists every run's wall time. The re-runs use the last full copy's buckets.
@@ -127,11 +132,17 @@ def median_run(tool: str, case: str, runs: list[Run]) -> Run:
     return Run(tool, case, wall, cpu, max(r.rss_mb for r in runs), runs[0].bytes_moved)
 
 
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="tpu-ops mirror vs rclone sync on the local stack")
     parser.add_argument("--runs", type=int, default=5, help="full copies per tool; the table shows medians")
+    parser.add_argument("--scale-objects", type=int, default=100_000, help="objects in the no-change run (0: skip)")
     args = parser.parse_args()
     os.environ.setdefault("NO_GCE_CHECK", "true")
+    from bench import scale
     from infra.local.stack import LocalStack
     from tpu_ops.mirror.engine import make_clients
 
@@ -141,7 +152,10 @@ def main() -> int:
     tpu_ops_bin = Path(sys.executable).with_name("tpu-ops")
     ours = [str(tpu_ops_bin)] if tpu_ops_bin.exists() else [sys.executable, "-m", "flows.cli"]
     runs: list[Run] = []
-    with LocalStack() as stack, tempfile.TemporaryDirectory() as tmp:
+    tmp = tempfile.mkdtemp()
+    counter = scale.RequestCounter(Path(tmp) / "gcs-access.log")
+    requests: dict[str, tuple[int, int, int]] = {}  # tool -> (S3 requests, GCS requests, objects copied)
+    with LocalStack(gcs_access_log=counter.gcs_log) as stack:
         env = {**os.environ, **stack.env(), "PYTHONPATH": str(ROOT)}
         env.pop("AWS_CA_BUNDLE", None)
         s3, gcs = make_clients(stack.settings(), 8)
@@ -155,6 +169,22 @@ def main() -> int:
             cmd = [*ours, "mirror", "s3://bench-src/data", f"gs://{dest['tpu-ops']}/data", "--json"]
             wall, cpu, rss, out = run_child([*cmd, "--concurrency", "8"], env)
             runs.append(Run("tpu-ops", case, wall, cpu, rss, json.loads(out)["bytes_copied"]))
+
+        class Cli:
+            """Measured children: ``cli(*tpu-ops args)``, ``cli.python(code, *args)``; JSON output."""
+
+            def __call__(self, *args: str) -> tuple[float, float, dict]:
+                return self.run({}, *args)
+
+            def run(self, override: dict[str, str], *args: str) -> tuple[float, float, dict]:
+                wall, cpu, _rss, out = run_child([*ours, *args], {**env, **override})
+                return wall, cpu, json.loads(out)
+
+            def python(self, override: dict[str, str], code: str, *args: str) -> tuple[float, float, dict]:
+                wall, cpu, _rss, out = run_child([sys.executable, "-c", code, *args], {**env, **override})
+                return wall, cpu, json.loads(out)
+
+        cli = Cli()
 
         def rclone_run(case: str, moved: int) -> None:
             if not rclone:
@@ -176,10 +206,13 @@ def main() -> int:
                     continue
                 dest[tool] = f"bench-{'ours' if tool == 'tpu-ops' else 'rclone'}-{k + 1}"
                 gcs.create_bucket(dest[tool])
+                counter.start()
                 if tool == "tpu-ops":
                     ours_run("full copy")
                 else:
                     rclone_run("full copy", DATASET)
+                if k == 0:
+                    requests[tool] = (*counter.counts(), N_SMALL + N_BIG)
                 if k == -1:
                     runs.pop()
                 if k < n - 1:
@@ -192,7 +225,10 @@ def main() -> int:
             s3.put_object(Bucket="bench-src", Key=f"data/small/{i * 40:04d}.bin", Body=os.urandom(SMALL))
         ours_run("5 changed")
         rclone_run("5 changed", 5 * SMALL)
+        versioned = scale.versioned_no_change(s3, gcs, cli, log)
+        at_scale = scale.no_change_at_scale(stack, s3, args.scale_objects, cli, log)
 
+    shutil.rmtree(tmp, ignore_errors=True)
     t = time.perf_counter()
     plan_s, build_plan_s, plan_rss = map(float, run_child([sys.executable, "-c", PLAN_100K], env)[3].split())
     plan_wall = time.perf_counter() - t
@@ -213,6 +249,10 @@ def main() -> int:
         f"\n100k-object plan: plan() {plan_s:.2f} s, build listings + plan {build_plan_s:.2f} s, "
         f"process {plan_wall:.2f} s, peak RSS {plan_rss:.0f} MB"
     )
+    per_object = scale.print_requests(requests)
+    scale.print_versioned(versioned)
+    if at_scale:
+        scale.print_at_scale(at_scale)
 
     by = {(r.tool, r.case): r for r in runs}
     o_full, o_none = by[("tpu-ops", "full copy")], by[("tpu-ops", "no change")]
@@ -221,6 +261,7 @@ def main() -> int:
         ("peak RSS <= 300 MB (64 MiB objects)", max(r.rss_mb for r in runs if r.tool == "tpu-ops") <= 300),
         ("100k plan <= 15 s and <= 500 MB", build_plan_s <= 15 and plan_rss <= 500),
     ]
+    checks += scale.checks(per_object, versioned, at_scale)
     if rclone:
         r_full, r_none = by[("rclone", "full copy")], by[("rclone", "no change")]
         checks.insert(0, ("full copy at least as fast as rclone", o_full.wall_s <= r_full.wall_s))

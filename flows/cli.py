@@ -30,14 +30,20 @@ from collections.abc import Sequence
 from tpu_ops.errors import SpecError, TpuOpsError
 
 COMMANDS: dict[str, str] = {
+    "approve": "flows.commands.approve",
+    "audit": "flows.commands.audit",
     "cost": "flows.commands.cost",
+    "deploy": "flows.commands.deploy",
+    "doctor": "flows.commands.doctor",
     "dry-run": "flows.commands.dryrun",
+    "export": "flows.commands.export",
     "local": "flows.commands.local",
     "mirror": "flows.commands.mirror",
     "provision": "flows.commands.provision",
     "reap": "flows.commands.reap",
     "serve": "flows.commands.serve",
     "teardown": "flows.commands.teardown",
+    "train": "flows.commands.train",
     "validate": "flows.commands.validate",
 }
 """Command name → the module that registers it (and only it)."""
@@ -47,8 +53,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser, with every subcommand module registered (or just ``only``, if it names one)."""
     parser = argparse.ArgumentParser(
         prog="tpu-ops",
-        description="Mirror datasets S3→GCS as verified snapshots, provision TPU slices through a capacity "
-        "ladder, tear them down and price them. Run `tpu-ops COMMAND --help` for each command.",
+        description="Mirror datasets S3→GCS, provision TPU slices, train with resume, export to "
+        "SageMaker, all audited. Run `tpu-ops COMMAND --help` for each command.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in [only] if only in COMMANDS else sorted(COMMANDS):

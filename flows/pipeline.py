@@ -1,7 +1,9 @@
-"""The retraining pipeline as one Prefect flow: mirror → provision → run on every worker → tear down.
+"""The retraining pipeline as one Prefect flow: mirror → train (supervisor) → tear down.
 
-Training, export and the audit trail are not built yet; today every worker of the slice runs the
-pre-flight agent, which proves that the snapshot it will read is exactly the pinned manifest.
+The training step is the supervisor (``flows.train.supervise_task``): it provisions through the
+capacity ladder, runs the job on every worker (each worker first verifies the pinned snapshot,
+then resumes from the newest complete checkpoint), recovers from preemptions, and tears down.
+Export and the audit digest follow on ``main`` once they land.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.mirror import mirror_dataset
-from flows.provision import HOOKS, _quota, _tag_current_run, provision_task, teardown_task
+from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
 from flows.settings import resolve_settings
-from tpu_ops.provision.ledger import Ledger
+from flows.train import supervise_task
+from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.runs import collect_reports, preflight_uri, run_uri
-from tpu_ops.specs import PipelineSpec
+from tpu_ops.provision.records import Attempt
+from tpu_ops.runs import collect_reports
+from tpu_ops.specs import PipelineSpec, TrainJobSpec
 from tpu_ops.specs.common import RunId
-from tpu_ops.startup import render_startup_script
+from tpu_ops.train.layout import RunLayout
 
 
 def new_run_id(name: str, now: datetime | None = None) -> str:
@@ -29,66 +33,80 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
     return f"{name[:26].rstrip('-')}-{stamp}"
 
 
-@task(name="wait-for-workers")
-def wait_for_workers(
-    out_uri: str, hosts: int, timeout_s: float, gcp_credentials_block: str | None
-) -> list[dict[str, Any]]:
-    """Every worker's pre-flight report (fails if one is missing or found a difference)."""
-    return collect_reports(resolve_settings(gcp_credentials_block=gcp_credentials_block), out_uri, hosts, timeout_s)
+@task(name="workers-verified")
+def workers_verified(run_uri: str, hosts: int, gcp_credentials_block: str | None) -> list[dict[str, Any]]:
+    """Every worker's pre-flight report of the snapshot (written before its first training step)."""
+    out = str(RunLayout(run_uri).state("preflight"))
+    return collect_reports(resolve_settings(gcp_credentials_block=gcp_credentials_block), out, hosts, 30.0)
+
+
+def _attempts(ledger: Ledger) -> list[str]:
+    fields = Attempt.__dataclass_fields__
+    return [Attempt(**{k: e[k] for k in fields if k in e}).describe() for e in ledger.events() if e["kind"] == ATTEMPT]
 
 
 @flow(name="retraining-pipeline", log_prints=True, **HOOKS)
 def retraining_pipeline(
     spec: PipelineSpec,
     run_id: RunId | None = None,
-    worker_timeout_s: float = 600.0,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
 ) -> dict[str, Any]:
-    """Mirror the dataset, provision a slice, run every worker against the pinned snapshot, tear down."""
+    """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down."""
     logger = get_run_logger()
     run_id = run_id or spec.run_id or new_run_id(spec.name)
     _tag_current_run(run_id)
     snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block)
-    reports_uri = preflight_uri(run_uri(spec.train.checkpoint_dir, run_id))
-    script = render_startup_script(
-        run_id,
-        ["preflight", "--run-id", run_id, "--manifest", snapshot.manifest_uri, "--out", reports_uri],
-    )
+    job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(
+        update={"dataset_manifest": snapshot.manifest_uri}))  # fmt: skip
+    run_uri = RunLayout.of(spec.train.checkpoint_dir, run_id).run_uri
+    hosts = spec.provision.slice.accelerator.hosts
     try:
         with _quota(spec.provision):
-            tpu = provision_task(spec.provision, run_id, gcp_credentials_block, metadata={"startup-script": script})
-            logger.info("slice %s (%s, %s) in %s: %d hosts", tpu.node, spec.provision.slice.accelerator_type,
-                        tpu.tier, tpu.zone, tpu.hosts)  # fmt: skip
-            reports = wait_for_workers(reports_uri, tpu.hosts, worker_timeout_s, gcp_credentials_block)
+            training = supervise_task(job, run_id, gcp_credentials_block)
+        reports = workers_verified(run_uri, hosts, gcp_credentials_block)
     finally:
         gone = teardown_task(run_id, list(spec.provision.slice.zones), gcp_credentials_block)
         logger.info("teardown: %d resources deleted, confirmed gone", len(gone.deleted))
     settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    cost = Ledger(settings, run_id).summary(load_prices(settings)).to_json()
-    attempts = [a.describe() for a in tpu.attempts]
+    ledger = Ledger(settings, run_id)
+    last = training["incarnations"][-1] if training["incarnations"] else {}
     summary: dict[str, Any] = {
         "run_id": run_id,
         "snapshot_id": snapshot.snapshot_id,
         "manifest": snapshot.manifest_uri,
         "objects_copied": snapshot.objects_copied,
         "objects_skipped": snapshot.objects_skipped,
-        "slice": {"node": tpu.node, "zone": tpu.zone, "tier": tpu.tier, "hosts": tpu.hosts},
-        "attempts": attempts,
-        "workers_verified": len(reports),
-        "cost": cost,
+        "slice": {
+            "queued_resource": last.get("queued_resource"),
+            "zone": last.get("zone"),
+            "tier": last.get("tier"),
+            "hosts": hosts,
+        },
+        "attempts": _attempts(ledger),
+        "workers_verified": len({r["worker_number"] for r in reports}),
+        "training": {
+            k: training[k]
+            for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "recoveries")
+        },
+        "preemptions": training["preemptions"],
+        "checkpoints": run_uri,
+        "cost": ledger.summary(load_prices(settings)).to_json(),
     }
+    t = summary["training"]
     create_markdown_artifact(
         key="pipeline-summary",
         markdown="\n".join(
             [
                 f"# Run `{run_id}`",
                 "",
-                f"- snapshot `{snapshot.snapshot_id}` ({snapshot.manifest_uri})",
-                f"- slice `{tpu.node}`: {tpu.tier} in {tpu.zone}, {tpu.hosts} hosts",
-                f"- ladder: {'; '.join(attempts)}",
-                f"- {len(reports)} workers verified the snapshot",
-                f"- cost: {cost}",
+                f"- snapshot `{snapshot.snapshot_id}` ({snapshot.manifest_uri}), verified by "
+                f"{summary['workers_verified']} workers",
+                f"- trained to step {t['final_step']}/{t['steps']} through {t['recoveries']} preemption(s); "
+                f"goodput {t['goodput']:.1%} ({t['productive_s']:.1f} s productive of {t['wall_s']:.1f} s)",
+                f"- last slice: {summary['slice']}",
+                f"- ladder: {'; '.join(summary['attempts'])}",
+                f"- cost: {summary['cost']['usd_by_tier']} (total ${summary['cost']['usd_total']})",
             ]
         ),
     )

@@ -59,9 +59,12 @@ def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
 
     with get_client(sync_client=True) as client:
         tags = client.read_flow_run(UUID(str(flow_run.id))).tags
+    run_ids = [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]
+    if not run_ids:  # e.g. its parameters were refused: nothing ran, no cloud call is due
+        return
     params = dict(getattr(flow_run, "parameters", None) or {})
     settings = resolve_settings(gcp_credentials_block=params.get("gcp_credentials_block"))
-    for run_id in [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]:
+    for run_id in run_ids:
         report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")))
         names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
         print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: deleted {names}")

@@ -1,8 +1,8 @@
-"""A run's state in GCS, as the controller (a flow, the CLI) sees it.
+"""What the controller (a flow, the CLI) reads back from a run's workers in GCS.
 
-``RUN = <train.checkpoint_dir>/<run_id>``. Orbax steps live at ``RUN/<step>/``; everything else
-tpu-ops keeps for a run is under ``RUN/_tpu_ops/`` (non-numeric, so a resume scan for steps
-never reads it): pre-flight reports in ``RUN/_tpu_ops/preflight/``, one per worker.
+The workers of a run write their pre-flight reports to ``RUN/_tpu_ops/preflight/worker-<n>.json``
+(see ``tpu_ops.train.layout.RunLayout``), never among the checkpoints a resume scan reads. The
+agent that writes them is the workers' package (``tpu_ops.agent``); this is the other side.
 """
 
 from __future__ import annotations
@@ -16,18 +16,6 @@ from tpu_ops.errors import IntegrityError
 from tpu_ops.polling import poll
 from tpu_ops.settings import Settings
 from tpu_ops.uris import parse_gs
-
-STATE_DIR = "_tpu_ops"
-
-
-def run_uri(checkpoint_dir: str, run_id: str) -> str:
-    """``RUN``: the run's prefix under the checkpoint directory."""
-    return f"{checkpoint_dir.rstrip('/')}/{run_id}"
-
-
-def preflight_uri(run: str) -> str:
-    """Where the workers of run prefix ``run`` write their pre-flight reports."""
-    return f"{run}/{STATE_DIR}/preflight"
 
 
 def collect_reports(

@@ -32,8 +32,14 @@ _LIFELINE = 'exec 3<&0 </dev/null; "$@" 3<&- & child=$!; read -r _ <&3; kill "$c
 class FakeGcs:
     """A fake-gcs-server subprocess on a free loopback port (in-memory backend)."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, access_log: Path | None = None, filesystem_root: Path | None = None
+    ) -> None:
         self.port = port or free_port()
+        self.access_log = access_log  # one line per request (benchmarks count requests with it)
+        # The memory backend's creates slow down as a bucket fills (see README); a filesystem root
+        # can be filled directly instead (objects as files, attributes in a user.metadata xattr).
+        self.filesystem_root = filesystem_root
         self.url = f"http://{LOOPBACK}:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -41,12 +47,13 @@ class FakeGcs:
         cmd = [
             str(binary_path()),
             "-scheme", "http",
-            "-backend", "memory",
+            *(["-backend", "filesystem", "-filesystem-root", str(self.filesystem_root)]
+              if self.filesystem_root else ["-backend", "memory"]),
             "-host", LOOPBACK,
             "-port", str(self.port),
             "-external-url", self.url,
             "-public-host", f"{LOOPBACK}:{self.port}",
-            "-log-level", "error",
+            "-log-level", "info" if self.access_log else "error",
         ]  # fmt: skip
         # fake-gcs-server buffers every upload whole, several times over (io.ReadAll, then again
         # when it stores it), so it frees and re-allocates hundreds of MiB per large object. Go
@@ -55,14 +62,17 @@ class FakeGcs:
         # the same copy swung between 2 and 6 s. MADV_FREE keeps the pages until memory is short.
         godebug = ",".join(filter(None, [os.environ.get("GODEBUG", ""), "madvdontneed=0"]))
         env = {**os.environ, "GODEBUG": godebug}
+        log = open(self.access_log, "ab") if self.access_log else None  # noqa: SIM115 - the child keeps it
         self._proc = subprocess.Popen(
             ["sh", "-c", _LIFELINE, "lifeline", *cmd],
             stdin=subprocess.PIPE,  # the lifeline: never written to, closed when this process ends
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log or subprocess.DEVNULL,
+            stderr=log or subprocess.DEVNULL,
             start_new_session=True,
             env=env,
         )
+        if log:
+            log.close()
         proc = self._proc
 
         def ready() -> bool:

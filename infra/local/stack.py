@@ -6,7 +6,8 @@
         stack.preempt("us-central2-b", "my-node")
 
 Parts: moto in server mode (S3, SageMaker, STS) in a thread, fake-gcs-server as a subprocess in
-its own process group, the fake Cloud TPU API in a thread, and the TPU-VM host simulator. Every
+its own process group, the fake Cloud TPU API in a thread, the fake Storage Transfer Service in a
+thread (copying between the two storage emulators), and the TPU-VM host simulator. Every
 part binds 127.0.0.1 on a free port; ``stop()`` (or leaving the ``with``) stops all of them and
 kills every process the stack started.
 """
@@ -23,9 +24,14 @@ from infra.local._proc import http_call
 from infra.local.aws import MotoServer
 from infra.local.gcs import FakeGcs
 from infra.local.hostsim import HostSimulator
+from infra.local.sts.models import StsBackend
+from infra.local.sts.mover import EmulatorMover
+from infra.local.sts.server import StsServer
 from infra.local.tpu.models import Latency, TpuBackend
 from infra.local.tpu.server import TpuServer
 from tpu_ops.settings import Settings
+
+AUDIT_KEY_ALIAS = "alias/tpu-ops-audit"  # created by infra.local.seed.seed_audit
 
 PROJECT = "tpu-ops-local"
 AWS_REGION = "us-east-1"
@@ -39,7 +45,7 @@ class LocalStack:
     ``tpu=False`` skips the fake TPU API and the host simulator (S3 + GCS only, fastest).
     ``provision_s``/``delete_s`` are the fake TPU latencies; ``grace_s`` is the SIGTERM->SIGKILL
     grace period of simulated hosts; ``workdir`` keeps worker directories (default: a temp dir
-    removed on stop).
+    removed on stop); ``gcs_access_log`` makes fake-gcs-server log every request to that file.
     """
 
     def __init__(
@@ -51,15 +57,18 @@ class LocalStack:
         delete_s: float = 0.0,
         grace_s: float = 5.0,
         workdir: Path | None = None,
+        gcs_access_log: Path | None = None,
     ) -> None:
         self.project = project
         self._tpu_enabled = tpu
         self._latency = Latency(provision_s, delete_s)
         self._grace_s = grace_s
         self._workdir = workdir
+        self._gcs_access_log = gcs_access_log
         self.aws: MotoServer | None = None
         self.gcs: FakeGcs | None = None
         self.tpu: TpuServer | None = None
+        self.sts: StsServer | None = None
         self.hosts: HostSimulator | None = None
         self._started = False
 
@@ -68,14 +77,16 @@ class LocalStack:
         if self._started:
             return self
         try:
-            self.gcs = FakeGcs()
+            self.gcs = FakeGcs(access_log=self._gcs_access_log)
             self.gcs.start()
             self.aws = MotoServer()
             self.aws.start()
+            self.sts = StsServer(StsBackend(EmulatorMover(self.aws.url, self.gcs.url, AWS_REGION))).start()
             if self._tpu_enabled:
                 backend = TpuBackend(latency=self._latency)
                 self.tpu = TpuServer(backend, logs=self._logs).start()
             self._started = True
+            self.seed_audit()
             if self._tpu_enabled:
                 assert self.tpu is not None
                 self.hosts = HostSimulator(self.tpu.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir)
@@ -86,11 +97,11 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part (workers first); safe to call twice and after a failed start."""
-        for part in (self.hosts, self.tpu, self.aws, self.gcs):
+        for part in (self.hosts, self.tpu, self.sts, self.aws, self.gcs):
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
-        self.hosts = self.tpu = None
+        self.hosts = self.tpu = self.sts = None
         self._started = False
 
     def __enter__(self) -> LocalStack:
@@ -121,6 +132,16 @@ class LocalStack:
         return str(self._need(self.tpu, "tpu").url)
 
     @property
+    def sts_endpoint(self) -> str:
+        """Fake Storage Transfer Service: ``http://127.0.0.1:PORT`` (the Python client's ``api_endpoint``)."""
+        return str(self._need(self.sts, "sts").url)
+
+    @property
+    def sts_backend(self) -> StsBackend:
+        """The fake STS's state model (in-process control: fail an object, stall, deny a bucket)."""
+        return self._need(self.sts, "sts").backend  # type: ignore[no-any-return]
+
+    @property
     def backend(self) -> TpuBackend:
         """The fake TPU API's state model (in-process control without HTTP)."""
         return self._need(self.tpu, "tpu").backend  # type: ignore[no-any-return]
@@ -141,8 +162,10 @@ class LocalStack:
             "TPU_OPS_AWS_REGION": AWS_REGION,
             "TPU_OPS_AWS_ENDPOINT_URL": self.aws_endpoint,
             "TPU_OPS_GCS_ENDPOINT": self.gcs_endpoint,
+            "TPU_OPS_STS_ENDPOINT": self.sts_endpoint,
             "TPU_OPS_AWS_ACCESS_KEY_ID": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "TPU_OPS_AWS_SECRET_ACCESS_KEY": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
+            "TPU_OPS_AUDIT_KMS_KEY_ID": AUDIT_KEY_ALIAS,
         }
         if self.tpu is not None:
             env["TPU_OPS_TPU_ENDPOINT"] = self.tpu_endpoint
@@ -157,9 +180,11 @@ class LocalStack:
             "aws_region": AWS_REGION,
             "aws_endpoint_url": self.aws_endpoint,
             "gcs_endpoint": self.gcs_endpoint,
+            "sts_endpoint": self.sts_endpoint,
             "tpu_endpoint": self.tpu_endpoint if self.tpu is not None else None,
             "aws_access_key_id": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
+            "audit_kms_key_id": AUDIT_KEY_ALIAS,
         }
         values.update(overrides)
         return Settings(**values)
@@ -179,9 +204,17 @@ class LocalStack:
     def reset(self) -> None:
         """Forget all cloud state: AWS (moto), GCS buckets, TPU nodes/queued resources (workers stopped)."""
         self._need(self.aws, "aws").reset()
+        self.seed_audit()
         self.reset_gcs()
+        self.sts_backend.reset()
         if self.tpu is not None:
             self.tpu.backend.reset()
+
+    def seed_audit(self) -> str:
+        """The audit bucket (Object Lock) and KMS signing key; moto's reset forgets them, so after each."""
+        from infra.local.seed import seed_audit
+
+        return seed_audit(self.settings())
 
     def reset_gcs(self) -> None:
         """Delete every object and bucket in the GCS emulator (it has no reset of its own)."""

@@ -12,8 +12,9 @@ from infra.local.metadata import MetadataServer, tpu_vm_values
 from tpu_ops.agent.preflight import preflight
 from tpu_ops.errors import IntegrityError
 from tpu_ops.mirror.engine import make_clients, mirror
-from tpu_ops.runs import collect_reports, preflight_uri
+from tpu_ops.runs import collect_reports
 from tpu_ops.specs.jobs import MirrorSpec
+from tpu_ops.train.layout import RunLayout
 
 NODE = {"name": "projects/p/locations/us-central2-b/nodes/n1", "id": "12345678",
         "networkEndpoints": [{"ipAddress": "10.0.0.1"}, {"ipAddress": "10.0.0.2"}]}  # fmt: skip
@@ -44,7 +45,7 @@ def test_a_worker_whose_snapshot_differs_fails_and_says_which(stack: Any) -> Non
     for i in range(3):
         s3.put_object(Bucket="pf-src", Key=f"d/{i}.bin", Body=bytes([i]) * (100 + i))
     snap = mirror(MirrorSpec(source="s3://pf-src/d", destination="gs://pf-dst/d"), settings, clients=(s3, gcs))
-    out = preflight_uri("gs://pf-dst/ckpt/run-pf")
+    out = str(RunLayout.of("gs://pf-dst/ckpt", "run-pf").state("preflight"))
 
     report = preflight(_worker(settings, 0), "run-pf", snap.manifest_uri, out)
     assert report.ok and report.objects_checked == 3

@@ -314,8 +314,9 @@ def test_a_missing_quota_limit_is_a_clear_error_before_provisioning(fake: Any, i
 def test_every_provisioning_flow_carries_the_teardown_hook(hooks: str) -> None:
     from flows.pipeline import retraining_pipeline
     from flows.provision import provision_slice, run_on_slice, teardown_hook
+    from flows.train import train
 
-    for f in (retraining_pipeline, provision_slice, run_on_slice):
+    for f in (retraining_pipeline, provision_slice, run_on_slice, train):
         assert getattr(f, hooks) == [teardown_hook], f"{f.name}: {hooks}"
 
 

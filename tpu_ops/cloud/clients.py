@@ -59,7 +59,15 @@ def storage_client(settings: Settings) -> Any:
     )
 
 
-def boto3_client(settings: Settings, service: str, *, text_timestamps: bool = False, **config: Any) -> Any:
+def boto3_client(
+    settings: Settings,
+    service: str,
+    *,
+    text_timestamps: bool = False,
+    session: Any = None,
+    max_attempts: int | None = None,
+    **config: Any,
+) -> Any:
     """An AWS SDK client for ``service`` (``s3``, ``sagemaker``, ``sts``) with credentials from ``settings``.
 
     A key pair goes with its session token (temporary credentials); otherwise a named profile, or
@@ -67,7 +75,8 @@ def boto3_client(settings: Settings, service: str, *, text_timestamps: bool = Fa
     underneath: the client is the same object with the same API, without ~0.1 s of boto3's
     imports (s3transfer, asyncio) that we would not use. ``text_timestamps`` leaves timestamps
     (``LastModified``...) as the strings AWS sent, as the AWS CLI does: parsing each with dateutil
-    costs more than the rest of a listed object.
+    costs more than the rest of a listed object. ``session`` reuses a botocore session (its loaded
+    service models) instead of a new one; ``max_attempts`` overrides the settings' retry attempts.
     """
     settings.check_safe("aws_endpoint_url")
     from botocore.config import Config
@@ -81,10 +90,10 @@ def boto3_client(settings: Settings, service: str, *, text_timestamps: bool = Fa
         kw["aws_secret_access_key"] = settings.aws_secret_access_key.get_secret_value()
         if settings.aws_session_token:  # temporary credentials are worthless without it
             kw["aws_session_token"] = settings.aws_session_token.get_secret_value()
-    session = get_session()
+    session = session or get_session()
     if settings.aws_profile:
         session.set_config_variable("profile", settings.aws_profile)
     if text_timestamps:
         session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
-    cfg = Config(retries={"mode": "standard", "max_attempts": settings.retry_attempts}, **config)
+    cfg = Config(retries={"mode": "standard", "max_attempts": max_attempts or settings.retry_attempts}, **config)
     return session.create_client(service, config=cfg, **kw)

@@ -16,7 +16,7 @@ from typing import Any
 
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import PolicyError
-from tpu_ops.mirror import manifest
+from tpu_ops.mirror import manifest, sts
 from tpu_ops.mirror.listing import DestListing, SourceListing, list_dest, list_source
 from tpu_ops.mirror.plan import Plan, plan
 from tpu_ops.mirror.records import Copied, MirrorResult, Progress, SourceObject
@@ -109,7 +109,9 @@ def mirror(
     t = time.perf_counter()
     n, total = len(todo.copy), todo.bytes_copy
     emit(Progress("copy", 0, n, 0, total))
-    copied = copy_all(ctx, todo.copy, lambda i, b: emit(Progress("copy", i, n, b, total))) if todo.copy else []
+    engine = sts.choose(spec.engine, settings, n, total)
+    copier = sts.copy_all if engine == "sts" else copy_all
+    copied = copier(ctx, todo.copy, lambda i, b: emit(Progress("copy", i, n, b, total))) if todo.copy else []
     timings["copy"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -124,7 +126,7 @@ def mirror(
     timings["commit"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     emit(Progress("done", n, n, total, total))
-    return _result(spec, listed.source, todo, copied, doc, manifest_uri, (validated, schema_rel), timings)
+    return _result(spec, listed.source, todo, copied, doc, manifest_uri, (validated, schema_rel), timings, engine)
 
 
 def _result(
@@ -136,6 +138,7 @@ def _result(
     manifest_uri: str,
     validated: tuple[int, str | None],
     timings: dict[str, float],
+    engine: str,
 ) -> MirrorResult:
     return MirrorResult(
         snapshot_id=doc["snapshot_id"],
@@ -153,6 +156,7 @@ def _result(
         shards_validated=validated[0],
         schema_file=validated[1],
         objects_s3_checksum_verified=sum(c.s3_checksum_checked for c in copied),
+        engine=engine,
         timings_s={k: round(v, 4) for k, v in timings.items()},
     )
 

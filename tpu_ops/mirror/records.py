@@ -79,6 +79,7 @@ class MirrorResult:
     shards_validated: int
     schema_file: str | None  # None when the source declares no schema
     objects_s3_checksum_verified: int = 0  # copies also checked against S3's full-object checksum
+    engine: str = "local"  # who copied: local or sts (the snapshot itself does not say)
     timings_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
+from tpu_ops.text import unsafe_char
 from tpu_ops.uris import check_key, parse_gs, parse_s3
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -29,6 +30,9 @@ class StrictModel(BaseModel):
 
 def _name(max_len: int) -> Any:
     def check(value: str) -> str:
+        bad = unsafe_char(value)
+        if bad:
+            raise ValueError(f"{value!r} is not allowed: it contains {bad}")
         if not _NAME.match(value) or len(value) > max_len:
             raise ValueError(
                 f"{value!r} is not allowed: use 1-{max_len} lowercase letters, digits and '-', "
@@ -91,7 +95,9 @@ def bounded_duration(low: timedelta, high: timedelta) -> Any:
 
 
 def _seconds(value: timedelta) -> str:
-    return f"{int(value.total_seconds())}s"
+    # Sub-second durations (poll intervals) keep their fraction, so a JSON round trip is exact.
+    seconds = value.total_seconds()
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds:g}s"
 
 
 def Duration(low: timedelta, high: timedelta) -> Any:

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from tpu_ops.specs.common import Duration, GcsUri, Name, ObjectKey, RunId, S3Uri, StrictModel
 from tpu_ops.specs.slice import ProvisionSpec
+from tpu_ops.text import unsafe_char
 
 _LOCATION = re.compile(r"^[A-Z0-9-]{2,40}$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
@@ -52,36 +53,114 @@ class MirrorSpec(StrictModel):
         default_factory=list,
         description="GCS bucket locations the data may be written to (data residency); empty = any.",
     )
+    engine: Literal["local", "sts", "auto"] = Field(
+        "local",
+        description="Who copies: this process (local), Storage Transfer Service (sts), or STS from the "
+        "settings' size/object-count threshold on (auto). Validation, verification and the manifest are the same.",
+    )
+
+
+_ARG_MAX = 4096
+_SUBDIR = re.compile(r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+
+
+def _check_command(argv: list[str] | None) -> list[str] | None:
+    if argv is None:
+        return None
+    if not argv or not argv[0]:
+        raise ValueError("command must be a non-empty argv list, e.g. ['python3', '-m', 'maxtext.train', ...]")
+    for arg in argv:
+        if len(arg) > _ARG_MAX:
+            raise ValueError(f"command argument {arg[:40]!r}... is longer than {_ARG_MAX} characters")
+        bad = unsafe_char(arg, allow="\t")
+        if bad:
+            raise ValueError(f"command argument {arg[:40]!r} has control characters: {bad}")
+    return argv
+
+
+def _check_trainer(value: str) -> str:
+    if not _MODULE.match(value):
+        raise ValueError(f"trainer {value!r} is not a Python module path like 'pkg.mod:main'")
+    return value
+
+
+def _check_subdir(value: str) -> str:
+    if value and not _SUBDIR.match(value):
+        raise ValueError(f"checkpoint_subdir {value!r} is not allowed: '/'-separated names of [A-Za-z0-9_-]")
+    return value
+
+
+def _check_hyperparameters(values: dict[str, float | int | str | bool]) -> dict[str, float | int | str | bool]:
+    for key, value in values.items():
+        if not _HP_KEY.match(key):
+            raise ValueError(f"hyperparameter name {key!r} is not allowed: lowercase identifier, ≤ 63")
+        if isinstance(value, str) and len(value) > 256:
+            raise ValueError(f"hyperparameter {key!r} value is longer than 256 characters")
+        bad = unsafe_char(value) if isinstance(value, str) else None
+        if bad:
+            raise ValueError(f"hyperparameter {key!r} value contains {bad}")
+    return values
 
 
 class TrainSpec(StrictModel):
-    """Train on a slice from a pinned dataset manifest, checkpointing to GCS."""
+    """Train on a slice from a pinned dataset manifest, checkpointing to GCS (the job contract).
+
+    Every worker runs ``command`` (an argv list) or, without it, the Python entry point
+    ``trainer``, with ``TPU_OPS_*`` variables saying who it is and where to resume (README,
+    "Training"). Steps live under ``<checkpoint_dir>/<run_id>/<checkpoint_subdir>/<step>/``.
+    """
 
     dataset_manifest: GcsUri | None = Field(
         None, description="gs:// URI of a snapshot manifest; in a pipeline, the mirror's manifest."
     )
     checkpoint_dir: GcsUri = Field(description="gs://bucket/prefix for Orbax-layout checkpoints")
-    trainer: str = Field("tpu_ops.train.reference", description="Python module[:function] the agent runs.")
+    checkpoint_subdir: Annotated[str, AfterValidator(_check_subdir)] = Field(
+        "",
+        description="Where the trainer puts its steps below <checkpoint_dir>/<run_id>: '' for Orbax's "
+        "<run>/<step>, 'checkpoints' for MaxText (base_output_directory=checkpoint_dir, run_name=run id).",
+    )
+    trainer: Annotated[str, AfterValidator(_check_trainer)] = Field(
+        "tpu_ops.train.reference", description="Python module[:function] the agent runs when no command is given."
+    )
+    command: Annotated[list[str] | None, AfterValidator(_check_command)] = Field(
+        None, description="argv the agent runs on every worker (instead of trainer), e.g. a MaxText launch."
+    )
     steps: int = Field(ge=1, le=10_000_000)
     checkpoint_every: int = Field(ge=1, le=1_000_000)
-    hyperparameters: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    hyperparameters: Annotated[dict[str, float | int | str | bool], AfterValidator(_check_hyperparameters)] = Field(
+        default_factory=dict
+    )
     max_recoveries: int = Field(10, ge=0, le=1000, description="Preemptions to recover from before giving up.")
     max_duration: Duration(timedelta(minutes=1), timedelta(days=30)) = Field(  # type: ignore[valid-type]
         timedelta(hours=24), description="Wall-clock limit for the whole training run."
     )
+    poll_interval: Duration(timedelta(seconds=0.1), timedelta(hours=6)) = Field(  # type: ignore[valid-type]
+        timedelta(seconds=5), description="How often the supervisor checks slice state, heartbeats and exits."
+    )
+    heartbeat_interval: Duration(timedelta(seconds=0.1), timedelta(hours=6)) = Field(  # type: ignore[valid-type]
+        timedelta(seconds=5), description="How often each worker's agent writes its heartbeat to GCS."
+    )
+    stall_limit: Duration(timedelta(seconds=1), timedelta(days=1)) = Field(  # type: ignore[valid-type]
+        timedelta(minutes=10),
+        description="No new step for this long (first step: after the slice is up) = a hung slice: recover.",
+    )
+    term_grace: Duration(timedelta(seconds=0), timedelta(minutes=30)) = Field(  # type: ignore[valid-type]
+        timedelta(seconds=30), description="After SIGTERM, how long the agent lets the trainer save before SIGKILL."
+    )
+    coordinator_port: int = Field(8476, ge=1024, le=65535, description="JAX coordinator port on worker 0.")
 
     @model_validator(mode="after")
     def _check(self) -> TrainSpec:
-        if not _MODULE.match(self.trainer):
-            raise ValueError(f"trainer {self.trainer!r} is not a Python module path like 'pkg.mod:main'")
         if self.checkpoint_every > self.steps:
             raise ValueError(f"checkpoint_every ({self.checkpoint_every}) is larger than steps ({self.steps})")
-        for key, value in self.hyperparameters.items():
-            if not _HP_KEY.match(key):
-                raise ValueError(f"hyperparameter name {key!r} is not allowed: lowercase identifier, ≤ 63")
-            if isinstance(value, str) and (len(value) > 256 or any(ord(c) < 32 for c in value)):
-                raise ValueError(f"hyperparameter {key!r} value is too long or has control characters")
         return self
+
+
+class TrainJobSpec(StrictModel):
+    """``tpu-ops train``: a slice through the capacity ladder and the training job that runs on it."""
+
+    provision: ProvisionSpec
+    train: TrainSpec
 
 
 class ExportSpec(StrictModel):

@@ -23,6 +23,8 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^/v2/(?P<name>{_LOC}/operations/{_ID})$", "get_operation"),
     ("GET", rf"^/v2/(?P<parent>{_LOC})/(?P<collection>acceleratorTypes|runtimeVersions)$", "list_catalog"),
     ("GET", rf"^/v2/(?P<name>{_LOC}/(?P<collection>acceleratorTypes|runtimeVersions)/{_ID})$", "get_catalog"),
+    ("GET", r"^/v2/(?P<project>projects/[^/]+)/locations$", "list_locations"),
+    ("GET", rf"^/v2alpha1/(?P<parent>{_LOC})/reservations$", "list_reservations"),
     # control endpoints for tests and dry runs
     ("POST", r"^/_fake/reset$", "fake_reset"),
     ("POST", rf"^/_fake/nodes/(?P<zone>{_ID})/(?P<node>{_ID}):preempt$", "fake_preempt"),
@@ -37,14 +39,25 @@ URL_PATHS: list[tuple[str, str, str]] = [
 ROUTES: list[tuple[str, re.Pattern[str], str]] = [(m, re.compile(p), h) for m, p, h in URL_PATHS]
 
 
-def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+Routes = list[tuple[str, re.Pattern[str], str]]
+
+
+def match_in(routes: Routes, method: str, path: str) -> tuple[str, dict[str, str]] | None:
     """The handler name and path arguments for a request, or ``None`` if no route matches."""
-    for m, pattern, handler in ROUTES:
+    for m, pattern, handler in routes:
         found = pattern.match(path)
         if found and m == method:
             return handler, found.groupdict()
     return None
 
 
+def known_in(routes: Routes, path: str) -> bool:
+    return any(p.match(path) for _, p, _ in routes)
+
+
+def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+    return match_in(ROUTES, method, path)
+
+
 def path_known(path: str) -> bool:
-    return any(p.match(path) for _, p, _ in ROUTES)
+    return known_in(ROUTES, path)

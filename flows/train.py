@@ -1,0 +1,64 @@
+"""The ``train`` flow: the training supervisor (provision → watch → recover → teardown) as one task.
+
+The logic lives in ``tpu_ops.train.supervisor``; this module only adds Prefect: the run tag, the
+quota lease, the events (``tpu-ops.slice.preempted`` / ``tpu-ops.slice.recovered``) and the
+goodput table artifact. The supervisor tears down in ``finally``; the flow's hooks tear down on
+failure, cancellation and crash too, and the reaper catches what a ``kill -9`` leaves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+
+from flows.provision import HOOKS, _quota, _tag_current_run
+from flows.settings import resolve_settings
+from tpu_ops.provision.naming import check_run_id
+from tpu_ops.specs import TrainJobSpec
+from tpu_ops.specs.common import RunId
+from tpu_ops.train.goodput import GoodputReport
+
+
+def emit(run_id: str) -> Any:
+    """A ``notify`` callback that emits the supervisor's events as Prefect events on the run's resource."""
+    from prefect.events import emit_event
+
+    def notify(name: str, payload: dict[str, Any]) -> None:
+        emit_event(event=name, resource={"prefect.resource.id": f"tpu-ops.run.{run_id}"}, payload=payload)
+
+    return notify
+
+
+def goodput_artifact(report: GoodputReport) -> None:
+    """The goodput report as a Prefect table: one row per preemption, the totals in the description."""
+    rows = report.rows() or [{"#": "-", "reason": "no preemption"}]
+    create_table_artifact(rows, key=f"goodput-{report.run_id}", description=report.summary())
+
+
+@task(name="train-supervisor")
+def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | None = None) -> dict[str, Any]:
+    """One library call: supervise the run to the end (no Prefect retries: recovery is the library's)."""
+    from tpu_ops.train.supervisor import Supervisor
+    from tpu_ops.train.wheel import agent_wheel
+
+    logger = get_run_logger()
+    settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
+    sup = Supervisor(job, run_id, settings, wheel=agent_wheel(settings), notify=emit(run_id),
+                     on_attempt=lambda a: logger.info("attempt %s", a.describe()))  # fmt: skip
+    try:
+        report = sup.run()
+    finally:
+        goodput_artifact(sup.report)
+        logger.info(sup.report.summary())
+    return report.to_json()
+
+
+@flow(name="train", log_prints=True, **HOOKS)
+def train(spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
+    """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down."""
+    check_run_id(run_id)
+    _tag_current_run(run_id)
+    with _quota(spec.provision):
+        return supervise_task(spec, run_id, gcp_credentials_block)

@@ -1,0 +1,1 @@
+"""Training that survives preemption: checkpoint finder, job contract, supervisor, goodput."""
