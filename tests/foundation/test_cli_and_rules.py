@@ -228,7 +228,7 @@ def test_mirror_flags_are_the_spec_fields_and_leave_defaults_to_the_spec() -> No
     full = vars(parser.parse_args([
         "mirror", "s3://a-b/x", "gs://c-d/y", "--snapshot", "snap", "--concurrency", "3", "--part-size-mib", "16",
         "--ranged-min-mib", "64", "--schema-file", "s.yaml", "--require-schema",
-        "--allowed-location", "eu", "--allowed-location", "US",
+        "--allowed-location", "eu", "--allowed-location", "US", "--engine", "auto",
     ]))  # fmt: skip
     spec = MirrorSpec.model_validate({k: v for k, v in full.items() if k in MirrorSpec.model_fields})
     assert set(spec.model_fields_set) == set(MirrorSpec.model_fields), "every field has a flag"
