@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export NO_GCE_CHECK := true
 
-.PHONY: setup tools test lint typecheck pytest dry-run ui bench clean
+.PHONY: setup tools test lint typecheck pytest dry-run ui bench mutmut clean
 
 setup: $(STAMP) tools
 
@@ -57,5 +57,11 @@ bench: $(STAMP)
 	$(PY) bench/recovery_bench.py
 	$(PY) bench/audit_bench.py
 
+## mutation testing of tpu_ops/provision and tpu_ops/mirror against their unit tests; lists survivors
+mutmut: $(STAMP)
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 2 || true
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants

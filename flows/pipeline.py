@@ -13,22 +13,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 
 from flows import report
-from flows.audit import audit_digest, audit_event
 from flows.export import export_and_seal
 from flows.mirror import mirror_dataset
-from flows.provision import RUN_TAG_PREFIX, _quota, _tag_current_run, teardown_task
+from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
 from flows.settings import resolve_settings
 from flows.train import supervise_task
-from tpu_ops.agent.preflight import collect_reports
-from tpu_ops.provision import teardown
 from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Attempt
+from tpu_ops.runs import collect_reports
 from tpu_ops.specs import PipelineSpec, TrainJobSpec
 from tpu_ops.train.layout import RunLayout
 
@@ -72,26 +69,6 @@ def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Itera
         ) from None
 
 
-def _pipeline_teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """On failure, cancellation or crash: tear down the slice of the run this flow run was tagged with."""
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        tags = client.read_flow_run(UUID(str(flow_run.id))).tags
-    run_ids = [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]
-    params = dict(flow_run.parameters or {})
-    spec = params.get("spec") or {}
-    zones = ((spec.get("provision") or {}).get("slice") or {}).get("zones") if isinstance(spec, dict) else None
-    settings = resolve_settings(params.get("aws_credentials_block"), params.get("gcp_credentials_block"))
-    for run_id in run_ids:
-        report = teardown(run_id, settings, zones=zones or None)
-        print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: {len(report.deleted)} deleted")
-        audit_event("pipeline.ended", run_id, params={"state": str(getattr(state, "name", state))}, outcome="failure",
-                    subjects=[{"uri": f"tpu://{r.zone}/{r.resource_id}", "kind": r.kind} for r in report.deleted],
-                    settings=settings)  # fmt: skip
-        audit_digest(run_id, settings)
-
-
 @task(name="workers-verified")
 def workers_verified(run_uri: str, hosts: int, gcp_credentials_block: str | None) -> list[dict[str, Any]]:
     """Every worker's pre-flight report of the snapshot (written before its first training step)."""
@@ -126,13 +103,7 @@ def _training_poll(run_uri: str, steps: int, settings: Any, ledger: Ledger) -> A
     return poll
 
 
-@flow(
-    name="retraining-pipeline",
-    log_prints=True,
-    on_failure=[_pipeline_teardown_hook],
-    on_cancellation=[_pipeline_teardown_hook],
-    on_crashed=[_pipeline_teardown_hook],
-)
+@flow(name="retraining-pipeline", log_prints=True, **HOOKS)
 def retraining_pipeline(
     spec: PipelineSpec,
     aws_credentials_block: str | None = None,

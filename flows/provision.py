@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.runtime import flow_run as current_run
 
-from flows.audit import audit_digest, audited, emit
+from flows.audit import audit_digest, audit_event, audited, emit
 from flows.settings import resolve_settings
 from tpu_ops.provision import Slice, provision, teardown
 from tpu_ops.provision.ledger import Ledger
@@ -49,17 +49,41 @@ def _tag_current_run(run_id: str) -> None:
 
 
 def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow hook (called by keyword): tear down the run's slice whatever ended the flow run."""
-    params = dict(getattr(flow_run, "parameters", None) or {})
-    run_id = params.get("run_id")
-    if not run_id:
+    """Flow hook (called by keyword): tear down every run this flow run is tagged with.
+
+    The one teardown hook of every flow that provisions. It finds the run by its tag (read back
+    from the API: the tag is added after the run started), so a flow whose run id is derived at
+    run time is covered too. Zones come from the spec parameter when it names them; otherwise
+    ``teardown`` looks where the run's ledger says it has been.
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        tags = client.read_flow_run(UUID(str(flow_run.id))).tags
+    run_ids = [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]
+    if not run_ids:  # e.g. its parameters were refused: nothing ran, no cloud call is due
         return
-    spec = params.get("spec") or {}
-    zones = (spec.get("slice") or {}).get("zones") if isinstance(spec, dict) else None
+    params = dict(getattr(flow_run, "parameters", None) or {})
     settings = resolve_settings(gcp_credentials_block=params.get("gcp_credentials_block"))
-    report = teardown(str(run_id), settings, zones=zones or None)
-    names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
-    print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: deleted {names}")
+    for run_id in run_ids:
+        report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")))
+        names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
+        ended = str(getattr(state, "name", state))
+        print(f"teardown of run {run_id} after {ended}: deleted {names}")
+        # The run's chain records how it ended and is sealed, whichever flow it was.
+        audit_event("run.ended", run_id, params={"state": ended, "flow": getattr(flow, "name", "")},
+                    outcome="failure", settings=settings,
+                    subjects=[{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
+                              for r in report.deleted])  # fmt: skip
+        audit_digest(run_id, settings)
+
+
+def _spec_zones(spec: Any) -> list[str] | None:
+    """The slice's zones in a provision spec or a pipeline spec (parameters arrive as dicts)."""
+    if not isinstance(spec, dict):
+        return None
+    slice_ = spec.get("slice") or (spec.get("provision") or {}).get("slice") or {}
+    return list(slice_.get("zones") or []) or None
 
 
 HOOKS: dict[str, Any] = {

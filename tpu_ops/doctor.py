@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpu_ops.errors import ConfigError
 from tpu_ops.settings import Settings
+from tpu_ops.tiers import Tier
 from tpu_ops.uris import parse_uri
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
         accel = spec.provision.slice.accelerator_type
         out += _guard(f"tpu {accel}", enable, lambda: _tpu_accelerator(settings, tpu, accel, zones))
         for rung in spec.provision.ladder:
-            if getattr(rung, "kind", "") == "reservation":
+            if getattr(rung, "kind", "") == Tier.RESERVATION:
                 name, zone = str(rung.name), str(rung.zone)  # type: ignore[union-attr]
                 out += _guard(f"reservation {name}", enable, lambda n=name, z=zone: _reservation(settings, n, z))  # type: ignore[misc]
     return out

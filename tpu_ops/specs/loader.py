@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from tpu_ops.errors import SpecError
 from tpu_ops.text import unsafe_char
+from tpu_ops.tiers import Tier
 
 M = TypeVar("M", bound=BaseModel)
 Format = Literal["yaml", "json"]
@@ -57,7 +58,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in ("reservation", "spot", "on-demand", "function-after[_check(), SliceSpec]"):
+        elif item in (*Tier, "function-after[_check(), SliceSpec]"):
             continue  # discriminator tags add nothing for a reader
         else:
             parts.append(("." if parts else "") + str(item))

@@ -27,8 +27,9 @@ from typing import Any
 
 from tpu_ops.agent.run import Job
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi, wait_until
+from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
 from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
+from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
@@ -169,7 +170,7 @@ class Supervisor:
 
         remaining = self.deadline - time.monotonic()
         try:
-            wait_until(check, timeout_s=max(remaining, 0.01), interval_s=self.poll_s, max_interval_s=self.poll_s,
+            poll(check, timeout_s=max(remaining, 0.01), interval_s=self.poll_s, max_interval_s=self.poll_s,
                        what=f"run {self.run_id} to finish")  # fmt: skip
         except TimeoutError:
             raise TrainingError(
