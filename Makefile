@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export NO_GCE_CHECK := true
 
-.PHONY: setup test lint typecheck pytest dry-run ui bench clean
+.PHONY: setup tools test lint typecheck pytest dry-run ui bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) tools
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -16,8 +16,18 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+## Debian tools the tests use, installed with apt-get when missing (CI runs as root): shellcheck checks
+## every rendered startup script; the browser test drives Debian's Chromium through Playwright (its own
+## browser download does not work offline)
+tools:
+	@missing=""; \
+	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	test -x /usr/bin/chromium || missing="$$missing chromium fonts-dejavu-core"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && \
+		apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends $$missing; fi
+
 ## the whole test command CI runs: lint, type-check, tests
-test: $(STAMP) lint typecheck pytest
+test: setup lint typecheck pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -26,21 +36,26 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+pytest: setup
 	$(VENV)/bin/pytest -q
 
 ## the main job: the whole pipeline, locally, against emulated clouds
 dry-run: $(STAMP)
 	$(VENV)/bin/tpu-ops dry-run
 
-## the Prefect UI on http://127.0.0.1:4200
+## the Prefect UI on http://127.0.0.1:4200, with its own database under .tpu-ops/prefect (not ~/.prefect)
+UI_HOME ?= $(CURDIR)/.tpu-ops/prefect
 ui: $(STAMP)
-	$(VENV)/bin/prefect server start --host 127.0.0.1
+	mkdir -p $(UI_HOME)
+	PREFECT_HOME=$(UI_HOME) $(VENV)/bin/prefect server start --host 127.0.0.1
 
-## the mirror benchmark against rclone (Debian's rclone package is installed if missing)
+## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead,
+## audit verify of 10,000 records
 bench: $(STAMP)
 	command -v rclone >/dev/null || { apt-get update -qq && apt-get install -y -qq rclone; }
 	$(PY) bench/mirror_bench.py
+	$(PY) bench/recovery_bench.py
+	$(PY) bench/audit_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

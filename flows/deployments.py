@@ -23,16 +23,25 @@ REAP_INTERVAL = timedelta(minutes=15)
 SHUTDOWN_GRACE_S = 20.0
 
 
-def deployments(pipeline: PipelineSpec | None = None) -> list[Any]:
+def reaper_name(interval: timedelta) -> str:
+    """The reaper deployment's name, which says how often it runs."""
+    if interval == REAP_INTERVAL:
+        return "every-15-minutes"
+    return f"every-{int(interval.total_seconds())}s"
+
+
+def deployments(pipeline: PipelineSpec | None = None, reap_interval: timedelta = REAP_INTERVAL) -> list[Any]:
     """The ``RunnerDeployment`` objects (built lazily: importing this module starts nothing).
 
     With ``pipeline``, the retraining deployment is named after it, takes it as default
-    parameters and runs on its ``schedule`` (cron, UTC) if it has one.
+    parameters and runs on its ``schedule`` (cron, UTC) if it has one. The reaper runs every
+    ``reap_interval``.
     """
     from flows.mirror import mirror_dataset
     from flows.pipeline import retraining_pipeline
     from flows.provision import provision_slice, run_on_slice
     from flows.reaper import reap_tpu_slices
+    from flows.train import train
 
     retrain: dict[str, Any] = {"name": "default", "tags": ["tpu-ops", "pipeline"]}
     if pipeline is not None:
@@ -44,8 +53,12 @@ def deployments(pipeline: PipelineSpec | None = None) -> list[Any]:
         mirror_dataset.to_deployment(name="default", tags=["tpu-ops", "mirror"]),
         provision_slice.to_deployment(name="default", tags=["tpu-ops"]),
         run_on_slice.to_deployment(name="default", tags=["tpu-ops"]),
+        train.to_deployment(name="default", tags=["tpu-ops", "train"]),
         reap_tpu_slices.to_deployment(
-            name="every-15-minutes", interval=REAP_INTERVAL, parameters={"ttl_hours": 72.0}, tags=["tpu-ops", "reaper"]
+            name=reaper_name(reap_interval),
+            interval=reap_interval,
+            parameters={"ttl_hours": 72.0},
+            tags=["tpu-ops", "reaper"],
         ),
     ]
 
@@ -66,7 +79,9 @@ def _arm_shutdown_deadline(grace_s: float) -> None:
     timer.start()
 
 
-def main(pipeline: PipelineSpec | None = None, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+def main(
+    pipeline: PipelineSpec | None = None, grace_s: float = SHUTDOWN_GRACE_S, reap_interval: timedelta = REAP_INTERVAL
+) -> None:
     """Serve every deployment until SIGTERM or SIGINT; shutdown takes at most ``grace_s`` seconds.
 
     Prefect's runner pauses every deployment's schedule as it shuts down, retrying against the API
@@ -77,7 +92,7 @@ def main(pipeline: PipelineSpec | None = None, grace_s: float = SHUTDOWN_GRACE_S
     from prefect.exceptions import TerminationSignal
     from prefect.runner import Runner
 
-    served = deployments(pipeline)
+    served = deployments(pipeline, reap_interval)
 
     class BoundedRunner(Runner):
         async def __aenter__(self) -> BoundedRunner:

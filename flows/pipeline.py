@@ -1,11 +1,16 @@
-"""The retraining pipeline as one Prefect flow: mirror → provision → run on every worker → tear down.
+"""The retraining pipeline as one Prefect flow: mirror → train (supervisor) → tear down.
 
-Training, export and the audit trail are not built yet; today every worker of the slice runs the
-pre-flight agent, which proves that the snapshot it will read is exactly the pinned manifest.
+The training step is the supervisor (``flows.train.supervise_task``): it provisions through the
+capacity ladder, runs the job on every worker (each worker first verifies the pinned snapshot,
+then resumes from the newest complete checkpoint), recovers from preemptions, and tears down.
+Export and the audit digest follow on ``main`` once they land.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -13,22 +18,58 @@ from uuid import UUID
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.audit import audit_digest, audit_event
+from flows.export import export_and_seal
 from flows.mirror import mirror_dataset
-from flows.provision import RUN_TAG_PREFIX, _quota, _tag_current_run, provision_task, teardown_task
+from flows.provision import RUN_TAG_PREFIX, _quota, _tag_current_run, teardown_task
 from flows.settings import resolve_settings
+from flows.train import supervise_task
 from tpu_ops.agent.preflight import collect_reports
 from tpu_ops.provision import teardown
-from tpu_ops.provision.ledger import Ledger
+from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.specs import PipelineSpec
-from tpu_ops.specs.common import RunId
-from tpu_ops.startup import render_startup_script
+from tpu_ops.provision.records import Attempt
+from tpu_ops.specs import PipelineSpec, TrainJobSpec
+from tpu_ops.train.layout import RunLayout
 
 
 def new_run_id(name: str, now: datetime | None = None) -> str:
     """``<name>-<yymmdd>-<hhmmss>``, within the 40 characters a run id may have."""
     stamp = (now or datetime.now(UTC)).strftime("%y%m%d-%H%M%S")
     return f"{name[:26].rstrip('-')}-{stamp}"
+
+
+PIPELINE_LIMIT_PREFIX = "tpu-ops-pipeline-"
+SECOND_RUN_WAIT_S = 30.0
+
+
+@contextmanager
+def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Iterator[None]:
+    """Hold pipeline ``pipeline``'s one slot (a Prefect global concurrency limit of 1, created on
+    first use) for the whole run. A second run of the same pipeline waits ``wait_s`` seconds, then
+    fails saying why: two runs would mirror into one snapshot and train twice."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectAlreadyExists
+
+    from tpu_ops.errors import ConfigError
+
+    name = PIPELINE_LIMIT_PREFIX + pipeline
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+    held = False
+    try:
+        with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True):
+            held = True
+            yield
+    except TimeoutError:
+        if held:
+            raise  # the run's own timeout, not the slot's
+        raise ConfigError(
+            f"pipeline {pipeline!r} already has a run in progress (Prefect concurrency limit {name!r}); "
+            "at most one run per pipeline name: wait for it, or cancel it in the UI"
+        ) from None
 
 
 def _pipeline_teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
@@ -45,14 +86,22 @@ def _pipeline_teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
     for run_id in run_ids:
         report = teardown(run_id, settings, zones=zones or None)
         print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: {len(report.deleted)} deleted")
+        audit_event("pipeline.ended", run_id, params={"state": str(getattr(state, "name", state))}, outcome="failure",
+                    subjects=[{"uri": f"tpu://{r.zone}/{r.resource_id}", "kind": r.kind} for r in report.deleted],
+                    settings=settings)  # fmt: skip
+        audit_digest(run_id, settings)
 
 
-@task(name="wait-for-workers")
-def wait_for_workers(
-    out_uri: str, hosts: int, timeout_s: float, gcp_credentials_block: str | None
-) -> list[dict[str, Any]]:
-    """Every worker's pre-flight report (fails if one is missing or found a difference)."""
-    return collect_reports(resolve_settings(gcp_credentials_block=gcp_credentials_block), out_uri, hosts, timeout_s)
+@task(name="workers-verified")
+def workers_verified(run_uri: str, hosts: int, gcp_credentials_block: str | None) -> list[dict[str, Any]]:
+    """Every worker's pre-flight report of the snapshot (written before its first training step)."""
+    out = str(RunLayout(run_uri).state("preflight"))
+    return collect_reports(resolve_settings(gcp_credentials_block=gcp_credentials_block), out, hosts, 30.0)
+
+
+def _attempts(ledger: Ledger) -> list[str]:
+    fields = Attempt.__dataclass_fields__
+    return [Attempt(**{k: e[k] for k in fields if k in e}).describe() for e in ledger.events() if e["kind"] == ATTEMPT]
 
 
 @flow(
@@ -64,55 +113,82 @@ def wait_for_workers(
 )
 def retraining_pipeline(
     spec: PipelineSpec,
-    run_id: RunId | None = None,
-    worker_timeout_s: float = 600.0,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
 ) -> dict[str, Any]:
-    """Mirror the dataset, provision a slice, run every worker against the pinned snapshot, tear down."""
+    """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down.
+
+    Args:
+        spec: The whole pipeline: mirror, provision (slice and capacity ladder), train, export. Its
+            run_id (the only one: there is no second, top-level one) fixes the run to resume;
+            empty: a new run id from the pipeline name and the time.
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
+    with one_run_at_a_time(spec.name):
+        return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
+
+
+def _run(
+    spec: PipelineSpec, run_id: str, aws_credentials_block: str | None, gcp_credentials_block: str | None
+) -> dict[str, Any]:
+    """The pipeline's steps, inside its one-run-at-a-time slot."""
     logger = get_run_logger()
-    run_id = run_id or spec.run_id or new_run_id(spec.name)
     _tag_current_run(run_id)
-    snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block)
-    reports_uri = f"{spec.train.checkpoint_dir}/{run_id}/preflight"
-    script = render_startup_script(
-        run_id,
-        ["preflight", "--run-id", run_id, "--manifest", snapshot.manifest_uri, "--out", reports_uri],
-    )
+    snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block, run_id=run_id)
+    job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(
+        update={"dataset_manifest": snapshot.manifest_uri}))  # fmt: skip
+    run_uri = RunLayout.of(spec.train.checkpoint_dir, run_id).run_uri
+    hosts = spec.provision.slice.accelerator.hosts
     try:
         with _quota(spec.provision):
-            tpu = provision_task(spec.provision, run_id, gcp_credentials_block, metadata={"startup-script": script})
-            logger.info("slice %s (%s, %s) in %s: %d hosts", tpu.node, spec.provision.slice.accelerator_type,
-                        tpu.tier, tpu.zone, tpu.hosts)  # fmt: skip
-            reports = wait_for_workers(reports_uri, tpu.hosts, worker_timeout_s, gcp_credentials_block)
+            training = supervise_task(job, run_id, gcp_credentials_block)
+        reports = workers_verified(run_uri, hosts, gcp_credentials_block)
     finally:
         gone = teardown_task(run_id, list(spec.provision.slice.zones), gcp_credentials_block)
         logger.info("teardown: %d resources deleted, confirmed gone", len(gone.deleted))
     settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    cost = Ledger(settings, run_id).summary(load_prices(settings)).to_json()
-    attempts = [a.describe() for a in tpu.attempts]
+    ledger = Ledger(settings, run_id)
+    last = training["incarnations"][-1] if training["incarnations"] else {}
     summary: dict[str, Any] = {
         "run_id": run_id,
         "snapshot_id": snapshot.snapshot_id,
         "manifest": snapshot.manifest_uri,
         "objects_copied": snapshot.objects_copied,
         "objects_skipped": snapshot.objects_skipped,
-        "slice": {"node": tpu.node, "zone": tpu.zone, "tier": tpu.tier, "hosts": tpu.hosts},
-        "attempts": attempts,
-        "workers_verified": len(reports),
-        "cost": cost,
+        "slice": {
+            "queued_resource": last.get("queued_resource"),
+            "zone": last.get("zone"),
+            "tier": last.get("tier"),
+            "hosts": hosts,
+        },
+        "attempts": _attempts(ledger),
+        "workers_verified": len({r["worker_number"] for r in reports}),
+        "training": {
+            k: training[k]
+            for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "recoveries")
+        },
+        "preemptions": training["preemptions"],
+        "checkpoints": run_uri,
+        "cost": ledger.summary(load_prices(settings)).to_json(),
     }
+    # Export (when the run left a complete checkpoint), then the digest sealing the run's audit chain.
+    summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
+                                        aws_credentials_block, gcp_credentials_block)  # fmt: skip
+    t = summary["training"]
     create_markdown_artifact(
         key="pipeline-summary",
         markdown="\n".join(
             [
                 f"# Run `{run_id}`",
                 "",
-                f"- snapshot `{snapshot.snapshot_id}` ({snapshot.manifest_uri})",
-                f"- slice `{tpu.node}`: {tpu.tier} in {tpu.zone}, {tpu.hosts} hosts",
-                f"- ladder: {'; '.join(attempts)}",
-                f"- {len(reports)} workers verified the snapshot",
-                f"- cost: {cost}",
+                f"- snapshot `{snapshot.snapshot_id}` ({snapshot.manifest_uri}), verified by "
+                f"{summary['workers_verified']} workers",
+                f"- trained to step {t['final_step']}/{t['steps']} through {t['recoveries']} preemption(s); "
+                f"goodput {t['goodput']:.1%} ({t['productive_s']:.1f} s productive of {t['wall_s']:.1f} s)",
+                f"- last slice: {summary['slice']}",
+                f"- ladder: {'; '.join(summary['attempts'])}",
+                f"- cost: {summary['cost']['usd_by_tier']} (total ${summary['cost']['usd_total']})",
             ]
         ),
     )

@@ -13,6 +13,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
+from flows.audit import audit_digest, audit_event
 from flows.provision import run_tag
 from flows.settings import resolve_settings
 from tpu_ops.provision.reaper import ReapReport, reap
@@ -48,15 +49,36 @@ def reap_once(
 ) -> ReapReport:
     """One pass of the reaper with Prefect as the judge of which runs are live."""
     settings = resolve_settings()
-    return reap(settings, run_state=guarded(prefect_run_state) if use_prefect else None, ttl=ttl, dry_run=dry_run,
-                zones=zones or None)  # fmt: skip
+    report = reap(settings, run_state=guarded(prefect_run_state) if use_prefect else None, ttl=ttl, dry_run=dry_run,
+                  zones=zones or None)  # fmt: skip
+    if not dry_run:
+        for r in report.reaped:
+            _audit_reaped(r)
+    return report
+
+
+def _audit_reaped(r: Any) -> None:
+    """One record in the reaped run's chain (and a digest sealing it): what went, why, what it cost."""
+    if not r.run_id:
+        return
+    params = {"reason": r.reason, "age_hours": round(r.age_hours, 3), "cost_usd": round(r.cost_usd, 2)}
+    subjects = [{"uri": f"tpu://{x.zone}/{x.resource_id}", "kind": x.kind} for x in r.resources]
+    audit_event("run.reaped", r.run_id, params=params, subjects=subjects, outcome="success" if r.deleted else "failure",
+                error=r.error or None)  # fmt: skip
+    audit_digest(r.run_id)
 
 
 @flow(name="reap-tpu-slices", log_prints=True)
 def reap_tpu_slices(
     dry_run: bool = False, ttl_hours: float | None = 72.0, zones: list[str] | None = None
 ) -> dict[str, Any]:
-    """Delete tpu-ops slices whose run is finished, unknown, dead, or older than ``ttl_hours``."""
+    """Delete tpu-ops slices whose run is finished, unknown, dead, or older than ``ttl_hours``.
+
+    Args:
+        dry_run: Only report what would be deleted.
+        ttl_hours: Delete any tpu-ops slice older than this many hours, live or not; empty: no limit.
+        zones: Zones to sweep, e.g. us-central2-b; empty: every zone the TPU API lists.
+    """
     logger = get_run_logger()
     report = reap_once(dry_run=dry_run, ttl=timedelta(hours=ttl_hours) if ttl_hours else None, zones=zones)
     for r in report.reaped:

@@ -42,3 +42,35 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=60):
         yield
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real ``prefect server start`` (server, scheduler, UI) on a free loopback port with its own
+    PREFECT_HOME; yields the environment for processes that talk to it (``PREFECT_API_URL`` set)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from infra.local._proc import free_port, http_ok, kill_group, wait_until
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    log = (home / "server.log").open("wb")
+    server = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        wait_until(
+            lambda: http_ok(f"{api}/health") or server.poll() is not None, 120, interval=0.2, what="prefect server"
+        )
+        assert server.poll() is None, (home / "server.log").read_text()[-3000:]
+        yield {**env, "PREFECT_API_URL": api}
+    finally:
+        kill_group(server, grace=10)
+        log.close()

@@ -17,6 +17,7 @@ translated into it in one place, :mod:`tpu_ops.cloud.translate`. The tree::
     │       └── QuotaError        quota exhausted (carries zone and tier too)
     ├── ProvisioningError         every rung of the capacity ladder failed (carries the attempts)
     ├── CheckpointError           no complete checkpoint, corrupt checkpoint
+    ├── TrainingError             the trainer failed on its own (exit status, log tail), or recovery gave up
     └── IntegrityError            checksum mismatch, source changed mid-run, broken audit chain
         ├── SourceChangedError    the source object is no longer the listed version
         └── ChecksumMismatchError what was stored (or sent) does not match the bytes read
@@ -108,6 +109,20 @@ class ProvisioningError(TpuOpsError):
 
 class CheckpointError(TpuOpsError):
     """No usable (complete) checkpoint, or a checkpoint failed verification."""
+
+
+class TrainingError(TpuOpsError):
+    """Training failed in a way recovery must not retry: the trainer's own failure, or limits reached.
+
+    ``worker``/``exit_code``/``log_tail`` name the worker whose trainer failed, when one did.
+    """
+
+    def __init__(self, message: str, *, worker: int | None = None, exit_code: int | None = None,
+                 log_tail: str = "") -> None:  # fmt: skip
+        super().__init__(message)
+        self.worker = worker
+        self.exit_code = exit_code
+        self.log_tail = log_tail
 
 
 class IntegrityError(TpuOpsError):

@@ -95,7 +95,28 @@ class Settings(BaseSettings):
     retry_max_delay_s: float = Field(10.0, ge=0.0, le=600.0)
     poll_interval_s: float = Field(2.0, ge=0.01, le=300.0)
     state_dir: Path = Field(Path(".tpu-ops"), description="Local state: ledgers, audit spool.")
+    worker_dir: Path | None = Field(
+        None, description="A worker's scratch directory (trainer log, progress file); default: a temp dir."
+    )
     price_table: Path | None = Field(None, description="A JSON price table overriding the shipped one.")
+    audit_uri: str = Field(
+        "s3://tpu-ops-audit/trail",
+        description="s3://bucket/prefix of the audit trail; the bucket has Object Lock enabled.",
+    )
+    audit_retention_days: int = Field(
+        2555, ge=1, le=36500, description="Object Lock retention (compliance mode) of each audit record."
+    )
+    audit_kms_key_id: str | None = Field(
+        None, description="KMS asymmetric key (ECC_NIST_P256, SIGN_VERIFY) that signs audit digests."
+    )
+    audit_spool: Path | None = Field(
+        None, description="Local JSONL spool for audit records while S3 is unreachable (default: state_dir)."
+    )
+    sagemaker_role_arn: str = Field(
+        "arn:aws:iam::123456789012:role/tpu-ops-sagemaker-execution",
+        description="The execution role SageMaker models deployed by tpu-ops run as.",
+    )
+    audit_actor: str | None = Field(None, description="The user or service identity audit records name.")
     tpu_zones: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Zones teardown and the reaper scan (comma-separated in the environment); "
@@ -108,6 +129,18 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [z.strip() for z in value.split(",") if z.strip()]
         return value
+
+    @property
+    def audit_spool_path(self) -> Path:
+        """Where audit records wait while S3 is unreachable."""
+        return self.audit_spool or self.state_dir / "audit-spool.jsonl"
+
+    @field_validator("audit_uri")
+    @classmethod
+    def _check_audit_uri(cls, value: str) -> str:
+        from tpu_ops.uris import parse_s3
+
+        return str(parse_s3(value))
 
     def endpoints(self) -> dict[str, str | None]:
         """The endpoint settings by name, as the clients will use them."""
@@ -138,3 +171,34 @@ class Settings(BaseSettings):
                 )
             if not is_loopback(value):
                 raise ConfigError(f"dry run: endpoint {name}={value!r} is not on loopback; refusing to start")
+
+
+class JobEnv(BaseSettings):
+    """The job contract as a trainer reads it: the ``TPU_OPS_*`` variables the agent sets.
+
+    The agent sets them on every worker; README ("Training") documents each. Trainers in other
+    languages read the same variables.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    run_id: str
+    worker: int = Field(0, ge=0)
+    workers: int = Field(1, ge=1)
+    checkpoint_dir: str = Field(description="gs:// directory the trainer writes <step>/ entries into")
+    resume_step: int | None = Field(None, description="absent on a fresh start")
+    dataset_manifest: str | None = None
+    steps: int = Field(ge=1)
+    checkpoint_every: int = Field(ge=1)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict, description="JSON object")
+    progress_file: Path | None = Field(None, description="the trainer writes its current step here")
+    coordinator_address: str | None = None
+
+
+def child_environment(extra: dict[str, str], drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment plus ``extra`` (minus ``drop``), for a child process."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(extra)
+    return env

@@ -1,8 +1,14 @@
 """Render the ``startup-script`` every worker of a slice runs at boot.
 
-The script runs as root on N hosts at once, and again after a recreate, so it is idempotent: it
-checks a DONE marker first. Every value is passed through ``shlex.quote``; the script carries no
-credentials (the VM's service account, or the local stack's environment, provides them).
+The script runs as root on N hosts at once, and again after a recreate (with a fresh disk), so
+"already done" is the run-level ``DONE`` marker in GCS, never a local file. A small stdlib-only
+bootstrap checks that marker and fetches the agent wheel the flow uploaded under
+``RUN/_tpu_ops/agent/``, both with the VM's service account (a token from the metadata server):
+a real slice needs no package index. If the VM cannot import tpu-ops yet, the wheel (and any
+dependency wheels beside it) is installed into a venv with ``--no-index``.
+
+Every value is passed through ``shlex.quote``; the script carries no credentials. It is clean
+under ``shellcheck`` (a test runs it on rendered scripts).
 """
 
 from __future__ import annotations
@@ -12,54 +18,126 @@ import shlex
 from collections.abc import Sequence
 
 from tpu_ops.errors import SpecError
+from tpu_ops.uris import parse_gs
 
-_PIP_SPEC = re.compile(r"^[A-Za-z0-9_.\-\[\],=<>~!]+$")
+# Exit status 3 = the run is done. Reads only its argv: the script passes the standard endpoint
+# variables (GCE_METADATA_HOST, STORAGE_EMULATOR_HOST; both unset on a real VM).
+BOOTSTRAP = r"""
+import json, os, sys, time, urllib.error, urllib.parse, urllib.request
+run_uri, prefix, dest, md, api = sys.argv[1:6]
+md = md or "metadata.google.internal"
+api = api or "https://storage.googleapis.com"
+api = api if "://" in api else "http://" + api
+
+def call(url, headers, tries=5):
+    for i in range(tries):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+                return r.read()
+        except urllib.error.HTTPError as e:
+            if e.code < 500 and e.code != 429:
+                raise
+        except (urllib.error.URLError, TimeoutError):
+            pass
+        time.sleep(min(2 ** i, 10))
+    raise SystemExit("tpu-ops bootstrap: " + url.split("?")[0] + " kept failing")
+
+tok = call("http://" + md + "/computeMetadata/v1/instance/service-accounts/default/token",
+           {"Metadata-Flavor": "Google"})
+auth = {"Authorization": "Bearer " + json.loads(tok)["access_token"]}
+
+def obj(uri):
+    bucket, _, key = uri[len("gs://"):].partition("/")
+    return api + "/storage/v1/b/" + urllib.parse.quote(bucket, safe="") + "/o", key
+
+base, key = obj(run_uri)
+try:
+    call(base + "/" + urllib.parse.quote(key + "/_tpu_ops/DONE", safe=""), auth)
+    sys.exit(3)
+except urllib.error.HTTPError as e:
+    if e.code != 404:
+        raise
+if prefix:
+    base, key = obj(prefix)
+    os.makedirs(dest, exist_ok=True)
+    listing = json.loads(call(base + "?" + urllib.parse.urlencode({"prefix": key + "/"}), auth))
+    for item in listing.get("items", []):
+        name = item["name"].rsplit("/", 1)[-1]
+        if name.endswith(".whl") and "/" not in item["name"][len(key) + 1:]:
+            data = call(base + "/" + urllib.parse.quote(item["name"], safe="") + "?alt=media", auth)
+            with open(os.path.join(dest, name), "wb") as f:
+                f.write(data)
+            print("tpu-ops bootstrap: fetched " + name)
+"""
 
 TEMPLATE = """#!/bin/bash
 # tpu-ops startup script for run {run_id} (rendered; do not edit by hand)
+# Values are single-quoted on purpose, so "$" or "`" in them never expands:
+# shellcheck disable=SC2016
 set -euo pipefail
 RUN_ID={run_id}
-# A host may give each worker its own state directory (the local simulator does).
+RUN_URI={run_uri}
+AGENT_PREFIX={agent_prefix}
+PYTHON={python}
+# A host may give each worker its own scratch directory (the local simulator does).
 BASE="${{TPU_OPS_WORKER_DIR:-}}"
 [ -n "$BASE" ] || BASE={state_dir}
-STATE_DIR="$BASE/$RUN_ID"
-mkdir -p "$STATE_DIR"
-if [ -e "$STATE_DIR/DONE" ]; then
-  echo "tpu-ops: run $RUN_ID already done on this worker"
+WORK="$BASE/$RUN_ID"
+mkdir -p "$WORK"
+status=0
+"$PYTHON" - "$RUN_URI" "$AGENT_PREFIX" "$WORK/wheels" "${{GCE_METADATA_HOST:-}}" "${{STORAGE_EMULATOR_HOST:-}}" \
+  <<'BOOTSTRAP' || status=$?
+{bootstrap}
+BOOTSTRAP
+if [ "$status" -eq 3 ]; then
+  echo "tpu-ops: run $RUN_ID is already done (DONE marker in GCS)"
   exit 0
 fi
-{install}exec {python} -m tpu_ops.agent {args} --done-file "$STATE_DIR/DONE"
+if [ "$status" -ne 0 ]; then
+  echo "tpu-ops: bootstrap failed with status $status" >&2
+  exit "$status"
+fi
+AGENT_PYTHON="$PYTHON"
+if ! "$PYTHON" -c 'import tpu_ops' 2>/dev/null; then
+  "$PYTHON" -m venv --system-site-packages "$WORK/venv"
+  "$WORK/venv/bin/python" -m pip install --quiet --no-index --find-links "$WORK/wheels" tpu-ops
+  AGENT_PYTHON="$WORK/venv/bin/python"
+fi
+export TPU_OPS_WORKER_DIR="$WORK"
+exec "$AGENT_PYTHON" -m tpu_ops.agent {args}
 """
+
+_RUN_ID = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 def render_startup_script(
     run_id: str,
     agent_args: Sequence[str],
     *,
+    run_uri: str,
+    agent_prefix: str | None = None,
     python: str = "python3",
-    pip_spec: str | None = None,
     state_dir: str = "/var/lib/tpu-ops",
 ) -> str:
-    """A bash script that runs ``python -m tpu_ops.agent AGENT_ARGS --done-file F`` once per worker.
+    """A bash script that runs ``python -m tpu_ops.agent AGENT_ARGS`` once per worker until DONE.
 
-    The agent creates the done file when it finishes, so a re-run of the script is a no-op.
-
-    ``pip_spec`` (e.g. ``tpu-ops==0.1.0``) is installed first when the VM lacks tpu-ops.
+    ``run_uri`` is ``RUN`` (``<checkpoint_dir>/<run_id>``): a ``RUN/_tpu_ops/DONE`` marker makes
+    the script a no-op. ``agent_prefix`` (``RUN/_tpu_ops/agent``) holds the agent wheel.
     """
-    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", run_id):
+    if not _RUN_ID.fullmatch(run_id):
         raise SpecError(f"run id {run_id!r} is not a valid run id")
-    install = ""
-    if pip_spec is not None:
-        if not _PIP_SPEC.match(pip_spec):
-            raise SpecError(f"pip spec {pip_spec!r} has characters a requirement cannot have")
-        install = (
-            f"{shlex.quote(python)} -c 'import tpu_ops' 2>/dev/null || "
-            f"{shlex.quote(python)} -m pip install --quiet {shlex.quote(pip_spec)}\n"
-        )
+    for name, uri in (("run_uri", run_uri), ("agent_prefix", agent_prefix)):
+        if uri is not None:
+            try:
+                parse_gs(uri)
+            except ValueError as exc:
+                raise SpecError(f"{name}: {exc}", [{"field": name, "value": uri}]) from None
     return TEMPLATE.format(
         run_id=shlex.quote(run_id),
-        state_dir=shlex.quote(state_dir),
-        install=install,
+        run_uri=shlex.quote(run_uri),
+        agent_prefix=shlex.quote(agent_prefix or ""),
         python=shlex.quote(python),
+        state_dir=shlex.quote(state_dir),
+        bootstrap=BOOTSTRAP.strip(),
         args=" ".join(shlex.quote(a) for a in agent_args),
     )

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 
 from tpu_ops.errors import PolicyError
+from tpu_ops.text import unsafe_char
 
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_KEY_BYTES = 1024
 
 
@@ -51,8 +51,9 @@ class ObjectUri:
 
 def check_key(key: str) -> str:
     """Return ``key`` if it is a safe object key, else raise ``PolicyError`` saying why."""
-    if _CONTROL.search(key):
-        raise PolicyError(f"object key {key!r} contains a control character")
+    bad = unsafe_char(key)
+    if bad:
+        raise PolicyError(f"object key {key!r} contains {bad}")
     if key.startswith("/"):
         raise PolicyError(f"object key {key!r} starts with '/'")
     if len(key.encode()) > MAX_KEY_BYTES:
@@ -108,8 +109,9 @@ def parse_uri(uri: str, scheme: str) -> ObjectUri:
     head = f"{scheme}://"
     if not uri.startswith(head):
         raise ValueError(f"{uri!r} is not a {head}bucket/prefix URI")
-    if _CONTROL.search(uri):
-        raise ValueError(f"{uri!r} contains a control character")
+    bad = unsafe_char(uri)
+    if bad:
+        raise ValueError(f"{uri!r} contains {bad}")
     bucket, _, prefix = uri[len(head) :].partition("/")
     (check_s3_bucket if scheme == "s3" else check_gcs_bucket)(bucket)
     prefix = prefix.strip("/")

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,16 +29,72 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=run)
 
 
+class PreemptOnce(threading.Thread):
+    """Preempt the run's slice once, as spot capacity would: after its first committed checkpoint."""
+
+    def __init__(self, stack: Any, settings: Any, spec: Any, run_id: str) -> None:
+        super().__init__(name="preempt-once", daemon=True)
+        from tpu_ops.train.layout import RunLayout
+
+        self.stack, self.settings, self.spec, self.run_id = stack, settings, spec, run_id
+        self.layout = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir)
+        self.preempted: str | None = None
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        from tpu_ops.cloud.clients import storage_client
+        from tpu_ops.cloud.tpu import TpuApi
+        from tpu_ops.errors import TpuOpsError
+        from tpu_ops.train.checkpoints import latest_complete_step
+
+        gcs, api = storage_client(self.settings), TpuApi(self.settings)
+        while not self._done.wait(0.2):
+            try:
+                if latest_complete_step(gcs, self.layout.steps_uri) is None:
+                    continue
+                for zone in self.spec.provision.slice.zones:
+                    for node in api.list_nodes(zone):
+                        if node.node_id.startswith(self.run_id) and node.state == "READY":
+                            self.stack.preempt(zone, node.node_id)
+                            self.preempted = f"{node.node_id} in {zone}"
+                            print(f"==> injected a spot preemption of {self.preempted}", flush=True)
+                            return
+            except TpuOpsError:
+                continue
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=10)
+
+
 def _step(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
+def _audit(settings: Any, run_id: str) -> dict[str, Any]:
+    """The run's audit trail, verified, and its lineage as text (what `tpu-ops audit ...` would print)."""
+    from flows.audit import trail_for
+    from tpu_ops.audit.lineage import render
+    from tpu_ops.audit.verify import items_from_objects, verify
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.cloud.session import shared_client
+    from tpu_ops.export.release import load_lineage
+
+    trail = trail_for(settings)
+    report = verify(items_from_objects(trail.store.read_all()), trail.kms)
+    state = "intact" if report.ok else "DAMAGED: " + report.damage[0].describe()
+    lineage = load_lineage(run_id, sm=shared_client(settings, "sagemaker"), gcs=storage_client(settings), trail=trail)
+    return {"verify": f"{report.records} records, {report.digests} signed digests, {state}", "lineage": render(lineage)}
+
+
 def run(args: argparse.Namespace) -> int:
-    from tpu_ops.specs import PipelineSpec, load_spec
+    from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
 
     spec = load_spec(args.spec, PipelineSpec)  # bad input fails here, before anything starts
     # A temporary Prefect server must not try to phone home from a machine with no network.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # On a loaded machine the temporary server can take longer than Prefect's default 20 s to answer.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
     from infra.local.seed import DRY_RUN_CAPACITY, seed_pipeline
     from infra.local.stack import LocalStack
@@ -58,22 +115,39 @@ def run(args: argparse.Namespace) -> int:
             f"    {seeded.shards} shards, {seeded.bytes / 2**20:.1f} MiB; TPU capacity: {json.dumps(DRY_RUN_CAPACITY)}"
         )
 
-        _step("running the retraining-pipeline flow")
-        from flows.pipeline import retraining_pipeline
+        from flows.pipeline import new_run_id, retraining_pipeline
 
-        summary: dict[str, Any] = retraining_pipeline(spec, run_id=args.run_id)
+        run_id = args.run_id or spec.run_id or new_run_id(spec.name)
+        # The run id travels in the spec (the flow has no second one), checked like any spec field.
+        fixed = parse_spec(PipelineSpec, {**spec.model_dump(mode="json"), "run_id": run_id}, what="--run-id")
+        _step(f"running the retraining-pipeline flow as run {run_id} (one spot preemption will be injected)")
+        injector = PreemptOnce(stack, settings, spec, run_id)
+        injector.start()
+        try:
+            summary: dict[str, Any] = retraining_pipeline(fixed)
+        finally:
+            injector.stop()
+        summary["injected_preemption"] = injector.preempted
         left = stack.state()
         leftover = int(left["queued_resources"]) + int(left["nodes"])
         summary["left_behind"] = {"tpu_resources": leftover, "worker_processes": len(left.get("worker_pids", []))}
+        summary["audit"] = _audit(stack.settings(), run_id)
     summary["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         _step("done")
-        for key in ("run_id", "snapshot_id", "manifest", "objects_copied", "slice", "workers_verified", "cost"):
+        for key in ("run_id", "snapshot_id", "manifest", "objects_copied", "slice", "workers_verified",
+                    "injected_preemption", "training", "cost"):  # fmt: skip
             print(f"    {key}: {summary[key]}")
+        for p in summary["preemptions"]:
+            lost, overhead = p["steps_lost"], p["overhead_s"] or 0
+            print(f"    preemption {p['number']} ({p['reason']}): lost {lost} step(s), resumed from "
+                  f"{p['resume_step']}; {overhead:.1f} s from preemption to the first new step")  # fmt: skip
         print("    ladder:")
         for attempt in summary["attempts"]:
             print(f"      {attempt}")
+        print(f"    audit trail: {summary['audit']['verify']}; lineage:")
+        print("      " + summary["audit"]["lineage"].replace("\n", "\n      "))
         print(f"    left behind: {summary['left_behind']}; took {summary['seconds']} s")
     return 0 if leftover == 0 else 1

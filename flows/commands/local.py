@@ -79,6 +79,7 @@ def run_up(args: argparse.Namespace) -> int:
         stack.start()
         text = env_lines(stack.env())
         if args.env_file:
+            args.env_file.parent.mkdir(parents=True, exist_ok=True)  # `.tpu-ops/` on a fresh clone
             tmp = args.env_file.with_name(args.env_file.name + ".tmp")
             tmp.write_text(text)
             os.replace(tmp, args.env_file)  # readers never see a half-written file

@@ -115,29 +115,8 @@ def run(args: argparse.Namespace) -> int:
     if args.engine != "local" and "grpc" in sys.modules and sys.modules["grpc"] is None:
         del sys.modules["grpc"]  # the STS client's package imports its gRPC transport as well
 
-    from tpu_ops.mirror.prefetch import SourcePrefetch
-    from tpu_ops.uris import parse_s3
-
-    # Start listing S3 in a child before loading anything heavy (see prefetch.py); a source URI
-    # that does not parse never reaches it, and the full spec is validated below all the same.
-    try:
-        parse_s3(args.source)
-        prefetch: SourcePrefetch | None = SourcePrefetch(args.source)
-    except ValueError:
-        prefetch = None
-
-    from tpu_ops.settings import Settings
-
-    try:
-        settings = Settings.model_validate({})
-        if prefetch:
-            prefetch.configure(settings)  # the child is waiting for its client parameters
-    except BaseException:
-        if prefetch:
-            prefetch.cancel()
-        raise
-
     from tpu_ops.mirror.engine import mirror
+    from tpu_ops.settings import Settings
     from tpu_ops.specs.jobs import MirrorSpec
     from tpu_ops.specs.loader import parse_spec
 
@@ -154,13 +133,11 @@ def run(args: argparse.Namespace) -> int:
         "allowed_locations": args.allowed_location,
         "engine": args.engine,
     }
+    spec = parse_spec(MirrorSpec, data, "mirror arguments")
     bar = _Bar() if not args.no_progress and sys.stderr.isatty() else None
     try:
-        spec = parse_spec(MirrorSpec, data, "mirror arguments")
-        result = mirror(spec, settings, progress=bar, source_prefetch=prefetch)
+        result = mirror(spec, Settings.model_validate({}), progress=bar)
     finally:
-        if prefetch:
-            prefetch.cancel()
         if bar:
             bar.close()
     print(json.dumps(result.to_dict()) if args.json else summary(result))

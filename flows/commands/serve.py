@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from pathlib import Path
 
 
@@ -22,7 +23,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="S",
         help="seconds a SIGTERM/SIGINT shutdown may take before the process exits anyway (20)",
     )
+    p.add_argument(
+        "--reap-every",
+        type=_interval,
+        default=None,
+        metavar="DURATION",
+        help="how often the reaper runs: 90s, 30m, 2h, 1d (15m)",
+    )
     p.set_defaults(handler=run)
+
+
+def _interval(text: str) -> timedelta:
+    """``--reap-every``'s value: a duration from 5 s to 1 day, or a usage error saying what is allowed."""
+    from tpu_ops.specs.common import parse_duration
+
+    value = parse_duration(text)
+    if not isinstance(value, timedelta) or not timedelta(seconds=5) <= value <= timedelta(days=1):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: a duration from 5s to 1d, e.g. 90s, 30m, 2h")
+    return value
 
 
 def check_api() -> None:
@@ -54,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     pipeline = load_spec(args.spec, PipelineSpec) if args.spec else None
     check_api()
-    from flows.deployments import main
+    from flows.deployments import REAP_INTERVAL, main
 
-    main(pipeline, grace_s=args.shutdown_grace)
+    main(pipeline, grace_s=args.shutdown_grace, reap_interval=args.reap_every or REAP_INTERVAL)
     return 0

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 # Spec classes by kind, imported in the handler: pydantic models cost ~0.1 s to build, and every
 # `tpu-ops` invocation registers this module.
-KINDS = ("export", "mirror", "pipeline", "provision", "train")
+KINDS = ("export", "mirror", "pipeline", "provision", "train", "train-job")
 
 
 def spec_class(kind: str) -> type[BaseModel]:
@@ -24,6 +24,7 @@ def spec_class(kind: str) -> type[BaseModel]:
         "mirror": specs.MirrorSpec,
         "provision": specs.ProvisionSpec,
         "train": specs.TrainSpec,
+        "train-job": specs.TrainJobSpec,
         "export": specs.ExportSpec,
     }
     return table[kind]

@@ -104,6 +104,7 @@ def seed_pipeline(settings: Settings, spec: PipelineSpec) -> SeededDataset:
     location = spec.mirror.allowed_locations[0] if spec.mirror.allowed_locations else "US-CENTRAL1"
     ensure_gcs_bucket(settings, spec.mirror.destination, location)
     ensure_gcs_bucket(settings, spec.train.checkpoint_dir, location)
+    ensure_model_bucket(settings, spec.export.destination)
     return seeded
 
 
@@ -123,3 +124,40 @@ def set_tpu_capacity(settings: Settings, capacity: dict[str, Any]) -> None:
     )
     with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a checked loopback endpoint
         resp.read()
+
+
+def seed_audit(settings: Settings) -> str:
+    """The audit trail's bucket (Object Lock on) and KMS signing key (alias ``AUDIT_KEY_ALIAS``).
+
+    Returns the key's ARN. Idempotent: safe after every reset of the emulated AWS.
+    """
+    from infra.local.stack import AUDIT_KEY_ALIAS
+
+    ensure_s3_bucket(settings, settings.audit_uri, object_lock=True)
+    kms = boto3_client(settings, "kms")
+    aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases().get("Aliases", [])}
+    key_id = aliases.get(AUDIT_KEY_ALIAS)
+    if not key_id:
+        key_id = kms.create_key(
+            KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY", Description="tpu-ops audit digests"
+        )["KeyMetadata"]["KeyId"]
+        kms.create_alias(AliasName=AUDIT_KEY_ALIAS, TargetKeyId=key_id)
+    return str(kms.describe_key(KeyId=key_id)["KeyMetadata"]["Arn"])
+
+
+def ensure_model_bucket(settings: Settings, uri: str) -> None:
+    """The export destination bucket, with incomplete multipart uploads expiring after a day."""
+    ensure_s3_bucket(settings, uri)
+    boto3_client(settings, "s3").put_bucket_lifecycle_configuration(
+        Bucket=parse_s3(uri).bucket,
+        LifecycleConfiguration={
+            "Rules": [
+                {
+                    "ID": "abort-incomplete-uploads",
+                    "Status": "Enabled",
+                    "Filter": {"Prefix": ""},
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+                }
+            ]
+        },
+    )

@@ -31,6 +31,8 @@ from infra.local.tpu.models import Latency, TpuBackend
 from infra.local.tpu.server import TpuServer
 from tpu_ops.settings import Settings
 
+AUDIT_KEY_ALIAS = "alias/tpu-ops-audit"  # created by infra.local.seed.seed_audit
+
 PROJECT = "tpu-ops-local"
 AWS_REGION = "us-east-1"
 # moto accepts any keys; these are the ones its docs use, never real credentials.
@@ -84,6 +86,7 @@ class LocalStack:
                 backend = TpuBackend(latency=self._latency)
                 self.tpu = TpuServer(backend, logs=self._logs).start()
             self._started = True
+            self.seed_audit()
             if self._tpu_enabled:
                 assert self.tpu is not None
                 self.hosts = HostSimulator(self.tpu.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir)
@@ -162,6 +165,7 @@ class LocalStack:
             "TPU_OPS_STS_ENDPOINT": self.sts_endpoint,
             "TPU_OPS_AWS_ACCESS_KEY_ID": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "TPU_OPS_AWS_SECRET_ACCESS_KEY": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
+            "TPU_OPS_AUDIT_KMS_KEY_ID": AUDIT_KEY_ALIAS,
         }
         if self.tpu is not None:
             env["TPU_OPS_TPU_ENDPOINT"] = self.tpu_endpoint
@@ -180,6 +184,7 @@ class LocalStack:
             "tpu_endpoint": self.tpu_endpoint if self.tpu is not None else None,
             "aws_access_key_id": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
+            "audit_kms_key_id": AUDIT_KEY_ALIAS,
         }
         values.update(overrides)
         return Settings(**values)
@@ -199,10 +204,17 @@ class LocalStack:
     def reset(self) -> None:
         """Forget all cloud state: AWS (moto), GCS buckets, TPU nodes/queued resources (workers stopped)."""
         self._need(self.aws, "aws").reset()
+        self.seed_audit()
         self.reset_gcs()
         self.sts_backend.reset()
         if self.tpu is not None:
             self.tpu.backend.reset()
+
+    def seed_audit(self) -> str:
+        """The audit bucket (Object Lock) and KMS signing key; moto's reset forgets them, so after each."""
+        from infra.local.seed import seed_audit
+
+        return seed_audit(self.settings())
 
     def reset_gcs(self) -> None:
         """Delete every object and bucket in the GCS emulator (it has no reset of its own)."""

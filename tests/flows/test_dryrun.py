@@ -27,21 +27,28 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout[out.stdout.index("{\n") :])
-    # the ladder had to work: reservation too small, spot stocked out in b, spot in c wins
+    # the ladder had to work: reservation too small, spot stocked out in b, spot in c wins; and again
+    # after the injected preemption
     assert summary["slice"]["tier"] == "spot" and summary["slice"]["zone"] == "us-central2-c"
     assert [a.split(" in ")[0] for a in summary["attempts"]] == [
         "#1 reservation fraud-v4-reservation",
         "#2 spot",
         "#3 spot",
-    ]
+    ] * 2
     assert summary["slice"]["hosts"] == 4 and summary["workers_verified"] == 4
+    # trained with the reference trainer through one spot preemption, resuming from a committed step
+    assert summary["injected_preemption"] and summary["training"]["recoveries"] == 1
+    assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
+    (p,) = summary["preemptions"]
+    assert p["resume_step"] is not None and p["resume_step"] % 10 == 0 and 0 <= p["steps_lost"] <= 10
     assert summary["objects_copied"] == 17  # 16 shards + the schema file
     assert summary["snapshot_id"].startswith("ds-")
     assert summary["left_behind"] == {"tpu_resources": 0, "worker_processes": 0}
     assert summary["cost"]["open_slices"] == 0 and summary["cost"]["usd_total"] > 0
     reports = sorted((tmp_path / "work" / "workers").rglob("stdout.log"))
-    assert len(reports) == 4
+    assert len(reports) == 8  # 4 workers, twice
     assert all("verified snapshot " + summary["snapshot_id"] in r.read_text() for r in reports)
+    assert sum("resuming from step" in r.read_text() for r in reports) == 4
 
 
 def test_dry_run_refuses_a_bad_spec_before_starting_anything(tmp_path: Path) -> None:

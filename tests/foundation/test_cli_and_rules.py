@@ -19,6 +19,8 @@ EXAMPLES = [
     ("pipeline", ROOT / "examples" / "pipeline.yaml"),
     ("provision", ROOT / "examples" / "provision.yaml"),
     ("mirror", ROOT / "examples" / "mirror.json"),
+    ("train-job", ROOT / "examples" / "train.yaml"),
+    ("train-job", ROOT / "examples" / "maxtext.yaml"),
 ]
 
 

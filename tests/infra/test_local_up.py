@@ -51,11 +51,13 @@ def _parse(env_file: Path) -> dict[str, str]:
     return out
 
 
-def _local_up(env_file: Path, *args: str, output: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
+def _local_up(
+    env_file: Path, *args: str, output: int = subprocess.PIPE, cwd: Path = ROOT
+) -> subprocess.Popen[bytes]:
     cmd = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "flows.cli"]
     return subprocess.Popen(
         [*cmd, "local", "up", "--env-file", str(env_file), *args],
-        cwd=ROOT, stdout=output, stderr=output, start_new_session=True,
+        cwd=cwd, stdout=output, stderr=output, start_new_session=True,
         env={**os.environ, "NO_GCE_CHECK": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
     )  # fmt: skip
 
@@ -114,3 +116,17 @@ def test_a_killed_stack_leaves_no_process_behind(tmp_path):
         proc.kill()
         proc.wait(timeout=10)
     wait_until(lambda: not any(_alive(p) for p in everything), 10, what="every child of the stack to exit")
+
+
+def test_local_up_creates_the_env_files_folder_in_a_fresh_checkout(tmp_path):
+    """The README's `local up --env-file .tpu-ops/local.env`, run where no `.tpu-ops/` exists yet."""
+    proc = _local_up(Path(".tpu-ops/local.env"), "--grace", "1", cwd=tmp_path)
+    env_file = tmp_path / ".tpu-ops" / "local.env"
+    try:
+        wait_until(lambda: env_file.exists() or proc.poll() is not None, 30, what="env file")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]
+    assert out.decode() == env_file.read_text() and "TPU_OPS_TPU_ENDPOINT=" in out.decode()
+    assert sorted(p.name for p in env_file.parent.iterdir()) == ["local.env"]  # no .tmp left

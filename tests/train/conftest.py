@@ -29,3 +29,34 @@ def bucket(gcs: Any) -> Iterator[str]:
     for blob in gcs.list_blobs(name):
         blob.delete()
     b.delete()
+
+
+@pytest.fixture
+def train_settings(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Settings on the (reset) session stack with fast provisioning polls; the wheel cache is shared."""
+    return stack.settings(
+        poll_interval_s=0.1,
+        retry_initial_delay_s=0.05,
+        retry_max_delay_s=0.2,
+        state_dir=tmp_path_factory.getbasetemp() / "train-state",
+    )
+
+
+@pytest.fixture
+def ckpt_bucket(gcs: Any, stack: Any) -> str:
+    """A fresh checkpoint bucket (the stack was just reset)."""
+    gcs.create_bucket("ckpt")
+    return "ckpt"
+
+
+@pytest.fixture
+def nothing_left(stack: Any) -> Iterator[None]:
+    """After the test: no queued resource, no node, no worker process."""
+    yield
+    from infra.local._proc import wait_until
+
+    def clean() -> bool:
+        s = stack.state()
+        return s["queued_resources"] == 0 and s["nodes"] == 0 and not s["worker_pids"]
+
+    wait_until(clean, 15.0, what="no slice and no worker process left")

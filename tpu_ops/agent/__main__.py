@@ -1,4 +1,4 @@
-"""``python -m tpu_ops.agent COMMAND``: what the startup script runs on each worker."""
+"""``tpu-ops-agent COMMAND`` (also ``python -m tpu_ops.agent``): what the startup script runs on each worker."""
 
 from __future__ import annotations
 
@@ -10,24 +10,10 @@ from tpu_ops.errors import TpuOpsError
 from tpu_ops.settings import Settings
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one agent command; exit 0 and create ``--done-file`` on success."""
-    parser = argparse.ArgumentParser(prog="python -m tpu_ops.agent")
-    sub = parser.add_subparsers(dest="command", required=True)
-    pre = sub.add_parser("preflight", help="verify the pinned dataset snapshot from this worker")
-    pre.add_argument("--run-id", required=True)
-    pre.add_argument("--manifest", required=True, help="gs:// URI of the snapshot manifest")
-    pre.add_argument("--out", required=True, help="gs:// prefix for the per-worker reports")
-    for p in (pre,):
-        p.add_argument("--done-file", type=Path, help="created on success (the startup script passes it)")
-    args = parser.parse_args(argv)
-    try:
-        from tpu_ops.agent.preflight import preflight
+def _preflight(args: argparse.Namespace) -> int:
+    from tpu_ops.agent.preflight import preflight
 
-        report = preflight(Settings(), args.run_id, args.manifest, args.out)
-    except TpuOpsError as exc:
-        print(f"tpu-ops agent: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    report = preflight(Settings(), args.run_id, args.manifest, args.out)
     print(
         f"tpu-ops agent: worker {report.worker_number}/{report.worker_count} verified snapshot "
         f"{report.snapshot_id}: {report.objects_checked} objects, {report.bytes_checked} bytes"
@@ -36,6 +22,39 @@ def main(argv: list[str] | None = None) -> int:
         args.done_file.parent.mkdir(parents=True, exist_ok=True)
         args.done_file.touch()
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tpu_ops.agent.run import run
+
+    return run(Settings(), args.job, args.incarnation)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one agent command; its exit status is the worker's."""
+    parser = argparse.ArgumentParser(prog="tpu-ops-agent")
+    sub = parser.add_subparsers(dest="command", required=True)
+    pre = sub.add_parser("preflight", help="verify the pinned dataset snapshot from this worker")
+    pre.add_argument("--run-id", required=True)
+    pre.add_argument("--manifest", required=True, help="gs:// URI of the snapshot manifest")
+    pre.add_argument("--out", required=True, help="gs:// prefix for the per-worker reports")
+    pre.add_argument("--done-file", type=Path, help="created on success")
+    pre.set_defaults(handler=_preflight)
+    run = sub.add_parser("run", help="resume and run the job's trainer on this worker (the training agent)")
+    run.add_argument("--job", required=True, help="gs:// URI of the run's _tpu_ops/job.json")
+    run.add_argument("--incarnation", default="0", help="which provisioning of the slice this is")
+    run.set_defaults(handler=_run)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except TpuOpsError as exc:
+        print(f"tpu-ops agent: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def console() -> None:
+    """Entry point of the ``tpu-ops-agent`` console script."""
+    sys.exit(main())
 
 
 if __name__ == "__main__":

@@ -59,13 +59,29 @@ def storage_client(settings: Settings) -> Any:
     )
 
 
-def aws_params(settings: Settings) -> dict[str, Any]:
-    """What an AWS client is built from (region, endpoint, credentials or profile, retries), as JSON data.
+def boto3_client(
+    settings: Settings,
+    service: str,
+    *,
+    text_timestamps: bool = False,
+    session: Any = None,
+    max_attempts: int | None = None,
+    **config: Any,
+) -> Any:
+    """An AWS SDK client for ``service`` (``s3``, ``sagemaker``, ``sts``) with credentials from ``settings``.
 
-    Checks the settings first, like every factory here. Handed to a child process through a pipe
-    (``mirror.prefetch``), never through argv or the environment.
+    A key pair goes with its session token (temporary credentials); otherwise a named profile, or
+    botocore's own chain. Built from botocore's session, which is what ``boto3.client`` does
+    underneath: the client is the same object with the same API, without ~0.1 s of boto3's
+    imports (s3transfer, asyncio) that we would not use. ``text_timestamps`` leaves timestamps
+    (``LastModified``...) as the strings AWS sent, as the AWS CLI does: parsing each with dateutil
+    costs more than the rest of a listed object. ``session`` reuses a botocore session (its loaded
+    service models) instead of a new one; ``max_attempts`` overrides the settings' retry attempts.
     """
     settings.check_safe("aws_endpoint_url")
+    from botocore.config import Config
+    from botocore.session import get_session
+
     kw: dict[str, Any] = {"region_name": settings.aws_region}
     if settings.aws_endpoint_url:
         kw["endpoint_url"] = settings.aws_endpoint_url
@@ -74,32 +90,10 @@ def aws_params(settings: Settings) -> dict[str, Any]:
         kw["aws_secret_access_key"] = settings.aws_secret_access_key.get_secret_value()
         if settings.aws_session_token:  # temporary credentials are worthless without it
             kw["aws_session_token"] = settings.aws_session_token.get_secret_value()
-    return {"client": kw, "profile": settings.aws_profile, "max_attempts": settings.retry_attempts}
-
-
-def aws_client(
-    params: dict[str, Any], service: str, *, session: Any = None, text_timestamps: bool = False, **config: Any
-) -> Any:
-    """An AWS SDK client for ``service`` from :func:`aws_params` (optionally on a warmed ``session``).
-
-    Built from botocore's session, which is what ``boto3.client`` does underneath: the client is
-    the same object with the same API. Skipping boto3's wrapper saves ~0.1 s of imports
-    (s3transfer, asyncio) that a CLI run pays at every start; we use none of its extras.
-    ``text_timestamps`` leaves timestamps (``LastModified``...) as the strings AWS sent, as the
-    AWS CLI does: parsing each with dateutil costs more than the rest of a listed object.
-    """
-    from botocore.config import Config
-    from botocore.session import get_session
-
-    cfg = Config(retries={"mode": "standard", "max_attempts": params["max_attempts"]}, **config)
     session = session or get_session()
-    if params.get("profile"):
-        session.set_config_variable("profile", params["profile"])
+    if settings.aws_profile:
+        session.set_config_variable("profile", settings.aws_profile)
     if text_timestamps:
         session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
-    return session.create_client(service, config=cfg, **params["client"])
-
-
-def boto3_client(settings: Settings, service: str, *, text_timestamps: bool = False, **config: Any) -> Any:
-    """An AWS SDK client for ``service`` (``s3``, ``sagemaker``, ``sts``); see :func:`aws_client`."""
-    return aws_client(aws_params(settings), service, text_timestamps=text_timestamps, **config)
+    cfg = Config(retries={"mode": "standard", "max_attempts": max_attempts or settings.retry_attempts}, **config)
+    return session.create_client(service, config=cfg, **kw)

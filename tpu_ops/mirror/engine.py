@@ -19,7 +19,6 @@ from tpu_ops.errors import PolicyError
 from tpu_ops.mirror import manifest, sts
 from tpu_ops.mirror.listing import DestListing, SourceListing, list_dest, list_source
 from tpu_ops.mirror.plan import plan
-from tpu_ops.mirror.prefetch import SourcePrefetch
 from tpu_ops.mirror.records import MirrorResult, Progress, SourceObject
 from tpu_ops.mirror.scheduler import copy_all
 from tpu_ops.mirror.strategies import CopyContext
@@ -68,12 +67,12 @@ def check_location(gcs: Any, bucket: str, allowed: list[str]) -> str:
 
 @dataclass
 class _Listed:
-    """Both listings, and the clients made so far (S3 only when something needed it)."""
+    """Both listings, and the clients that made them."""
 
     source: SourceListing
     dest: DestListing
     gcs: Any
-    s3: Callable[[], Any]
+    s3: Any
 
 
 def mirror(
@@ -83,27 +82,24 @@ def mirror(
     *,
     clients: tuple[Any, Any] | None = None,
     fault: Fault | None = None,
-    source_prefetch: SourcePrefetch | None = None,
 ) -> MirrorResult:
     """Mirror ``spec.source`` to ``spec.destination`` as a verified snapshot; see the module doc.
 
     ``clients`` = (boto3 S3 client, google storage client) to reuse; ``fault`` is a test seam that
-    may alter bytes after they are checksummed (see ``stream.Fault``); ``source_prefetch`` is a
-    child already listing the source (see ``prefetch.py``), used instead of listing here.
+    may alter bytes after they are checksummed (see ``stream.Fault``).
     """
     t0 = time.perf_counter()
     emit = progress or (lambda p: None)
     src_uri, dst_uri = parse_s3(spec.source), parse_gs(spec.destination)
     emit(Progress("list"))
-    listed = _list(spec, settings, clients, source_prefetch)
+    listed = _list(spec, settings, clients)
     timings = {"list": time.perf_counter() - t0}
 
     t = time.perf_counter()
     todo = plan(listed.source.objects, listed.dest.objects)
     timings["plan"] = time.perf_counter() - t
-    # Only reads (validation, copies) need S3 from here on, and a no-change run makes none.
     ctx = CopyContext(
-        listed.s3() if todo.copy else None,
+        listed.s3,
         listed.gcs,
         src_uri,
         dst_uri,
@@ -160,24 +156,14 @@ def mirror(
     )
 
 
-def _list(
-    spec: MirrorSpec, settings: Settings, clients: tuple[Any, Any] | None, prefetch: SourcePrefetch | None
-) -> _Listed:
+def _list(spec: MirrorSpec, settings: Settings, clients: tuple[Any, Any] | None) -> _Listed:
     """List source and destination at once (and check the destination's location first)."""
     src_uri, dst_uri = parse_s3(spec.source), parse_gs(spec.destination)
-    if prefetch:
-        prefetch.configure(settings)
-    made: list[Any] = [clients[0]] if clients else []
-
-    def s3() -> Any:
-        if not made:
-            made.append(make_s3(settings, spec.concurrency))
-        return made[0]
-
+    s3 = clients[0] if clients else make_s3(settings, spec.concurrency)
     with ThreadPoolExecutor(2, thread_name_prefix="list") as pool:
         # The S3 listing waits on the network while this thread builds the GCS client (whose
         # import is much of a no-change run's cost), so the two overlap.
-        f_src = None if prefetch else pool.submit(list_source, s3(), src_uri)
+        f_src = pool.submit(list_source, s3, src_uri)
         gcs = clients[1] if clients else make_gcs(settings, spec.concurrency)
         allowed = spec.allowed_locations
         f_loc = pool.submit(check_location, gcs, dst_uri.bucket, allowed) if allowed else None
@@ -185,11 +171,7 @@ def _list(
         if f_loc is not None:
             f_loc.result()  # a residency refusal wins over listing errors
         dest = f_dst.result()
-        if prefetch and not dest.objects:
-            s3()  # an empty destination means copies: build the S3 client while the child lists
-        source = f_src.result() if f_src else prefetch.result() if prefetch else None
-    if source is None:  # the prefetching child failed: list here, which raises the real error
-        source = list_source(s3(), src_uri)
+        source = f_src.result()
     return _Listed(source, dest, gcs, s3)
 
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tpu_ops.cloud.translate import google_errors
-from tpu_ops.errors import AlreadyExistsError, PolicyError
+from tpu_ops.errors import AlreadyExistsError, PolicyError, SpecError
 from tpu_ops.mirror.records import RESERVED_DIR
 from tpu_ops.uris import ObjectUri
 
@@ -113,9 +113,13 @@ def commit(gcs: Any, dest: ObjectUri, doc: dict[str, Any]) -> str:
 
 def load(gcs: Any, uri: str) -> dict[str, Any]:
     """Read a manifest by its ``gs://`` URI."""
+    from tpu_ops.specs.loader import MANIFEST_LIMITS, parse_document
     from tpu_ops.uris import parse_gs
 
     parsed = parse_gs(uri)
-    with google_errors("gcs"):
-        doc: dict[str, Any] = json.loads(gcs.bucket(parsed.bucket).blob(parsed.prefix).download_as_bytes())
+    with google_errors("gcs"):  # never more than the limit (+1 byte, to tell "too large") comes down
+        raw = gcs.bucket(parsed.bucket).blob(parsed.prefix).download_as_bytes(end=MANIFEST_LIMITS.max_bytes)
+    doc = parse_document(raw, uri, "json", MANIFEST_LIMITS)
+    if not isinstance(doc, dict):
+        raise SpecError(f"{uri}: not a manifest (a JSON object)")
     return doc

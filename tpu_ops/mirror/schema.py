@@ -85,12 +85,9 @@ def _dtype(value: Any, where: str) -> str:
 
 def parse_schema(raw: bytes, origin: str) -> Schema:
     """Parse a schema file; raise ``SpecError`` naming the offending field."""
-    import yaml
+    from tpu_ops.specs.loader import parse_document
 
-    try:
-        doc = yaml.safe_load(raw.decode())
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise SpecError(f"schema file {origin}: not valid YAML/JSON: {exc}") from None
+    doc = parse_document(raw, f"schema file {origin}")  # bounded and strict: it comes from a bucket
     if not isinstance(doc, dict) or doc.get("version", 1) != 1 or not isinstance(doc.get("shards"), list):
         raise SpecError(f"schema file {origin}: expected a mapping with 'version: 1' and a 'shards' list")
     rules = []

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tpu_ops.accelerators import GENERATIONS
-from tpu_ops.errors import ConfigError
+from tpu_ops.errors import ConfigError, SpecError
 from tpu_ops.settings import Settings
 
 TIERS: Final = ("on-demand", "spot", "reservation", "commit-1y", "commit-3y")
@@ -71,10 +71,13 @@ def load(settings: Settings | None = None, path: Path | None = None) -> PriceTab
     path = path or (settings.price_table if settings else None)
     if path is None:
         return shipped()
+    from tpu_ops.specs.loader import read_document
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"price table {path} does not exist")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"price table {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"price table {path} is not valid JSON: {exc}") from None
+        data = read_document(path)  # bounded and strict, like a spec
+    except SpecError as exc:
+        raise ConfigError(f"price table {exc}") from None
     return PriceTable.from_json(data, origin=str(path))

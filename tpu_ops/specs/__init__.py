@@ -1,7 +1,7 @@
 """Typed specs for everything a user passes in; each is usable as a Prefect flow parameter."""
 
 from tpu_ops.specs.common import GcsUri, Name, RunId, S3Uri, StrictModel
-from tpu_ops.specs.jobs import ExportSpec, MirrorSpec, PipelineSpec, TrainSpec
+from tpu_ops.specs.jobs import ExportSpec, MirrorSpec, PipelineSpec, TrainJobSpec, TrainSpec
 from tpu_ops.specs.loader import format_errors, load_spec, parse_spec
 from tpu_ops.specs.slice import (
     CapacityLadder,
@@ -31,6 +31,7 @@ __all__ = [
     "SpotRung",
     "StrictModel",
     "Tier",
+    "TrainJobSpec",
     "TrainSpec",
     "format_errors",
     "load_spec",

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
+from tpu_ops.text import unsafe_char
 from tpu_ops.uris import check_key, parse_gs, parse_s3
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -29,6 +30,9 @@ class StrictModel(BaseModel):
 
 def _name(max_len: int) -> Any:
     def check(value: str) -> str:
+        bad = unsafe_char(value)
+        if bad:
+            raise ValueError(f"{value!r} is not allowed: it contains {bad}")
         if not _NAME.match(value) or len(value) > max_len:
             raise ValueError(
                 f"{value!r} is not allowed: use 1-{max_len} lowercase letters, digits and '-', "
@@ -76,6 +80,10 @@ def parse_duration(value: Any) -> Any:
         m = _DURATION.match(value)
         if m:
             return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        if not value.strip().upper().startswith("P"):  # not ISO 8601 either: say what is allowed
+            raise ValueError(
+                f"duration {value!r} is not allowed: write 90s, 30m, 2h, 1d, a number of seconds or ISO 8601"
+            )
     return value  # let pydantic try ISO 8601 and report the error
 
 
@@ -91,7 +99,9 @@ def bounded_duration(low: timedelta, high: timedelta) -> Any:
 
 
 def _seconds(value: timedelta) -> str:
-    return f"{int(value.total_seconds())}s"
+    # Sub-second durations (poll intervals) keep their fraction, so a JSON round trip is exact.
+    seconds = value.total_seconds()
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds:g}s"
 
 
 def Duration(low: timedelta, high: timedelta) -> Any:

@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES, RUNTIME_VERSIONS, AcceleratorType, known_names, lookup
 from tpu_ops.specs.common import Duration, Labels, StrictModel, Usd
@@ -48,7 +48,8 @@ Zone = Annotated[str, AfterValidator(_check_zone)]
 class ReservationRung(StrictModel):
     """Use a named reservation in one zone (``projects/P/zones/Z/reservations/N`` is accepted too)."""
 
-    kind: Literal["reservation"] = "reservation"
+    model_config = ConfigDict(title="Reservation")
+    kind: Literal["reservation"] = Field("reservation", description="This rung uses a named reservation.")
     name: str = Field(description="Reservation name, or its full resource path.")
     zone: Zone | None = Field(None, description="The reservation's zone; taken from a full path if given.")
 
@@ -76,13 +77,15 @@ class ReservationRung(StrictModel):
 class SpotRung(StrictModel):
     """Spot capacity: cheapest, preemptible, no notice."""
 
-    kind: Literal["spot"] = "spot"
+    model_config = ConfigDict(title="Spot")
+    kind: Literal["spot"] = Field("spot", description="This rung asks for spot capacity.")
 
 
 class OnDemandRung(StrictModel):
     """On-demand capacity: the last resort."""
 
-    kind: Literal["on-demand"] = "on-demand"
+    model_config = ConfigDict(title="On-demand")
+    kind: Literal["on-demand"] = Field("on-demand", description="This rung asks for on-demand capacity.")
 
 
 def _rung_shorthand(value: Any) -> Any:
@@ -128,11 +131,13 @@ _SHORTHAND = r"^(spot|on-demand|reservation:[a-z]([-a-z0-9]{0,61}[a-z0-9])?(@[a-
 
 
 def _ladder_schema(schema: dict[str, Any]) -> None:
-    """Let the JSON schema (Prefect's forms and its server-side check) accept the string shorthand."""
+    """One flat choice per rung: Prefect's form renders each rung model as typed fields (a nested
+    union would be a raw JSON editor); the string shorthand stays valid for its server-side check."""
     items = schema.get("items")
     if isinstance(items, dict):
+        models = items.get("oneOf") or items.get("anyOf") or [items]
         shorthand = {"type": "string", "pattern": _SHORTHAND, "title": "spot | on-demand | reservation:NAME@ZONE"}
-        schema["items"] = {"anyOf": [shorthand, items]}
+        schema["items"] = {"anyOf": [*models, shorthand]}
 
 
 CapacityLadder = Annotated[
@@ -149,9 +154,17 @@ class SliceSpec(StrictModel):
     runtime_version: str | None = Field(None, description="TPU VM image; defaults per generation.")
     region: Region = Field(description="e.g. us-central2")
     zones: list[Zone] = Field(min_length=1, max_length=8, description="Zones to try, in order.")
-    labels: Labels = Field(default_factory=dict)
-    network: str | None = Field(None, pattern=r"^[a-z]([-a-z0-9/]{0,200}[a-z0-9])?$")
-    service_account: str | None = Field(None, pattern=r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$")
+    labels: Labels = Field(
+        default_factory=dict, description="GCP labels for the slice: lowercase keys and values, ≤ 63 characters."
+    )
+    network: str | None = Field(
+        None, pattern=r"^[a-z]([-a-z0-9/]{0,200}[a-z0-9])?$", description="VPC network; default: the project's."
+    )
+    service_account: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$",
+        description="Service account email the TPU VMs run as; default: the compute default.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SliceSpec:

@@ -13,7 +13,7 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from infra.local.tpu import exceptions as exc
-from infra.local.tpu import urls
+from infra.local.tpu import locations, urls
 from infra.local.tpu.models import TpuBackend
 
 LogsProvider = Callable[[str, str], dict[str, Any]]
@@ -180,6 +180,12 @@ class TpuResponses:
 
     def get_catalog(self, req: Request, name: str, collection: str) -> dict[str, Any]:
         return self.backend.get_catalog(name, collection)
+
+    def list_locations(self, req: Request, project: str) -> dict[str, Any]:
+        return locations.list_locations(self.backend, project)
+
+    def list_reservations(self, req: Request, parent: str) -> dict[str, Any]:
+        return locations.list_reservations(self.backend, parent)
 
     # -- control ----------------------------------------------------------------------------
     def fake_reset(self, req: Request) -> dict[str, Any]:

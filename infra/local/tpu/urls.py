@@ -23,6 +23,8 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^/v2/(?P<name>{_LOC}/operations/{_ID})$", "get_operation"),
     ("GET", rf"^/v2/(?P<parent>{_LOC})/(?P<collection>acceleratorTypes|runtimeVersions)$", "list_catalog"),
     ("GET", rf"^/v2/(?P<name>{_LOC}/(?P<collection>acceleratorTypes|runtimeVersions)/{_ID})$", "get_catalog"),
+    ("GET", r"^/v2/(?P<project>projects/[^/]+)/locations$", "list_locations"),
+    ("GET", rf"^/v2alpha1/(?P<parent>{_LOC})/reservations$", "list_reservations"),
     # control endpoints for tests and dry runs
     ("POST", r"^/_fake/reset$", "fake_reset"),
     ("POST", rf"^/_fake/nodes/(?P<zone>{_ID})/(?P<node>{_ID}):preempt$", "fake_preempt"),

@@ -1,0 +1,128 @@
+"""``tpu-ops export | approve | deploy``: a run's model into S3 + SageMaker, approval, endpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tpu_ops.errors import SpecError
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    e = sub.add_parser(
+        "export",
+        help="Package a run's final checkpoint as model.tar.gz in S3 and register a SageMaker model package.",
+        description="Streams RUN/export/ (if the trainer committed it) or the newest complete checkpoint step "
+        "from GCS to s3://DESTINATION/RUN_ID/model.tar.gz (multipart, write-once, verified), then registers a "
+        "model package (PendingManualApproval) whose metadata names the dataset snapshot, run, step, artifact "
+        "sha256 and audit head. --spec is a pipeline spec, or an export spec whose `checkpoint` is the training "
+        "checkpoint_dir.",
+    )
+    e.add_argument("--spec", required=True, metavar="FILE", help="a pipeline or export spec (YAML or JSON)")
+    e.add_argument("--run-id", required=True, help="the training run to export")
+    e.add_argument("--manifest", metavar="GS_URI", help="the dataset manifest (default: the run's job.json)")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
+    e.add_argument("--no-flow", action="store_true", help="call the library directly (no Prefect API needed)")
+    e.set_defaults(handler=run_export)
+
+    a = sub.add_parser("approve", help="Approve (or --reject) a model package pending manual approval; audited.")
+    a.add_argument("arn", metavar="ARN", help="the model package ARN")
+    a.add_argument("--approver", required=True, help="who approves (recorded in SageMaker and the audit trail)")
+    a.add_argument("--reject", action="store_true", help="reject instead (needs --reason)")
+    a.add_argument("--reason", default="", help="why (required with --reject)")
+    a.add_argument("--json", action="store_true")
+    a.add_argument("--no-flow", action="store_true", help="call the library directly (no Prefect API needed)")
+    a.set_defaults(handler=run_approve)
+
+    d = sub.add_parser("deploy", help="Create or update a SageMaker endpoint from an APPROVED model package.")
+    d.add_argument("arn", metavar="ARN", help="the model package ARN (must be Approved)")
+    d.add_argument("--endpoint", required=True, help="endpoint name (created if missing, else updated)")
+    d.add_argument("--instance-type", default="ml.m5.large")
+    d.add_argument("--instance-count", type=int, default=1)
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--no-flow", action="store_true", help="call the library directly (no Prefect API needed)")
+    d.set_defaults(handler=run_deploy)
+
+
+def _print(obj: dict[str, Any], as_json: bool, text: str) -> None:
+    print(json.dumps(obj, indent=2, default=str) if as_json else text)
+
+
+def load_export_spec(path: str) -> tuple[Any, str, str | None]:
+    """(ExportSpec, checkpoint_dir, manifest) from a pipeline spec or an export spec file."""
+    from pathlib import Path
+
+    from tpu_ops.specs import ExportSpec, PipelineSpec
+    from tpu_ops.specs.loader import parse_spec, read_document
+
+    doc = read_document(Path(path))
+    if isinstance(doc, dict) and "export" in doc and "train" in doc:
+        pipe = parse_spec(PipelineSpec, doc, path)
+        return pipe.export, pipe.train.checkpoint_dir, pipe.train.dataset_manifest
+    spec = parse_spec(ExportSpec, doc, path)
+    if not spec.checkpoint:
+        raise SpecError(f"{path}: checkpoint: an export spec needs the training checkpoint_dir (gs://...)")
+    return spec, spec.checkpoint, None
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from tpu_ops.provision.naming import check_run_id
+
+    spec, base, manifest = load_export_spec(args.spec)
+    run_id = check_run_id(args.run_id)
+    manifest = args.manifest or manifest
+    if args.no_flow:
+        from flows.audit import audit_digest
+        from flows.export_steps import run_export as export
+        from flows.settings import resolve_settings
+
+        settings = resolve_settings()
+        try:
+            result = export(spec, run_id, base, manifest, settings)
+        finally:
+            audit_digest(run_id, settings)
+    else:
+        from flows.export import export_model
+
+        result = export_model(spec, run_id, base, manifest)
+    art = result["artifact"]
+    verb = "registered" if result["package_created"] else "already registered"
+    text = (
+        f"run {run_id}: {art['uri']} ({art['size']} bytes, sha256 {art['sha256']}"
+        f"{', adopted' if art['adopted'] else ''}) from {result['source']['uri']}\n"
+        f"model package {result['package_arn']} {verb} (PendingManualApproval until approved)"
+    )
+    _print(result, args.json, text)
+    return 0
+
+
+def run_approve(args: argparse.Namespace) -> int:
+    if args.no_flow:
+        from flows.export_steps import run_approve as approve
+        from flows.settings import resolve_settings
+
+        out = approve(args.arn, args.approver, args.reject, args.reason, resolve_settings())
+    else:
+        from flows.export import approve_model
+
+        out = approve_model(args.arn, args.approver, args.reject, args.reason)
+    _print(out, args.json, f"{out['arn']}: {out['status']} by {args.approver}")
+    return 0
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    if args.instance_count < 1 or args.instance_count > 100:
+        raise SpecError(f"--instance-count {args.instance_count} is not between 1 and 100")
+    if args.no_flow:
+        from flows.export_steps import run_deploy as deploy
+        from flows.settings import resolve_settings
+
+        out = deploy(args.arn, args.endpoint, args.instance_type, args.instance_count, resolve_settings())
+    else:
+        from flows.export import deploy_model
+
+        out = deploy_model(args.arn, args.endpoint, args.instance_type, args.instance_count)
+    verb = "created" if out["created"] else "updated"
+    _print(out, args.json, f"endpoint {out['endpoint']} {verb} from {args.arn} ({out['endpoint_arn']})")
+    return 0

@@ -1,0 +1,103 @@
+"""`tpu-ops doctor` against the local stack: passes on a set-up environment, names what is missing
+(with the fix) on an empty one, and fails fast when an endpoint is not there. No real cloud host."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flows.cli import main
+from infra.local._proc import free_port
+from infra.local.seed import DRY_RUN_CAPACITY, ensure_s3_bucket, seed_pipeline, set_tpu_capacity
+from tpu_ops.cloud.clients import boto3_client
+from tpu_ops.doctor import MISSING, OK, run_checks
+from tpu_ops.specs import PipelineSpec, load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC_FILE = ROOT / "flows" / "dryrun.yaml"
+
+
+def _spec() -> PipelineSpec:
+    spec = load_spec(SPEC_FILE, PipelineSpec)
+    return spec.model_copy(update={"audit_bucket": "s3://dryrun-audit/trail"})
+
+
+def _set_up(stack: Any, spec: PipelineSpec) -> str:
+    """What a correct environment has: the dataset, buckets, the locked audit bucket, group, key."""
+    settings = stack.settings()
+    seed_pipeline(settings, spec)
+    set_tpu_capacity(settings, DRY_RUN_CAPACITY)
+    ensure_s3_bucket(settings, spec.export.destination)
+    ensure_s3_bucket(settings, str(spec.audit_bucket), object_lock=True)
+    boto3_client(settings, "sagemaker").create_model_package_group(
+        ModelPackageGroupName=spec.export.model_package_group
+    )
+    key = boto3_client(settings, "kms").create_key(KeyUsage="SIGN_VERIFY", KeySpec="ECC_NIST_P256")
+    return str(key["KeyMetadata"]["KeyId"])
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, stack: Any, **extra: str) -> None:
+    for key, value in {**stack.env(), **extra}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+
+
+def test_doctor_passes_on_a_set_up_local_stack(stack: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys):
+    spec = _spec()
+    key_id = _set_up(stack, spec)
+    checks = run_checks(stack.settings(), spec, kms_key_id=key_id)
+    by_name = {c.name: c for c in checks}
+    assert [c for c in checks if c.status == MISSING] == []
+    assert by_name["reservation fraud-v4-reservation in us-central2-b"].status == OK
+    assert by_name["s3 audit: s3://dryrun-audit"].detail.startswith("Object Lock enabled")
+    assert "SIGN_VERIFY" in by_name[f"kms key: {key_id}"].detail
+    assert by_name["tpu v4-32 in us-central2-c"].status == OK
+
+    # the command: a spec file, JSON out, exit 0
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.model_dump_json())
+    _env(monkeypatch, stack)
+    assert main(["doctor", "--spec", str(spec_file), "--kms-key", key_id, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and len(report["checks"]) >= 10
+
+
+def test_doctor_names_what_is_missing_and_how_to_fix_it(stack: Any, monkeypatch: pytest.MonkeyPatch, capsys):
+    spec = _spec()
+    settings = stack.settings()
+    seed_pipeline(settings, spec)  # dataset and GCS buckets only: no export bucket, group, locked bucket
+    ensure_s3_bucket(settings, str(spec.audit_bucket), object_lock=False)
+    stack.set_capacity({"us-central2-b": {"reservations": {}}})
+    checks = {c.name: c for c in run_checks(settings, spec)}
+    group = checks["sagemaker group: fraud-model"]
+    assert group.status == MISSING and "create-model-package-group --model-package-group-name fraud-model" in group.fix
+    audit = checks["s3 audit: s3://dryrun-audit"]
+    assert audit.status == MISSING and "Object Lock is not enabled" in audit.detail and "object-lock" in audit.fix
+    reservation = checks["reservation fraud-v4-reservation in us-central2-b"]
+    assert reservation.status == MISSING and "not found" in reservation.detail
+    assert checks["s3 export: s3://dryrun-models/fraud"].status == MISSING
+
+    _env(monkeypatch, stack)
+    assert main(["doctor", "--spec", str(SPEC_FILE)]) == 1
+    out = capsys.readouterr().out
+    assert "MISSING  sagemaker group: fraud-model" in out and "fix: aws sagemaker create-model-package-group" in out
+    assert out.rstrip().endswith("missing")
+
+
+def test_doctor_fails_fast_on_an_endpoint_that_is_not_there(stack: Any) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    checks = run_checks(stack.settings(aws_endpoint_url=dead), _spec())
+    assert time.monotonic() - t0 < 10
+    assert [(c.name, c.status) for c in checks] == [("endpoint aws_endpoint_url", MISSING)]
+    assert dead in checks[0].detail
+
+
+def test_doctor_refuses_a_dry_run_without_endpoints(stack: Any) -> None:
+    checks = run_checks(stack.settings(tpu_endpoint=None), None)
+    assert [c.status for c in checks] == [MISSING]
+    assert "tpu_endpoint is not set" in checks[0].detail and "local up" in checks[0].fix

@@ -1,0 +1,6 @@
+"""The tamper-evident audit trail: hash-chained records in S3 (Object Lock), signed digests, verify.
+
+Modules: ``records`` (canonical JSON, hashing, redaction), ``store`` (write-once objects in S3),
+``spool`` (local JSONL while S3 is down), ``trail`` (appending and sealing), ``verify`` (naming
+damage), ``lineage`` (a model's provenance from its run's chain).
+"""

@@ -1,0 +1,167 @@
+"""Writing the audit trail: append a record to a chain, spool while S3 is down, seal runs with digests.
+
+    trail = AuditTrail.from_settings(settings)
+    rec = trail.record("run-1", "model.exported", actor, params={...}, subjects=[...])
+    trail.digest("run-1")      # a KMS-signed digest of the chain head, in the global digest chain
+
+Ordering under concurrent writers: within a chain, seq N is whoever created ``.../<N>.json``
+first (a conditional create); the loser re-reads the head and appends after the winner. The
+global ``_digests`` chain is ordered the same way, each digest naming the previous digest's hash.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_ops.audit.records import DIGEST_CHAIN, DIGEST_EVENT, Actor, link_to, new_event, seal, signed_bytes
+from tpu_ops.audit.spool import Spool
+from tpu_ops.audit.store import CLAIM_ATTEMPTS, Conflict, Head, S3Store, is_unreachable
+from tpu_ops.errors import ConfigError, IntegrityError
+from tpu_ops.settings import Settings
+from tpu_ops.uris import parse_s3
+
+SIGNING_ALGORITHM = "ECDSA_SHA_256"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``record``/``digest`` did: the sealed record, or ``None`` with ``spooled=True``."""
+
+    record: dict[str, Any] | None
+    spooled: bool = False
+    flushed: int = 0
+
+
+def audit_clients(settings: Settings) -> tuple[Any, Any]:
+    """S3 and KMS clients for the trail: short timeouts and few retries, since a failure just spools."""
+    from tpu_ops.cloud.session import shared_client
+
+    kw: dict[str, Any] = {"max_attempts": 2, "connect_timeout": 2, "read_timeout": 10}
+    return shared_client(settings, "s3", max_pool_connections=16, **kw), shared_client(settings, "kms", **kw)
+
+
+class AuditTrail:
+    """Appends records to chains in S3 (write-once), spooling while S3 is unreachable."""
+
+    def __init__(self, store: S3Store, kms: Any, spool: Spool, key_id: str | None, identity: str) -> None:
+        self.store = store
+        self.kms = kms
+        self.spool = spool
+        self.key_id = key_id
+        self.identity = identity
+        self._heads: dict[str, Head] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AuditTrail:
+        s3, kms = audit_clients(settings)
+        store = S3Store(s3, parse_s3(settings.audit_uri), settings.audit_retention_days)
+        identity = settings.audit_actor or "tpu-ops"
+        return cls(store, kms, Spool(settings.audit_spool_path), settings.audit_kms_key_id, identity)
+
+    def actor(self, **flow: str | None) -> Actor:
+        """An actor naming this trail's identity and the given flow / flow_run / deployment."""
+        return Actor(identity=self.identity, **flow)
+
+    # -- writing -------------------------------------------------------------------------------
+    def record(self, chain: str, event: str, actor: Actor | None = None, **fields: Any) -> Written:
+        """Append one event to ``chain``; spools it instead if S3 is unreachable (never loses it).
+
+        ``fields`` are those of :func:`tpu_ops.audit.records.new_event` (params, outcome, error,
+        request_ids, subjects, links). Secrets in ``params`` are redacted.
+        """
+        body = new_event(chain, event, actor or self.actor(), **fields)
+        return self._submit({"kind": "record", "event": body})
+
+    def digest(self, chain: str, actor: Actor | None = None) -> Written:
+        """Seal ``chain``'s current head with a KMS-signed digest in the global digest chain."""
+        if not self.key_id:
+            raise ConfigError("no audit KMS key: set TPU_OPS_AUDIT_KMS_KEY_ID (the local stack creates one)")
+        body = new_event(DIGEST_CHAIN, DIGEST_EVENT, actor or self.actor(), params={"chain": chain})
+        return self._submit({"kind": "digest", "event": body})
+
+    def flush(self) -> int:
+        """Send what the spool holds, in order; returns how many went (raises if S3 is still down)."""
+        with self._lock:
+            return self.spool.drain(self._send)
+
+    def _submit(self, entry: dict[str, Any]) -> Written:
+        with self._lock:
+            try:
+                flushed = self.spool.drain(self._send)
+                record = self._send(entry)
+            except Exception as exc:
+                if not is_unreachable(exc):
+                    raise
+                self.spool.append(entry)
+                return Written(None, spooled=True)
+            return Written(record, flushed=flushed)
+
+    def _send(self, entry: dict[str, Any]) -> dict[str, Any]:
+        event = entry["event"]
+        chain = event["chain"]
+        head = self._heads.get(chain) or self.store.head(chain)
+        if head.event_id == event["id"]:  # a drain that died after the put: already there
+            return self.store.get(self.store.key(chain, head.seq))
+        for _ in range(CLAIM_ATTEMPTS):
+            if entry["kind"] == "digest":
+                record = self._sealed_digest(event, head)
+            else:
+                record = seal(event, head.seq + 1, head.hash)
+            try:
+                self.store.put_new(record)
+            except Conflict:
+                head = self.store.head(chain, head)
+                if head.event_id == event["id"]:
+                    return self.store.get(self.store.key(chain, head.seq))
+                continue
+            self._heads[chain] = Head(record["seq"], record["hash"], event["id"])
+            return record
+        raise IntegrityError(f"audit chain {chain}: could not claim a seq in {CLAIM_ATTEMPTS} attempts")
+
+    def _key_arn(self) -> str:
+        # Records name the key by ARN, whatever alias the settings used, so verify can pin it.
+        if self.key_id and not self.key_id.startswith("arn:"):
+            self.key_id = str(self.kms.describe_key(KeyId=self.key_id)["KeyMetadata"]["Arn"])
+        return str(self.key_id)
+
+    def _sealed_digest(self, event: dict[str, Any], head: Head) -> dict[str, Any]:
+        chain = event["params"]["chain"]
+        target = self.store.head(chain, self._heads.get(chain))
+        self._heads[chain] = target
+        body = dict(event)
+        body["params"] = {"chain": chain, "head_seq": target.seq, "head_hash": target.hash}
+        if target.seq:
+            body["links"] = [{"chain": chain, "seq": target.seq, "hash": target.hash}]
+        body["key_id"] = self._key_arn()
+        body["signing_algorithm"] = SIGNING_ALGORITHM
+        unsigned = seal(body, head.seq + 1, head.hash)
+        resp = self.kms.sign(
+            KeyId=body["key_id"], Message=signed_bytes(unsigned), MessageType="RAW", SigningAlgorithm=SIGNING_ALGORITHM
+        )
+        body["signature"] = base64.b64encode(resp["Signature"]).decode()
+        return seal(body, head.seq + 1, head.hash)
+
+
+def verify_signature(kms: Any, record: dict[str, Any]) -> bool:
+    """True if ``record``'s signature is valid for its ``key_id`` (asked of KMS)."""
+    try:
+        sig = base64.b64decode(record["signature"], validate=True)
+        resp = kms.verify(
+            KeyId=record["key_id"],
+            Message=signed_bytes(record),
+            MessageType="RAW",
+            Signature=sig,
+            SigningAlgorithm=record.get("signing_algorithm", SIGNING_ALGORITHM),
+        )
+    except Exception as exc:
+        if is_unreachable(exc):
+            raise
+        return False
+    return bool(resp.get("SignatureValid"))
+
+
+__all__ = ["AuditTrail", "Written", "audit_clients", "link_to", "verify_signature"]

@@ -1,0 +1,344 @@
+"""Checks a real environment before the first run: reachable APIs, permissions, the resources a spec names.
+
+Every check reads; none writes or creates anything. Each answers OK, MISSING (with what to do about
+it) or SKIPPED (nothing to check: e.g. no KMS key configured). ``run_checks`` never raises for a
+cloud problem: a failed call is a MISSING line naming the call and the error.
+
+On an emulator some calls have no counterpart (fake-gcs-server serves no ``testIamPermissions``);
+there the check falls back to reading the resource and says so in its detail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from tpu_ops.errors import ConfigError
+from tpu_ops.settings import Settings
+from tpu_ops.uris import parse_uri
+
+if TYPE_CHECKING:
+    from tpu_ops.specs import PipelineSpec
+
+OK, MISSING, SKIPPED = "ok", "missing", "skipped"
+# What the flows do in a bucket they mirror or checkpoint into (infra/iam/gcp/tpu_ops_flows.yaml).
+GCS_PERMISSIONS = (
+    "storage.buckets.get",
+    "storage.objects.create",
+    "storage.objects.delete",
+    "storage.objects.get",
+    "storage.objects.list",
+)
+CALL_TIMEOUT_S = 15.0
+IAM_DOC = "infra/iam/ (README: Real-cloud set-up)"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _ok(name: str, detail: str) -> Check:
+    return Check(name, OK, detail)
+
+
+def _missing(name: str, detail: str, fix: str) -> Check:
+    return Check(name, MISSING, detail, fix)
+
+
+def _guard(name: str, fix: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
+    """Run one check; any error becomes a MISSING line naming it (the report goes on)."""
+    try:
+        out = fn()
+    except Exception as exc:  # a doctor reports every failure; it never stops at the first
+        return [_missing(name, f"{type(exc).__name__}: {_short(exc)}", fix)]
+    return out if isinstance(out, list) else [out]
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- Google Cloud ---------------------------------------------------------------------------
+def _gcs_bucket(settings: Settings, gcs: Any, uri: str, role: str) -> Check:
+    bucket_name = parse_uri(uri, "gs").bucket
+    name = f"gcs {role}: gs://{bucket_name}"
+    bucket = gcs.bucket(bucket_name)
+    emulated = bool(settings.gcs_endpoint)
+    try:
+        granted = set(bucket.test_iam_permissions(list(GCS_PERMISSIONS), timeout=CALL_TIMEOUT_S, retry=None))
+    except Exception as exc:
+        from google.api_core.exceptions import NotFound
+
+        if not (emulated and isinstance(exc, NotFound)):
+            raise
+        # the emulator has no IAM: the bucket's existence is what can be checked
+        bucket.reload(timeout=CALL_TIMEOUT_S, retry=None)
+        return _ok(name, f"exists in {bucket.location} (emulator: no IAM to test)")
+    lacking = [p for p in GCS_PERMISSIONS if p not in granted]
+    if lacking:
+        return _missing(
+            name,
+            f"the caller lacks {', '.join(lacking)}",
+            f"gcloud storage buckets add-iam-policy-binding gs://{bucket_name} --member=serviceAccount:FLOWS_SA "
+            f"--role=projects/{settings.gcp_project}/roles/tpu_ops_flows (role: infra/iam/gcp/tpu_ops_flows.yaml)",
+        )
+    return _ok(name, f"{len(GCS_PERMISSIONS)} permissions granted")
+
+
+def _tpu_locations(settings: Settings, tpu: Any, zones: list[str]) -> Check:
+    from google.cloud.location import locations_pb2
+
+    request = locations_pb2.ListLocationsRequest(name=f"projects/{settings.gcp_project}")
+    listed = {loc.location_id for loc in tpu.list_locations(request, retry=None, timeout=CALL_TIMEOUT_S).locations}
+    absent = [z for z in zones if z not in listed]
+    if absent:
+        return _missing(
+            "tpu locations",
+            f"zones {', '.join(absent)} do not offer Cloud TPU to project {settings.gcp_project}",
+            "pick zones from `gcloud compute tpus locations list`; the spec's provision.slice.zones",
+        )
+    return _ok("tpu locations", f"{len(listed)} TPU zones listed; the spec's {', '.join(zones) or 'none'} among them")
+
+
+def _tpu_accelerator(settings: Settings, tpu: Any, accelerator: str, zones: list[str]) -> list[Check]:
+    out = []
+    for zone in zones:
+        parent = f"projects/{settings.gcp_project}/locations/{zone}"
+        types = {t.type_ for t in tpu.list_accelerator_types(parent=parent, retry=None, timeout=CALL_TIMEOUT_S)}
+        name = f"tpu {accelerator} in {zone}"
+        if accelerator in types:
+            out.append(_ok(name, "offered"))
+        else:
+            out.append(_missing(name, f"not offered ({len(types)} types are)", "choose another zone or type"))
+    return out
+
+
+def _reservation(settings: Settings, name: str, zone: str) -> Check:
+    """A named reservation, through Cloud TPU v2alpha1's reservations list (v2 has none)."""
+    project = settings.gcp_project
+    leaf = name
+    if name.startswith("projects/"):
+        parts = name.split("/")
+        project, leaf = parts[1], parts[-1]
+    parent = f"projects/{project}/locations/{zone}"
+    body = _tpu_rest_get(settings, f"/v2alpha1/{parent}/reservations")
+    found = {str(r.get("name", "")).rsplit("/", 1)[-1]: r for r in body.get("reservations", [])}
+    label = f"reservation {leaf} in {zone}"
+    if leaf not in found:
+        return _missing(
+            label,
+            f"not found in {parent} ({len(found)} reservation(s) there)",
+            "check the name with `gcloud alpha compute tpus reservations list --zone "
+            f"{zone}`; the ladder's reservation rung names it",
+        )
+    size = (found[leaf].get("standard") or {}).get("size", "?")
+    return _ok(label, f"{found[leaf].get('state', '?')}, size {size}")
+
+
+def _tpu_rest_get(settings: Settings, path: str) -> dict[str, Any]:
+    """One GET on the TPU REST API (the emulator's endpoint, or tpu.googleapis.com with credentials)."""
+    import requests
+
+    from tpu_ops.cloud.clients import _google_credentials
+
+    settings.check_safe("tpu_endpoint")
+    endpoint = (settings.tpu_endpoint or "https://tpu.googleapis.com").rstrip("/")
+    if settings.tpu_endpoint:
+        session: Any = requests.Session()
+    else:  # pragma: no cover - real cloud only
+        import google.auth
+        from google.auth.transport.requests import AuthorizedSession
+
+        creds = _google_credentials(settings, emulated=False)
+        if creds is None:
+            creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
+    with session:
+        resp = session.get(endpoint + path, timeout=CALL_TIMEOUT_S)
+        resp.raise_for_status()
+        body: dict[str, Any] = resp.json()
+    return body
+
+
+def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
+    """GCS buckets (permissions), TPU locations and accelerator types, reservations."""
+    from tpu_ops.cloud.clients import storage_client, tpu_client
+
+    out: list[Check] = []
+    gcs = storage_client(settings)
+    if spec is not None:
+        for uri, role in ((spec.mirror.destination, "dataset"), (spec.train.checkpoint_dir, "checkpoints")):
+            fix = f"create it: gcloud storage buckets create gs://{parse_uri(uri, 'gs').bucket} --location=REGION"
+            out += _guard(f"gcs {role}", fix, lambda u=uri, r=role: _gcs_bucket(settings, gcs, u, r))  # type: ignore[misc]
+    tpu = tpu_client(settings)
+    zones = list(spec.provision.slice.zones) if spec is not None else []
+    enable = "gcloud services enable tpu.googleapis.com; grant tpu.locations.list (infra/iam/gcp/tpu_ops_flows.yaml)"
+    out += _guard("tpu locations", enable, lambda: _tpu_locations(settings, tpu, zones))
+    if spec is not None:
+        accel = spec.provision.slice.accelerator_type
+        out += _guard(f"tpu {accel}", enable, lambda: _tpu_accelerator(settings, tpu, accel, zones))
+        for rung in spec.provision.ladder:
+            if getattr(rung, "kind", "") == "reservation":
+                name, zone = str(rung.name), str(rung.zone)  # type: ignore[union-attr]
+                out += _guard(f"reservation {name}", enable, lambda n=name, z=zone: _reservation(settings, n, z))  # type: ignore[misc]
+    return out
+
+
+# -- AWS ------------------------------------------------------------------------------------
+def _aws(settings: Settings, service: str) -> Any:
+    from tpu_ops.cloud.clients import boto3_client
+
+    return boto3_client(settings, service, connect_timeout=5, read_timeout=CALL_TIMEOUT_S)
+
+
+def _s3_source(s3: Any, uri: str) -> Check:
+    src = parse_uri(uri, "s3")
+    s3.list_objects_v2(Bucket=src.bucket, Prefix=src.prefix, MaxKeys=1)
+    versioning = s3.get_bucket_versioning(Bucket=src.bucket).get("Status") or "never enabled"
+    detail = f"listable; versioning {versioning}"
+    if versioning != "Enabled":
+        detail += " (reads pin ETags instead of versions)"
+    return _ok(f"s3 source: {uri}", detail)
+
+
+def _s3_export(s3: Any, uri: str) -> Check:
+    dest = parse_uri(uri, "s3")
+    s3.head_bucket(Bucket=dest.bucket)
+    return _ok(f"s3 export: s3://{dest.bucket}", "reachable (write access is not probed: doctor never writes)")
+
+
+def _s3_audit(s3: Any, uri: str) -> Check:
+    bucket = parse_uri(uri, "s3").bucket
+    name = f"s3 audit: s3://{bucket}"
+    try:
+        conf = s3.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration") or {}
+    except Exception as exc:
+        if "ObjectLockConfigurationNotFound" not in str(exc):
+            raise
+        conf = {}
+    if conf.get("ObjectLockEnabled") != "Enabled":
+        return _missing(
+            name,
+            "Object Lock is not enabled: audit records could be deleted or overwritten",
+            f"Object Lock can only be turned on for a versioned bucket: aws s3api put-bucket-versioning --bucket "
+            f"{bucket} --versioning-configuration Status=Enabled, then aws s3api put-object-lock-configuration "
+            f"--bucket {bucket} --object-lock-configuration ObjectLockEnabled=Enabled; policy: "
+            "infra/iam/aws/audit-bucket-policy.json",
+        )
+    rule = (conf.get("Rule") or {}).get("DefaultRetention") or {}
+    default = f"default {rule.get('Mode')} {rule.get('Days') or rule.get('Years')}" if rule else "no default retention"
+    return _ok(name, f"Object Lock enabled ({default})")
+
+
+def _model_group(sm: Any, group: str) -> Check:
+    name = f"sagemaker group: {group}"
+    try:
+        desc = sm.describe_model_package_group(ModelPackageGroupName=group)
+    except Exception as exc:
+        if "does not exist" not in str(exc) and "ValidationException" not in str(exc):
+            raise
+        return _missing(
+            name,
+            "no such model package group",
+            f"aws sagemaker create-model-package-group --model-package-group-name {group}",
+        )
+    return _ok(name, f"{desc.get('ModelPackageGroupStatus', 'present')}")
+
+
+def _kms_key(kms: Any, key_id: str) -> Check:
+    meta = kms.describe_key(KeyId=key_id)["KeyMetadata"]
+    name = f"kms key: {key_id}"
+    problems = []
+    if meta.get("KeyUsage") != "SIGN_VERIFY":
+        problems.append(f"usage {meta.get('KeyUsage')} (needs SIGN_VERIFY)")
+    if meta.get("KeyState") != "Enabled":
+        problems.append(f"state {meta.get('KeyState')}")
+    if problems:
+        fix = "aws kms create-key --key-usage SIGN_VERIFY --key-spec ECC_NIST_P256; set TPU_OPS_AUDIT_KMS_KEY_ID"
+        return _missing(name, "; ".join(problems), fix)
+    return _ok(name, f"{meta.get('KeySpec', '?')}, SIGN_VERIFY, enabled")
+
+
+def aws_checks(settings: Settings, spec: PipelineSpec | None, kms_key_id: str | None = None) -> list[Check]:
+    """Identity, the source/export/audit buckets, the model package group, the audit signing key."""
+    out: list[Check] = []
+    creds = "credentials: AWS_PROFILE, a role, or an AwsCredentials block (never keys in a spec)"
+    out += _guard(
+        "aws identity", creds, lambda: _ok("aws identity", _aws(settings, "sts").get_caller_identity()["Arn"])
+    )
+    s3 = _aws(settings, "s3")
+    read = "grant infra/iam/aws/flows-role-policy.json (SourceDatasetList/Read) to the flows' role"
+    audit_uri = (spec.audit_bucket if spec is not None else None) or getattr(settings, "audit_uri", None)
+    if spec is not None:
+        out += _guard(f"s3 source: {spec.mirror.source}", read, lambda: _s3_source(s3, spec.mirror.source))
+        out += _guard(
+            f"s3 export: {spec.export.destination}",
+            f"aws s3api create-bucket --bucket {parse_uri(spec.export.destination, 's3').bucket}",
+            lambda: _s3_export(s3, spec.export.destination),
+        )
+        group = spec.export.model_package_group
+        sm = "grant infra/iam/aws/flows-role-policy.json (ModelRegistry)"
+        out += _guard(f"sagemaker group: {group}", sm, lambda: _model_group(_aws(settings, "sagemaker"), group))
+    if audit_uri:
+        lock = "create it with --object-lock-enabled-for-bucket (infra/iam/aws/audit-bucket-policy.json)"
+        out += _guard(f"s3 audit: {audit_uri}", lock, lambda: _s3_audit(s3, str(audit_uri)))
+    else:
+        out.append(Check("s3 audit", SKIPPED, "no audit bucket in the spec (audit_bucket) or settings"))
+    key_id = kms_key_id or getattr(settings, "audit_kms_key_id", None)
+    if key_id:
+        kms = "grant infra/iam/aws/flows-role-policy.json (SignAuditDigests) on the key"
+        out += _guard(f"kms key: {key_id}", kms, lambda: _kms_key(_aws(settings, "kms"), str(key_id)))
+    else:
+        out.append(Check("kms key", SKIPPED, "no audit signing key (TPU_OPS_AUDIT_KMS_KEY_ID): digests are unsigned"))
+    return out
+
+
+def _unanswered(settings: Settings, timeout_s: float = 3.0) -> list[tuple[str, str, str]]:
+    """Configured endpoints (emulators, private endpoints) that refuse a TCP connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    out = []
+    for name in ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint"):
+        url = settings.endpoints()[name]
+        if not url:
+            continue  # the real cloud's own endpoint: the checks below reach it
+        parts = urlsplit(url if "://" in url else "http://" + url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname or "", port), timeout=timeout_s).close()
+        except OSError as exc:
+            out.append((name, url, exc.strerror or type(exc).__name__))
+    return out
+
+
+def run_checks(settings: Settings, spec: PipelineSpec | None = None, kms_key_id: str | None = None) -> list[Check]:
+    """Every check, in order: endpoints first (a dry run with a missing one stops there), then each cloud."""
+    try:
+        settings.check_safe()
+    except ConfigError as exc:
+        return [_missing("endpoints", str(exc), "source the file `tpu-ops local up --env-file` wrote")]
+    dead = [
+        _missing(f"endpoint {name}", f"{url} does not answer ({why})", f"start it, or unset {name} for the real cloud")
+        for name, url, why in _unanswered(settings)
+    ]
+    if dead:  # nothing else can be checked against an endpoint that is not there
+        return dead
+    settings = settings.model_copy(update={"retry_attempts": min(settings.retry_attempts, 2)})  # fail fast
+    return google_checks(settings, spec) + aws_checks(settings, spec, kms_key_id)
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    """The checks that found something missing."""
+    return [c for c in checks if c.status == MISSING]

@@ -1,0 +1,43 @@
+"""Characters no name, key, URI or spec string may contain.
+
+Control characters smuggle terminal escapes into logs; Unicode format characters (bidirectional
+overrides such as U+202E, zero-width spaces and joiners, the BOM: category Cf) make a name or a key
+read differently from what it is; line and paragraph separators break a log line; a lone surrogate
+(which a JSON ``\\ud800`` escape can produce) cannot even be encoded. All are refused alike.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_REFUSED = {
+    "Cc": "control character",
+    "Cf": "invisible format character",
+    "Zl": "line separator",
+    "Zp": "paragraph separator",
+    "Cs": "surrogate",
+}
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def unsafe_char(text: str, allow: str = "") -> str | None:
+    """Describe the first refused character of ``text`` (those in ``allow`` excepted), else ``None``.
+
+    >>> unsafe_char("abc\\u202edef")
+    'U+202E RIGHT-TO-LEFT OVERRIDE (an invisible format character) at position 3'
+    """
+    if text.isascii():  # the common case, without a per-character lookup
+        m = _ASCII_CONTROL.search(text)
+        while m is not None and m.group() in allow:
+            m = _ASCII_CONTROL.search(text, m.end())
+        if m is None:
+            return None
+        return f"U+{ord(m.group()):04X} (a control character) at position {m.start()}"
+    for i, c in enumerate(text):
+        kind = _REFUSED.get(unicodedata.category(c))
+        if kind is not None and c not in allow:
+            name = unicodedata.name(c, "")
+            article = "an" if kind[0] in "aeiou" else "a"
+            return f"U+{ord(c):04X}{' ' + name if name else ''} ({article} {kind}) at position {i}"
+    return None
