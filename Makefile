@@ -49,11 +49,13 @@ ui: $(STAMP)
 	mkdir -p $(UI_HOME)
 	PREFECT_HOME=$(UI_HOME) $(VENV)/bin/prefect server start --host 127.0.0.1
 
-## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead
+## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead,
+## audit verify of 10,000 records
 bench: $(STAMP)
 	command -v rclone >/dev/null || { apt-get update -qq && apt-get install -y -qq rclone; }
 	$(PY) bench/mirror_bench.py
 	$(PY) bench/recovery_bench.py
+	$(PY) bench/audit_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -14,6 +14,8 @@ import getpass
 import logging
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tpu_ops.audit.records import Actor
@@ -84,6 +86,23 @@ def audit_event(
     except Exception as exc:
         log.warning("audit: could not record %s for run %s: %s", event, run_id, exc)
         return None
+
+
+@contextmanager
+def audited(
+    event: str, run_id: str, *, params: dict[str, Any] | None = None, settings: Settings | None = None
+) -> Iterator[dict[str, Any]]:
+    """Audit the block as ``event``: success, or failure with the error (re-raised). The block may
+    add ``params``, ``subjects`` and ``request_ids`` to the dict it is given."""
+    extra: dict[str, Any] = {"params": dict(params or {}), "subjects": [], "request_ids": []}
+    try:
+        yield extra
+    except BaseException as exc:
+        audit_event(event, run_id, params=extra["params"], outcome="failure", error=f"{type(exc).__name__}: {exc}",
+                    subjects=extra["subjects"], request_ids=extra["request_ids"], settings=settings)  # fmt: skip
+        raise
+    audit_event(event, run_id, params=extra["params"], subjects=extra["subjects"], request_ids=extra["request_ids"],
+                settings=settings)  # fmt: skip
 
 
 def audit_digest(run_id: str, settings: Settings | None = None) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 
-from flows.audit import audit_digest, emit, publish_trail
+from flows.audit import audit_digest, audit_event, emit, publish_trail
 from flows.export_steps import run_approve, run_deploy, run_export
 from flows.settings import resolve_settings
 from tpu_ops.specs.common import GcsUri, RunId
@@ -104,3 +104,38 @@ def deploy_model(
     emit("model.deployed", out["run_id"] or "", {"package_arn": model_package_arn, "endpoint": out["endpoint_arn"]})
     publish_trail(out["run_id"] or "", settings)
     return out
+
+
+def export_and_seal(
+    spec: ExportSpec,
+    run_id: str,
+    checkpoint_dir: str,
+    manifest: str | None,
+    aws_credentials_block: str | None = None,
+    gcp_credentials_block: str | None = None,
+) -> dict[str, Any] | None:
+    """The pipeline's last steps: export the run (if it left a complete checkpoint), then seal its audit
+    chain with a digest and publish the trail. None (and an audit record saying why) if nothing to export."""
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.errors import CheckpointError
+    from tpu_ops.export.exporter import find_source, job_subdir
+    from tpu_ops.uris import parse_gs
+
+    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
+    run_uri = str(parse_gs(checkpoint_dir).child(run_id))
+    try:
+        gcs = storage_client(settings)
+        try:
+            find_source(gcs, run_uri, job_subdir(gcs, run_uri))
+        except CheckpointError as exc:
+            audit_event("model.export_skipped", run_id, params={"run_uri": run_uri, "reason": str(exc)},
+                        settings=settings)  # fmt: skip
+            get_run_logger().warning("export skipped: %s", exc)
+            return None
+        result = export_task(spec, run_id, checkpoint_dir, manifest, aws_credentials_block, gcp_credentials_block)
+        emit("model.exported", run_id, {"package_arn": result["package_arn"], "artifact": result["artifact"]["uri"],
+                                        "sha256": result["artifact"]["sha256"]})  # fmt: skip
+        return result
+    finally:
+        audit_digest(run_id, settings)
+        publish_trail(run_id, settings)

@@ -7,14 +7,17 @@ whose ``manifest_uri`` is what the training step pins.
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
+from flows.audit import audit_digest, audited, emit
 from flows.settings import resolve_settings
 from tpu_ops.mirror.engine import mirror
 from tpu_ops.mirror.records import MirrorResult, Progress
+from tpu_ops.specs.common import RunId
 from tpu_ops.specs.jobs import MirrorSpec
 
 MiB = 1024 * 1024
@@ -70,20 +73,45 @@ def publish_summary(result: MirrorResult) -> None:
     )
 
 
+def audit_chain(run_id: str | None, spec: MirrorSpec) -> str:
+    """The audit chain of a mirror: the pipeline run's, else one per destination (``mirror-<hash>``)."""
+    if run_id:
+        return run_id
+    return "mirror-" + hashlib.sha256(spec.destination.encode()).hexdigest()[:16]
+
+
 @flow(name="mirror_dataset", log_prints=True)
 def mirror_dataset(
-    spec: MirrorSpec, aws_credentials_block: str | None = None, gcp_credentials_block: str | None = None
+    spec: MirrorSpec,
+    aws_credentials_block: str | None = None,
+    gcp_credentials_block: str | None = None,
+    run_id: RunId | None = None,
 ) -> MirrorResult:
     """Mirror ``spec.source`` into ``spec.destination``; returns the snapshot (manifest URI, counts).
 
     Credentials come from the named Prefect blocks (else the environment), never parameters.
+    Audited in ``run_id``'s chain (a pipeline's run), else in the destination's own chain.
 
     Args:
         spec: What to mirror, where to, and how (concurrency, part sizes, schema, residency).
         aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+        run_id: The pipeline run this mirror belongs to (its audit chain); empty: a standalone mirror.
     """
-    result = mirror_objects(spec, aws_credentials_block, gcp_credentials_block)
+    chain = audit_chain(run_id, spec)
+    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
+    try:
+        with audited("dataset.mirrored", chain, params=spec.model_dump(mode="json"), settings=settings) as rec:
+            result = mirror_objects(spec, aws_credentials_block, gcp_credentials_block)
+            rec["params"].update(snapshot_id=result.snapshot_id, manifest=result.manifest_uri,
+                                 objects_copied=result.objects_copied, objects_total=result.objects_total,
+                                 bytes_total=result.bytes_total)  # fmt: skip
+            rec["subjects"] += [{"uri": result.source, "kind": "dataset-source"},
+                                {"uri": result.manifest_uri, "kind": "dataset-manifest"}]  # fmt: skip
+    finally:
+        if not run_id:  # a pipeline seals its own chain at its end
+            audit_digest(chain, settings)
+    emit("snapshot.committed", chain, {"snapshot_id": result.snapshot_id, "manifest": result.manifest_uri})
     publish_summary(result)
     get_run_logger().info("snapshot %s committed: %s", result.snapshot_id, result.manifest_uri)
     return result

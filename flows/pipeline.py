@@ -18,7 +18,8 @@ from uuid import UUID
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.audit import emit
+from flows.audit import audit_digest, audit_event
+from flows.export import export_and_seal
 from flows.mirror import mirror_dataset
 from flows.provision import RUN_TAG_PREFIX, _quota, _tag_current_run, teardown_task
 from flows.settings import resolve_settings
@@ -85,6 +86,10 @@ def _pipeline_teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
     for run_id in run_ids:
         report = teardown(run_id, settings, zones=zones or None)
         print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: {len(report.deleted)} deleted")
+        audit_event("pipeline.ended", run_id, params={"state": str(getattr(state, "name", state))}, outcome="failure",
+                    subjects=[{"uri": f"tpu://{r.zone}/{r.resource_id}", "kind": r.kind} for r in report.deleted],
+                    settings=settings)  # fmt: skip
+        audit_digest(run_id, settings)
 
 
 @task(name="workers-verified")
@@ -130,8 +135,7 @@ def _run(
     """The pipeline's steps, inside its one-run-at-a-time slot."""
     logger = get_run_logger()
     _tag_current_run(run_id)
-    snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block)
-    emit("snapshot.committed", run_id, {"snapshot_id": snapshot.snapshot_id, "manifest": snapshot.manifest_uri})
+    snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block, run_id=run_id)
     job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(
         update={"dataset_manifest": snapshot.manifest_uri}))  # fmt: skip
     run_uri = RunLayout.of(spec.train.checkpoint_dir, run_id).run_uri
@@ -168,6 +172,9 @@ def _run(
         "checkpoints": run_uri,
         "cost": ledger.summary(load_prices(settings)).to_json(),
     }
+    # Export (when the run left a complete checkpoint), then the digest sealing the run's audit chain.
+    summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
+                                        aws_credentials_block, gcp_credentials_block)  # fmt: skip
     t = summary["training"]
     create_markdown_artifact(
         key="pipeline-summary",

@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.runtime import flow_run as current_run
 
-from flows.audit import emit
+from flows.audit import audit_digest, audited, emit
 from flows.settings import resolve_settings
 from tpu_ops.provision import Slice, provision, teardown
 from tpu_ops.provision.ledger import Ledger
@@ -80,7 +80,13 @@ def provision_task(
         logger.info("attempt %s", a.describe())
 
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
-    s = provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
+    params = {"accelerator_type": spec.slice.accelerator_type, "zones": list(spec.slice.zones),
+              "ladder": [r.model_dump() for r in spec.ladder], "budget_usd": spec.budget_usd}  # fmt: skip
+    with audited("slice.provisioned", run_id, params=params, settings=settings) as rec:
+        s = provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
+        rec["params"].update(tier=s.tier, zone=s.zone, queued_resource=s.queued_resource, node=s.node,
+                             hosts=s.hosts, attempts=[a.describe() for a in s.attempts])  # fmt: skip
+        rec["subjects"].append({"uri": f"tpu://{settings.gcp_project}/{s.zone}/{s.node}", "kind": "slice"})
     emit("slice.provisioned", run_id, slice_event(s))
     return s
 
@@ -96,7 +102,12 @@ def teardown_task(
     run_id: str, zones: list[str] | None = None, gcp_credentials_block: str | None = None
 ) -> TeardownReport:
     """Delete the run's queued resources and nodes; ``tpu-ops.slice.deleted`` once they are confirmed gone."""
-    report = teardown(run_id, resolve_settings(gcp_credentials_block=gcp_credentials_block), zones=zones)
+    settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
+    with audited("slice.deleted", run_id, params={"zones": zones or []}, settings=settings) as rec:
+        report = teardown(run_id, settings, zones=zones)
+        rec["params"].update(confirmed_gone=report.confirmed_gone, seconds=round(report.seconds, 3))
+        rec["subjects"] += [{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
+                            for r in report.deleted]  # fmt: skip
     if report.confirmed_gone:
         emit("slice.deleted", run_id, {"deleted": report.to_json()["deleted"], "seconds": round(report.seconds, 2)})
     return report
@@ -165,6 +176,7 @@ def provision_slice(spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: s
     _attempts_artifact(s)
     # The slice outlives this flow run on purpose: tell the reaper it is the user's until teardown.
     Ledger(resolve_settings(gcp_credentials_block=gcp_credentials_block), run_id).hand_off(s.queued_resource)
+    audit_digest(run_id)
     return s.to_json()
 
 
@@ -207,6 +219,7 @@ def run_on_slice(
     finally:
         report = teardown_task(run_id, zones, gcp_credentials_block)
         print(f"teardown of run {run_id}: {len(report.deleted)} resources deleted, confirmed gone")
+        audit_digest(run_id)
     return result
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
+from flows.audit import audit_digest, audit_event
 from flows.provision import run_tag
 from flows.settings import resolve_settings
 from tpu_ops.provision.reaper import ReapReport, reap
@@ -48,8 +49,23 @@ def reap_once(
 ) -> ReapReport:
     """One pass of the reaper with Prefect as the judge of which runs are live."""
     settings = resolve_settings()
-    return reap(settings, run_state=guarded(prefect_run_state) if use_prefect else None, ttl=ttl, dry_run=dry_run,
-                zones=zones or None)  # fmt: skip
+    report = reap(settings, run_state=guarded(prefect_run_state) if use_prefect else None, ttl=ttl, dry_run=dry_run,
+                  zones=zones or None)  # fmt: skip
+    if not dry_run:
+        for r in report.reaped:
+            _audit_reaped(r)
+    return report
+
+
+def _audit_reaped(r: Any) -> None:
+    """One record in the reaped run's chain (and a digest sealing it): what went, why, what it cost."""
+    if not r.run_id:
+        return
+    params = {"reason": r.reason, "age_hours": round(r.age_hours, 3), "cost_usd": round(r.cost_usd, 2)}
+    subjects = [{"uri": f"tpu://{x.zone}/{x.resource_id}", "kind": x.kind} for x in r.resources]
+    audit_event("run.reaped", r.run_id, params=params, subjects=subjects, outcome="success" if r.deleted else "failure",
+                error=r.error or None)  # fmt: skip
+    audit_digest(r.run_id)
 
 
 @flow(name="reap-tpu-slices", log_prints=True)

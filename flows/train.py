@@ -13,12 +13,14 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
+from flows.audit import audit_digest, audit_event, audited
 from flows.provision import _quota, _tag_current_run, teardown_hook
 from flows.settings import resolve_settings
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.specs import TrainJobSpec
 from tpu_ops.specs.common import RunId
 from tpu_ops.train.goodput import GoodputReport
+from tpu_ops.train.layout import RunLayout
 
 
 def emit(run_id: str) -> Any:
@@ -26,6 +28,7 @@ def emit(run_id: str) -> Any:
     from prefect.events import emit_event
 
     def notify(name: str, payload: dict[str, Any]) -> None:
+        audit_event(name.removeprefix("tpu-ops."), run_id, params=payload)
         emit_event(event=name, resource={"prefect.resource.id": f"tpu-ops.run.{run_id}"}, payload=payload)
 
     return notify
@@ -56,10 +59,21 @@ def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | 
 
     logger = get_run_logger()
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
-    sup = Supervisor(job, run_id, settings, wheel=agent_wheel(settings), notify=emit(run_id),
-                     on_attempt=lambda a: logger.info("attempt %s", a.describe()))  # fmt: skip
+    def on_attempt(a: Any) -> None:
+        logger.info("attempt %s", a.describe())
+        audit_event("slice.provision_attempt", run_id, params={"attempt": a.describe(), "outcome": a.outcome,
+                                                                "tier": a.tier, "zone": a.zone})  # fmt: skip
+
+    sup = Supervisor(job, run_id, settings, wheel=agent_wheel(settings), notify=emit(run_id), on_attempt=on_attempt)
+    params = {"steps": job.train.steps, "dataset_manifest": job.train.dataset_manifest,
+              "accelerator_type": job.provision.slice.accelerator_type}  # fmt: skip
     try:
-        report = sup.run()
+        with audited("train.finished", run_id, params=params, settings=settings) as rec:
+            report = sup.run()
+            rec["params"].update({k: v for k, v in report.to_json().items()
+                                  if k in ("outcome", "final_step", "wall_s", "productive_s", "goodput", "recoveries")})
+            rec["subjects"].append({"uri": str(RunLayout.of(job.train.checkpoint_dir, run_id).goodput),
+                                    "kind": "goodput-report"})  # fmt: skip
     finally:
         goodput_artifact(sup.report)
         logger.info(sup.report.summary())
@@ -77,5 +91,8 @@ def train(spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None =
     """
     check_run_id(run_id)
     _tag_current_run(run_id)
-    with _quota(spec.provision):
-        return supervise_task(spec, run_id, gcp_credentials_block)
+    try:
+        with _quota(spec.provision):
+            return supervise_task(spec, run_id, gcp_credentials_block)
+    finally:
+        audit_digest(run_id)

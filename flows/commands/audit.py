@@ -67,6 +67,9 @@ def run_verify(args: argparse.Namespace) -> int:
 
     settings = _settings()
     items, kms = _items(args.source, settings)
+    if not items:
+        print(f"error: no audit records in {args.source or settings.audit_uri}", file=sys.stderr)
+        return 1
     trusted = None
     if args.no_signatures:
         kms = None

@@ -71,6 +71,22 @@ def _step(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
+def _audit(settings: Any, run_id: str) -> dict[str, Any]:
+    """The run's audit trail, verified, and its lineage as text (what `tpu-ops audit ...` would print)."""
+    from flows.audit import trail_for
+    from tpu_ops.audit.lineage import render
+    from tpu_ops.audit.verify import items_from_objects, verify
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.cloud.session import shared_client
+    from tpu_ops.export.release import load_lineage
+
+    trail = trail_for(settings)
+    report = verify(items_from_objects(trail.store.read_all()), trail.kms)
+    state = "intact" if report.ok else "DAMAGED: " + report.damage[0].describe()
+    lineage = load_lineage(run_id, sm=shared_client(settings, "sagemaker"), gcs=storage_client(settings), trail=trail)
+    return {"verify": f"{report.records} records, {report.digests} signed digests, {state}", "lineage": render(lineage)}
+
+
 def run(args: argparse.Namespace) -> int:
     from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
 
@@ -115,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         left = stack.state()
         leftover = int(left["queued_resources"]) + int(left["nodes"])
         summary["left_behind"] = {"tpu_resources": leftover, "worker_processes": len(left.get("worker_pids", []))}
+        summary["audit"] = _audit(stack.settings(), run_id)
     summary["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
@@ -130,5 +147,7 @@ def run(args: argparse.Namespace) -> int:
         print("    ladder:")
         for attempt in summary["attempts"]:
             print(f"      {attempt}")
+        print(f"    audit trail: {summary['audit']['verify']}; lineage:")
+        print("      " + summary["audit"]["lineage"].replace("\n", "\n      "))
         print(f"    left behind: {summary['left_behind']}; took {summary['seconds']} s")
     return 0 if leftover == 0 else 1

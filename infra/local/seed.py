@@ -104,6 +104,7 @@ def seed_pipeline(settings: Settings, spec: PipelineSpec) -> SeededDataset:
     location = spec.mirror.allowed_locations[0] if spec.mirror.allowed_locations else "US-CENTRAL1"
     ensure_gcs_bucket(settings, spec.mirror.destination, location)
     ensure_gcs_bucket(settings, spec.train.checkpoint_dir, location)
+    ensure_model_bucket(settings, spec.export.destination)
     return seeded
 
 

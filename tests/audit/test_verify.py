@@ -103,9 +103,22 @@ DAMAGE = {
 }
 
 
+@pytest.fixture(scope="module")
+def run_a(local_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[dict[str, Any]]]:
+    """One trail written once for the module: (trail, its records)."""
+    import uuid
+
+    from tpu_ops.audit.trail import AuditTrail
+
+    settings = local_stack.settings(audit_uri=f"s3://tpu-ops-audit/m-{uuid.uuid4().hex[:12]}",
+                                    audit_spool=tmp_path_factory.mktemp("spool") / "spool.jsonl")  # fmt: skip
+    trail = AuditTrail.from_settings(settings)
+    return trail, _write_run(trail)
+
+
 @pytest.fixture
-def written(trail: Any) -> list[dict[str, Any]]:
-    return _write_run(trail)
+def written(run_a: tuple[Any, list[dict[str, Any]]], audit_settings: Any) -> list[dict[str, Any]]:
+    return copy.deepcopy(run_a[1])
 
 
 def _jsonl(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
@@ -115,28 +128,34 @@ def _jsonl(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def test_intact_trail_verifies_from_s3_and_jsonl(
-    written: list[dict[str, Any]], audit_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    run_a: Any, written: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert [r["seq"] for r in written if r["chain"] == "run-a"] == list(range(1, 9))
-    assert main(["audit", "verify", audit_settings.audit_uri]) == 0
+    assert main(["audit", "verify", str(run_a[0].store.trail)]) == 0
     out = capsys.readouterr().out
     assert "intact: 10 records in 1 chains, 2 digests (signatures checked)" in out
     assert main(["audit", "verify", str(_jsonl(tmp_path, written))]) == 0
+    assert main(["audit", "verify", "s3://tpu-ops-audit/no-trail-here"]) == 1  # a wrong prefix is not "intact"
+    capsys.readouterr()
+    assert main(["audit", "dump", str(run_a[0].store.trail)]) == 0  # to verify offline
+    dumped = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert dumped == written
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_each_kind_of_damage_is_named(
-    case: str, written: list[dict[str, Any]], trail: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, run_a: Any, written: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tamper, kind, chain, seq = DAMAGE[case]
-    records = copy.deepcopy(written)
-    tamper(records, trail)
+    records = written
+    tamper(records, run_a[0])
     assert main(["audit", "verify", str(_jsonl(tmp_path, records))]) == 1
     err = capsys.readouterr().err
     assert f"first bad record: {kind}: chain {chain} seq {seq} " in err, err
 
 
-def test_locked_records_refuse_overwrite_and_delete(written: list[dict[str, Any]], trail: Any) -> None:
+def test_locked_records_refuse_overwrite_and_delete(run_a: Any) -> None:
+    trail = run_a[0]
     s3, bucket = trail.store.s3, trail.store.trail.bucket
     key = trail.store.key("run-a", 3)
     with pytest.raises(ClientError) as exc:
@@ -150,8 +169,9 @@ def test_locked_records_refuse_overwrite_and_delete(written: list[dict[str, Any]
     assert s3.get_object(Bucket=bucket, Key=key, VersionId=head["VersionId"])["Body"].read()
 
 
-def test_damage_in_s3_is_named(written: list[dict[str, Any]], trail: Any) -> None:
-    """What S3 does allow (a new version on top, a delete marker) still shows up in verify."""
+def test_damage_in_s3_is_named(trail: Any) -> None:
+    """What S3 does allow (a new version on top of a locked one) still shows up in verify."""
+    written = _write_run(trail)
     s3, bucket = trail.store.s3, trail.store.trail.bucket
     edited = dict(written[_by(written, "run-a", 2)], params={"step": 42})
     s3.put_object(Bucket=bucket, Key=trail.store.key("run-a", 2), Body=json.dumps(edited).encode(),

@@ -68,7 +68,8 @@ def test_export_approve_deploy_and_lineage(
     assert main(["audit", "lineage", arn]) == 0
     text = capsys.readouterr().out
     for want in (f"dataset snapshot  {MANIFEST['snapshot_id']}", f"training run  {run.run_id}", "preemptions: 1",
-                 "at_step=150", f"{run.run_uri}/200 (checkpoint, step 200)", meta["artifact_sha256"], arn,
+                 "reason=node PREEMPTED", "steps_lost=50", f"{run.run_uri}/200 (checkpoint, step 200)",
+                 meta["artifact_sha256"], arn,
                  "model.approved  by alice", "endpoint      fraud-prod"):  # fmt: skip
         assert want in text, (want, text)
     assert main(["audit", "lineage", run.run_id, "--json"]) == 0

@@ -20,6 +20,7 @@ def test_deployments_expose_typed_forms_and_the_pipeline_schedule() -> None:
         "mirror_dataset",
         "provision-slice",
         "run-on-slice",
+        "train",
         "reap-tpu-slices",
     }
     pipeline = by_flow["retraining-pipeline"]

@@ -119,7 +119,11 @@ def render(lin: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_PREEMPTION_KEYS = ("number", "reason", "zone", "tier", "last_step", "resume_step", "steps_lost", "overhead_s")
+
+
 def _one_line(obj: Any) -> str:
     if isinstance(obj, dict):
-        return ", ".join(f"{k}={v}" for k, v in obj.items())
+        keys = [k for k in _PREEMPTION_KEYS if k in obj] or list(obj)
+        return ", ".join(f"{k}={obj[k]}" for k in keys)
     return str(obj)

@@ -18,7 +18,7 @@ from typing import Any
 from tpu_ops.audit.records import Actor, link_to
 from tpu_ops.audit.trail import AuditTrail
 from tpu_ops.cloud.translate import google_errors
-from tpu_ops.errors import CheckpointError, IntegrityError
+from tpu_ops.errors import CheckpointError, IntegrityError, SpecError
 from tpu_ops.export import registry
 from tpu_ops.export.artifact import Artifact, Member, upload_archive, verify_artifact
 from tpu_ops.specs.jobs import ExportSpec
@@ -145,6 +145,10 @@ def export_run(
     manifest_uri: str | None = None,
 ) -> ExportResult:
     """Package, upload, verify and register the run's model; every step is audited in the run's chain."""
+    if spec.approval_status != registry.PENDING:
+        raise SpecError(f"approval_status {spec.approval_status!r}: an export registers packages as "
+                        f"{registry.PENDING}; approval is its own audited step (tpu-ops approve)",
+                        [{"field": "approval_status", "value": spec.approval_status}])  # fmt: skip
     source = find_source(gcs, run_uri, job_subdir(gcs, run_uri))
     snapshot, manifest, manifest_sha = dataset_of(gcs, run_uri, manifest_uri)
     bucket, key = artifact_key(spec, run_id)

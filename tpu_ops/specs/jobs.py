@@ -182,7 +182,11 @@ class ExportSpec(StrictModel):
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-inference:2.5-cpu-py311",
         description="Inference container image for the model package.",
     )
-    checkpoint: GcsUri | None = Field(None, description="Checkpoint to export; in a pipeline, the final one.")
+    checkpoint: GcsUri | None = Field(
+        None,
+        description="The training checkpoint_dir the run wrote under (the run is <checkpoint>/<run_id>; its final "
+        "complete step or committed export/ dir is exported); in a pipeline, train.checkpoint_dir.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ExportSpec:

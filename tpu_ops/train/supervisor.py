@@ -242,10 +242,8 @@ class Supervisor:
     # -- recovery ----------------------------------------------------------------------------
     def _recover(self, inc: Incarnation, reason: str) -> Preemption:
         detected = time.time()
-        reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
-        last = max([s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None], default=None)
         p = Preemption(len(self.report.preemptions) + 1, reason, inc.queued_resource, inc.zone, inc.tier, detected,
-                       last, detect_s=max(0.0, detected - self._last_beat))  # fmt: skip
+                       inc.last_step, detect_s=max(0.0, detected - self._last_beat))  # fmt: skip
         self.report.preemptions.append(p)
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
@@ -253,6 +251,10 @@ class Supervisor:
         t0 = time.monotonic()
         teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
         p.delete_s = time.monotonic() - t0
+        # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
+        reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
+        reached = [s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None]
+        p.last_step = max(reached, default=None)
         inc.kept_until = latest_complete_step(self.gcs, self.layout.steps_uri)
         if len(self.report.preemptions) > self.job.train.max_recoveries:
             raise TrainingError(
