@@ -106,3 +106,19 @@ def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) 
         if serve is not None and serve.poll() is None:
             kill_group(serve, grace=1)
         kill_group(server, grace=5)
+
+
+def test_reap_every_sets_the_reapers_interval_and_refuses_what_is_not_allowed(capsys) -> None:
+    from datetime import timedelta
+
+    import pytest
+
+    from flows.cli import build_parser
+
+    args = build_parser("serve").parse_args(["serve", "--reap-every", "30m"])
+    assert args.reap_every == timedelta(minutes=30)
+    reaper = {d.flow_name: d for d in deployments(None, args.reap_every)}["reap-tpu-slices"]
+    assert reaper.name == "every-1800s" and reaper.schedules[0].schedule.interval == timedelta(minutes=30)
+    with pytest.raises(SystemExit):
+        build_parser("serve").parse_args(["serve", "--reap-every", "2s"])
+    assert "'2s' is not allowed: a duration from 5s to 1d, e.g. 90s, 30m, 2h" in capsys.readouterr().err

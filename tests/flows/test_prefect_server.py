@@ -111,6 +111,8 @@ def test_prefect_cli_deploys_lists_and_runs(served: dict[str, Any]) -> None:
     assert pooled == {"pipeline-pool", "reaper-pool", "mirror-pool", "provision-pool", "run-on-slice-pool"}, listed
     assert {"scheduled-dry-run", "every-60s"} <= set(listed), "the served deployments are listed too"
     assert all(listed[n]["work_pool_name"] == "tpu-ops" for n in pooled)
+    # Prefect checks parameters against the form's schema before a run exists, for every deployment.
+    assert all(d["enforce_parameter_schema"] for d in listed.values()), listed
     # The documented base job templates for other pool types are accepted by the server as they are.
     for kind in ("kubernetes", "ecs", "cloud-run-v2"):
         template = json.loads((ROOT / "infra" / "work-pools" / f"{kind}.json").read_text())
