@@ -157,6 +157,8 @@ class Agent:
             return 1
         env = contract_env(self.job, self.who, resume, progress)
         start = f"resuming from step {resume}" if resume is not None else "fresh start"
+        if self.warm is not None and self.warm.poll() is None:
+            start += " (trainer imported while the agent started)"
         print(f"tpu-ops agent: worker {self.who.worker_number}/{self.who.worker_count} of {self.job.run_id}: {start}")
         sys.stdout.flush()
         signal.signal(signal.SIGTERM, self._on_term)
