@@ -16,8 +16,8 @@ from typing import Any
 from uuid import UUID
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
 
+from flows import report
 from flows.audit import audit_digest, audit_event
 from flows.export import export_and_seal
 from flows.mirror import mirror_dataset
@@ -104,6 +104,28 @@ def _attempts(ledger: Ledger) -> list[str]:
     return [Attempt(**{k: e[k] for k in fields if k in e}).describe() for e in ledger.events() if e["kind"] == ATTEMPT]
 
 
+def _ladder(ledger: Ledger) -> list[dict[str, Any]]:
+    """The run's queued-resource attempts, in order, as records (the ladder table's rows)."""
+    fields = Attempt.__dataclass_fields__
+    return [{k: e[k] for k in fields if k in e} for e in ledger.events() if e["kind"] == ATTEMPT]
+
+
+def _training_poll(run_uri: str, steps: int, settings: Any, ledger: Ledger) -> Any:
+    """What the run-level progress shows while the supervisor works: attempts, then committed steps."""
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.train.checkpoints import latest_complete_step
+
+    gcs, steps_uri = storage_client(settings), RunLayout(run_uri).steps_uri
+
+    def poll() -> tuple[float, str]:
+        step = latest_complete_step(gcs, steps_uri)
+        if step is None:
+            return 0.0, f"waiting for a slice and a first checkpoint ({len(_ladder(ledger))} attempt(s) so far)"
+        return step / steps, f"step {step}/{steps} committed"
+
+    return poll
+
+
 @flow(
     name="retraining-pipeline",
     log_prints=True,
@@ -135,20 +157,25 @@ def _run(
     """The pipeline's steps, inside its one-run-at-a-time slot."""
     logger = get_run_logger()
     _tag_current_run(run_id)
+    progress = report.RunProgress(run_id)
+    progress.stage("mirror", 0, 15)
     snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block, run_id=run_id)
     job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(
         update={"dataset_manifest": snapshot.manifest_uri}))  # fmt: skip
     run_uri = RunLayout.of(spec.train.checkpoint_dir, run_id).run_uri
     hosts = spec.provision.slice.accelerator.hosts
+    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
+    ledger = Ledger(settings, run_id)
+    progress.stage("provisioning and training", 15, 90)
+    progress.watch(_training_poll(run_uri, spec.train.steps, settings, ledger))
     try:
         with _quota(spec.provision):
             training = supervise_task(job, run_id, gcp_credentials_block)
         reports = workers_verified(run_uri, hosts, gcp_credentials_block)
     finally:
+        progress.unwatch()
         gone = teardown_task(run_id, list(spec.provision.slice.zones), gcp_credentials_block)
         logger.info("teardown: %d resources deleted, confirmed gone", len(gone.deleted))
-    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    ledger = Ledger(settings, run_id)
     last = training["incarnations"][-1] if training["incarnations"] else {}
     summary: dict[str, Any] = {
         "run_id": run_id,
@@ -163,6 +190,7 @@ def _run(
             "hosts": hosts,
         },
         "attempts": _attempts(ledger),
+        "ladder": _ladder(ledger),
         "workers_verified": len({r["worker_number"] for r in reports}),
         "training": {
             k: training[k]
@@ -175,21 +203,6 @@ def _run(
     # Export (when the run left a complete checkpoint), then the digest sealing the run's audit chain.
     summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
                                         aws_credentials_block, gcp_credentials_block)  # fmt: skip
-    t = summary["training"]
-    create_markdown_artifact(
-        key="pipeline-summary",
-        markdown="\n".join(
-            [
-                f"# Run `{run_id}`",
-                "",
-                f"- snapshot `{snapshot.snapshot_id}` ({snapshot.manifest_uri}), verified by "
-                f"{summary['workers_verified']} workers",
-                f"- trained to step {t['final_step']}/{t['steps']} through {t['recoveries']} preemption(s); "
-                f"goodput {t['goodput']:.1%} ({t['productive_s']:.1f} s productive of {t['wall_s']:.1f} s)",
-                f"- last slice: {summary['slice']}",
-                f"- ladder: {'; '.join(summary['attempts'])}",
-                f"- cost: {summary['cost']['usd_by_tier']} (total ${summary['cost']['usd_total']})",
-            ]
-        ),
-    )
+    report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage
+    progress.done()
     return summary
