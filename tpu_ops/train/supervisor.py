@@ -140,7 +140,7 @@ class Supervisor:
         self._check_deadline()
         inc_id = f"{number}-{uuid.uuid4().hex[:8]}"
         script = render_startup_script(
-            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc_id],
+            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc_id, "--job-file", "job.json"],
             run_uri=self.layout.run_uri, agent_prefix=str(self.layout.agent_dir),
         )  # fmt: skip
         t0 = time.monotonic()
