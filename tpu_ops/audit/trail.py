@@ -94,9 +94,14 @@ class AuditTrail:
                 flushed = self.spool.drain(self._send)
                 record = self._send(entry)
             except Exception as exc:
-                if not is_unreachable(exc):
+                # A record is spooled whatever failed, so it is never lost (unreachable S3 is
+                # expected; anything else is raised too, for the caller to see). A digest that
+                # failed for another reason (a KMS key refused) is not kept: it would block the spool.
+                unreachable = is_unreachable(exc)
+                if unreachable or entry["kind"] == "record":
+                    self.spool.append(entry)
+                if not unreachable:
                     raise
-                self.spool.append(entry)
                 return Written(None, spooled=True)
             return Written(record, flushed=flushed)
 
