@@ -113,3 +113,24 @@ def test_auto_picks_sts_from_the_threshold_on_and_a_role_arn_replaces_keys(env, 
     assert "awsAccessKey" not in job.body["transferSpec"]["awsS3DataSource"]
     again = mirror(_spec(env, "b"), low, clients=(env.s3, env.gcs))
     assert (again.engine, again.objects_copied) == ("local", 0)  # nothing planned: no transfer job
+
+
+def test_an_interrupted_run_cancels_its_transfer_and_commits_nothing(env, stack):
+    for i in range(3):
+        env.put(f"o{i}.bin", b"x" * 10)
+    stack.sts_backend.stall(True)  # the transfer cannot finish before the run is interrupted
+    calls = []
+
+    def progress(p):
+        calls.append(p.phase)
+        if calls.count("copy") == 2:  # the first report from the STS operation's counters
+            raise KeyboardInterrupt
+
+    settings = env.settings.model_copy(update={"poll_interval_s": 0.05})
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mirror(env.spec(engine="sts"), settings, progress, clients=(env.s3, env.gcs))
+        assert list(stack.sts_backend.state()["operations"].values()) == ["ABORTED"]
+        assert env.manifests() == [] and not stack.sts_backend.list_jobs({"projectId": stack.project})
+    finally:
+        stack.sts_backend.stall(False)

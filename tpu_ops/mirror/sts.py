@@ -123,14 +123,16 @@ def copy_all(ctx: CopyContext, objects: list[SourceObject], on_copy: Callable[[i
             "transfer_options": {"overwrite_when": "ALWAYS"},
         },
     }
-    created = None
+    created = running = final = None
     try:
         with google_errors(SERVICE):
             created = client.create_transfer_job({"transfer_job": job})
             log.info("storage transfer job %s for %d objects", created.name, len(objects))
-            run = client.run_transfer_job({"job_name": created.name, "project_id": project})
-        final = _follow(client, run.operation.name, ctx.settings, on_copy)
+            running = client.run_transfer_job({"job_name": created.name, "project_id": project}).operation.name
+        final = _follow(client, running, ctx.settings, on_copy)
     finally:
+        if running and final is None:  # interrupted: stop STS copying for a run that will not commit
+            _cancel(client, running)
         _cleanup(client, ctx, created.name if created else None, project, location)
     _raise_failures(final, ctx)
     return verify(ctx, objects)
@@ -155,6 +157,14 @@ def _follow(client: Any, name: str, settings: Settings, on_copy: Callable[[int, 
 
     every = settings.poll_interval_s
     return poll(check, timeout_s=math.inf, interval_s=every, max_interval_s=every, what=f"transfer {name}")
+
+
+def _cancel(client: Any, name: str) -> None:
+    try:
+        with google_errors(SERVICE):
+            client.cancel_operation({"name": name})
+    except Exception as exc:
+        log.warning("could not cancel storage transfer operation %s: %s", name, exc)
 
 
 def _cleanup(client: Any, ctx: CopyContext, job_name: str | None, project: str, location: str) -> None:
