@@ -81,6 +81,13 @@ def test_the_glance_names_everything_a_person_checks() -> None:
     assert "| goodput | 81.2% |" in md
 
 
+def test_a_pipeline_run_without_a_verification_names_its_audit_record() -> None:
+    export = {**SUMMARY["export"], "audit_head": {"seq": 7, "hash": "ab"}}
+    rows = dict(glance_rows({**SUMMARY, "audit": {}, "export": export}))
+    assert rows["audit verify"] == "package names audit record 7 (check: tpu-ops audit verify)"
+    assert dict(glance_rows({**SUMMARY, "audit": {}, "export": None}))["audit verify"] == "-"
+
+
 def test_something_left_behind_is_said_plainly() -> None:
     rows = dict(glance_rows({**SUMMARY, "left_behind": {"tpu_resources": 2, "worker_processes": 0}}))
     assert rows["left behind"] != "nothing" and "2" in rows["left behind"]
