@@ -172,6 +172,7 @@ def _run(
         "cost": ledger.summary(load_prices(settings)).to_json(),
     }
     # Export (when the run left a complete checkpoint), then the digest sealing the run's audit chain.
+    progress.stage("export and audit digest", 90, 99)
     summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
                                         aws_credentials_block, gcp_credentials_block)  # fmt: skip
     report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage

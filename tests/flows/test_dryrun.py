@@ -46,6 +46,15 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
     assert summary["snapshot_id"].startswith("ds-")
     assert summary["left_behind"] == {"tpu_resources": 0, "worker_processes": 0}
     assert summary["cost"]["open_slices"] == 0 and summary["cost"]["usd_total"] > 0
+    # the table a person reads at the end: every row filled from this run
+    from flows.report import glance_rows
+
+    glance = dict(glance_rows(summary))
+    assert glance["winning rung"].startswith("spot in us-central2-c")
+    assert glance["preemptions / recoveries"] == "1 / 1" and glance["left behind"] == "nothing"
+    assert glance["model package"].startswith("arn:aws:sagemaker:") and "model-package/" in glance["model package"]
+    assert summary["audit"]["ok"] and glance["audit verify"].startswith("OK") and summary["audit"]["records"] > 0
+    assert [r["outcome"] for r in summary["ladder"][:3]] == ["stockout", "stockout", "active"]
     reports = sorted((tmp_path / "work" / "workers").rglob("stdout.log"))
     assert len(reports) == 8  # 4 workers, twice
     assert all("verified snapshot " + summary["snapshot_id"] in r.read_text() for r in reports)

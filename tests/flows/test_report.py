@@ -38,6 +38,7 @@ SUMMARY: dict[str, Any] = {
     "cost": {"chip_hours_by_tier": {"spot": 0.0168, "on-demand": 0.002}, "usd_by_tier": {"spot": 0.0244,
              "on-demand": 0.01}, "usd_total": 0.0344},
     "export": {"package_arn": "arn:aws:sagemaker:us-east-1:123456789012:model-package/fraud-model/1",
+               "source": {"kind": "checkpoint", "uri": "gs://c/fraud/dry-run-1/60", "step": 60},
                "artifact": {"uri": "s3://m/fraud/dry-run-1/model.tar.gz", "sha256": "f00d"}},
     "audit": {"verify": "OK", "records": 12},
     "left_behind": {"tpu_resources": 0, "worker_processes": 0},
@@ -80,6 +81,13 @@ def test_the_glance_names_everything_a_person_checks() -> None:
     assert "| goodput | 81.2% |" in md
 
 
+def test_a_pipeline_run_without_a_verification_names_its_audit_record() -> None:
+    export = {**SUMMARY["export"], "audit_head": {"seq": 7, "hash": "ab"}}
+    rows = dict(glance_rows({**SUMMARY, "audit": {}, "export": export}))
+    assert rows["audit verify"] == "package names audit record 7 (check: tpu-ops audit verify)"
+    assert dict(glance_rows({**SUMMARY, "audit": {}, "export": None}))["audit verify"] == "-"
+
+
 def test_something_left_behind_is_said_plainly() -> None:
     rows = dict(glance_rows({**SUMMARY, "left_behind": {"tpu_resources": 2, "worker_processes": 0}}))
     assert rows["left behind"] != "nothing" and "2" in rows["left behind"]
@@ -87,7 +95,16 @@ def test_something_left_behind_is_said_plainly() -> None:
 
 def test_lineage_links_dataset_to_model_package() -> None:
     md = lineage_markdown(SUMMARY)
-    order = ["ds-abc", "gs://c/fraud/dry-run-1", "model.tar.gz", "f00d", "model-package/fraud-model/1", "OK"]
+    assert "`gs://c/fraud/dry-run-1/60` (checkpoint, step 60)" in md and "{" not in md
+    order = [
+        "ds-abc",
+        "gs://c/fraud/dry-run-1",
+        "dry-run-1/60",
+        "model.tar.gz",
+        "f00d",
+        "model-package/fraud-model/1",
+        "OK",
+    ]
     positions = [md.index(x) for x in order]
     assert positions == sorted(positions)
 
