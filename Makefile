@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export NO_GCE_CHECK := true
 
-.PHONY: setup tools test lint typecheck pytest dry-run ui bench clean
+.PHONY: setup tools test lint typecheck pytest dry-run ui bench mutmut clean
 
 setup: $(STAMP) tools
 
@@ -43,9 +43,11 @@ pytest: setup
 dry-run: $(STAMP)
 	$(VENV)/bin/tpu-ops dry-run
 
-## the Prefect UI on http://127.0.0.1:4200
+## the Prefect UI on http://127.0.0.1:4200, with its own database under .tpu-ops/prefect (not ~/.prefect)
+UI_HOME ?= $(CURDIR)/.tpu-ops/prefect
 ui: $(STAMP)
-	$(VENV)/bin/prefect server start --host 127.0.0.1
+	mkdir -p $(UI_HOME)
+	PREFECT_HOME=$(UI_HOME) $(VENV)/bin/prefect server start --host 127.0.0.1
 
 ## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead,
 ## audit verify of 10,000 records
@@ -55,5 +57,11 @@ bench: $(STAMP)
 	$(PY) bench/recovery_bench.py
 	$(PY) bench/audit_bench.py
 
+## mutation testing of tpu_ops/provision and tpu_ops/mirror against their unit tests; lists survivors
+mutmut: $(STAMP)
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 2 || true
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants

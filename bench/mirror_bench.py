@@ -6,7 +6,7 @@ Dataset: 200 x 1 MiB + 4 x 64 MiB objects (the large ones uploaded multipart) in
 into fake-gcs-server. Both tools run as subprocesses, so process start, CPU and peak RSS are real
 (``os.wait4`` gives each child's own rusage). Runs: full copy, no-change re-run, re-run with 5
 objects changed; then planning time and RSS for a synthetic 100,000-object listing. Prints a
-table and whether each target of issue 4 holds; exits 1 if one does not.
+table and whether each of the mirror's speed targets holds; exits 1 if one does not.
 
 At scale (issue 12, ``bench/scale.py``): API requests per copied object for both tools (counted at
 the emulators during a measured full copy), a no-change run over ``--scale-objects`` (100,000)

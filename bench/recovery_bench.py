@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -62,6 +63,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--poll", type=float, default=None, help="poll interval (default: the spec's default)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds where in the poll cycle each preemption lands")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -81,14 +83,17 @@ def main() -> int:
         preempted_at: list[float] = []
         errors: list[BaseException] = []
 
+        rng = random.Random(args.seed)
+
         def inject() -> None:
             api = TpuApi(settings)
             try:
                 for _ in range(args.preemptions):
-                    # wait for the current incarnation's first new step, then let it train ~3 s
+                    # wait for the current incarnation's first new step, then let it train 3 s plus a random
+                    # fraction of a poll interval, so the preemption lands anywhere in the supervisor's poll cycle
                     while not sup.report.incarnations or sup.report.incarnations[-1].first_step_at is None:
                         time.sleep(0.05)
-                    time.sleep(3.0)
+                    time.sleep(3.0 + rng.uniform(0.0, poll))
                     node = next(n for n in api.list_nodes(ZONE) if n.node_id.startswith(RUN_ID) and n.state == "READY")
                     preempted_at.append(time.time())
                     stack.preempt(ZONE, node.node_id)

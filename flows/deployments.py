@@ -41,6 +41,7 @@ def deployments(pipeline: PipelineSpec | None = None, reap_interval: timedelta =
     from flows.pipeline import retraining_pipeline
     from flows.provision import provision_slice, run_on_slice
     from flows.reaper import reap_tpu_slices
+    from flows.train import train
 
     retrain: dict[str, Any] = {"name": "default", "tags": ["tpu-ops", "pipeline"]}
     if pipeline is not None:
@@ -52,6 +53,7 @@ def deployments(pipeline: PipelineSpec | None = None, reap_interval: timedelta =
         mirror_dataset.to_deployment(name="default", tags=["tpu-ops", "mirror"]),
         provision_slice.to_deployment(name="default", tags=["tpu-ops"]),
         run_on_slice.to_deployment(name="default", tags=["tpu-ops"]),
+        train.to_deployment(name="default", tags=["tpu-ops", "train"]),
         reap_tpu_slices.to_deployment(
             name=reaper_name(reap_interval),
             interval=reap_interval,

@@ -38,6 +38,14 @@ def export_model(
 
     ``checkpoint_dir`` is the training spec's (the run is ``<checkpoint_dir>/<run_id>``); it
     defaults to the export spec's ``checkpoint``.
+
+    Args:
+        spec: Where to export and how to register the model package.
+        run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
+        checkpoint_dir: The training spec's gs:// checkpoint_dir (the run is <checkpoint_dir>/<run_id>).
+        dataset_manifest: gs:// URI of the snapshot manifest the model was trained on (lineage).
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
     """
     base = checkpoint_dir or spec.checkpoint
     if not base:
@@ -60,7 +68,15 @@ def approve_model(
     model_package_arn: str, approver: str, reject: bool = False, reason: str = "",
     aws_credentials_block: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Approve (or reject, with a reason) a model package pending manual approval; audited."""
+    """Approve (or reject, with a reason) a model package pending manual approval; audited.
+
+    Args:
+        model_package_arn: ARN of the SageMaker model package to approve or reject.
+        approver: Who approves (recorded in the audit trail).
+        reject: Reject instead of approving.
+        reason: Why (required to reject; recorded in the audit trail).
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+    """
     settings = resolve_settings(aws_credentials_block)
     out = run_approve(model_package_arn, approver, reject, reason, settings)
     emit("model.approved", out["run_id"] or "", {"package_arn": out["arn"], "status": out["status"],
@@ -74,7 +90,15 @@ def deploy_model(
     model_package_arn: str, endpoint: str, instance_type: str = "ml.m5.large", instance_count: int = 1,
     aws_credentials_block: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Create or update a SageMaker endpoint from an APPROVED package; refused (and audited) otherwise."""
+    """Create or update a SageMaker endpoint from an APPROVED package; refused (and audited) otherwise.
+
+    Args:
+        model_package_arn: ARN of an approved SageMaker model package.
+        endpoint: SageMaker endpoint name to create or update.
+        instance_type: SageMaker instance type, e.g. ml.m5.large.
+        instance_count: Instances behind the endpoint (1 or more).
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+    """
     settings = resolve_settings(aws_credentials_block)
     out = run_deploy(model_package_arn, endpoint, instance_type, instance_count, settings)
     emit("model.deployed", out["run_id"] or "", {"package_arn": model_package_arn, "endpoint": out["endpoint_arn"]})

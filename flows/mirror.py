@@ -13,7 +13,7 @@ import time
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
-from flows.audit import audit_digest, audited
+from flows.audit import audit_digest, audited, emit
 from flows.settings import resolve_settings
 from tpu_ops.mirror.engine import mirror
 from tpu_ops.mirror.records import MirrorResult, Progress
@@ -91,6 +91,12 @@ def mirror_dataset(
 
     Credentials come from the named Prefect blocks (else the environment), never parameters.
     Audited in ``run_id``'s chain (a pipeline's run), else in the destination's own chain.
+
+    Args:
+        spec: What to mirror, where to, and how (concurrency, part sizes, schema, residency).
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+        run_id: The pipeline run this mirror belongs to (its audit chain); empty: a standalone mirror.
     """
     chain = audit_chain(run_id, spec)
     settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
@@ -105,6 +111,7 @@ def mirror_dataset(
     finally:
         if not run_id:  # a pipeline seals its own chain at its end
             audit_digest(chain, settings)
+    emit("snapshot.committed", chain, {"snapshot_id": result.snapshot_id, "manifest": result.manifest_uri})
     publish_summary(result)
     get_run_logger().info("snapshot %s committed: %s", result.snapshot_id, result.manifest_uri)
     return result

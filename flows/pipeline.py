@@ -8,26 +8,25 @@ Export and the audit digest follow on ``main`` once they land.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
 
-from flows.audit import audit_digest, audit_event
+from flows import report
 from flows.export import export_and_seal
 from flows.mirror import mirror_dataset
-from flows.provision import RUN_TAG_PREFIX, _quota, _tag_current_run, teardown_task
+from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
 from flows.settings import resolve_settings
 from flows.train import supervise_task
-from tpu_ops.agent.preflight import collect_reports
-from tpu_ops.provision import teardown
 from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Attempt
+from tpu_ops.runs import collect_reports
 from tpu_ops.specs import PipelineSpec, TrainJobSpec
-from tpu_ops.specs.common import RunId
 from tpu_ops.train.layout import RunLayout
 
 
@@ -37,24 +36,37 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
     return f"{name[:26].rstrip('-')}-{stamp}"
 
 
-def _pipeline_teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """On failure, cancellation or crash: tear down the slice of the run this flow run was tagged with."""
-    from prefect.client.orchestration import get_client
+PIPELINE_LIMIT_PREFIX = "tpu-ops-pipeline-"
+SECOND_RUN_WAIT_S = 30.0
 
-    with get_client(sync_client=True) as client:
-        tags = client.read_flow_run(UUID(str(flow_run.id))).tags
-    run_ids = [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]
-    params = dict(flow_run.parameters or {})
-    spec = params.get("spec") or {}
-    zones = ((spec.get("provision") or {}).get("slice") or {}).get("zones") if isinstance(spec, dict) else None
-    settings = resolve_settings(params.get("aws_credentials_block"), params.get("gcp_credentials_block"))
-    for run_id in run_ids:
-        report = teardown(run_id, settings, zones=zones or None)
-        print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: {len(report.deleted)} deleted")
-        audit_event("pipeline.ended", run_id, params={"state": str(getattr(state, "name", state))}, outcome="failure",
-                    subjects=[{"uri": f"tpu://{r.zone}/{r.resource_id}", "kind": r.kind} for r in report.deleted],
-                    settings=settings)  # fmt: skip
-        audit_digest(run_id, settings)
+
+@contextmanager
+def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Iterator[None]:
+    """Hold pipeline ``pipeline``'s one slot (a Prefect global concurrency limit of 1, created on
+    first use) for the whole run. A second run of the same pipeline waits ``wait_s`` seconds, then
+    fails saying why: two runs would mirror into one snapshot and train twice."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectAlreadyExists
+
+    from tpu_ops.errors import ConfigError
+
+    name = PIPELINE_LIMIT_PREFIX + pipeline
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+    held = False
+    try:
+        with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True):
+            held = True
+            yield
+    except TimeoutError:
+        if held:
+            raise  # the run's own timeout, not the slot's
+        raise ConfigError(
+            f"pipeline {pipeline!r} already has a run in progress (Prefect concurrency limit {name!r}); "
+            "at most one run per pipeline name: wait for it, or cancel it in the UI"
+        ) from None
 
 
 @task(name="workers-verified")
@@ -69,37 +81,72 @@ def _attempts(ledger: Ledger) -> list[str]:
     return [Attempt(**{k: e[k] for k in fields if k in e}).describe() for e in ledger.events() if e["kind"] == ATTEMPT]
 
 
-@flow(
-    name="retraining-pipeline",
-    log_prints=True,
-    on_failure=[_pipeline_teardown_hook],
-    on_cancellation=[_pipeline_teardown_hook],
-    on_crashed=[_pipeline_teardown_hook],
-)
+def _ladder(ledger: Ledger) -> list[dict[str, Any]]:
+    """The run's queued-resource attempts, in order, as records (the ladder table's rows)."""
+    fields = Attempt.__dataclass_fields__
+    return [{k: e[k] for k in fields if k in e} for e in ledger.events() if e["kind"] == ATTEMPT]
+
+
+def _training_poll(run_uri: str, steps: int, settings: Any, ledger: Ledger) -> Any:
+    """What the run-level progress shows while the supervisor works: attempts, then committed steps."""
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.train.checkpoints import latest_complete_step
+
+    gcs, steps_uri = storage_client(settings), RunLayout(run_uri).steps_uri
+
+    def poll() -> tuple[float, str]:
+        step = latest_complete_step(gcs, steps_uri)
+        if step is None:
+            return 0.0, f"waiting for a slice and a first checkpoint ({len(_ladder(ledger))} attempt(s) so far)"
+        return step / steps, f"step {step}/{steps} committed"
+
+    return poll
+
+
+@flow(name="retraining-pipeline", log_prints=True, **HOOKS)
 def retraining_pipeline(
     spec: PipelineSpec,
-    run_id: RunId | None = None,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
 ) -> dict[str, Any]:
-    """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down."""
+    """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down.
+
+    Args:
+        spec: The whole pipeline: mirror, provision (slice and capacity ladder), train, export. Its
+            run_id (the only one: there is no second, top-level one) fixes the run to resume;
+            empty: a new run id from the pipeline name and the time.
+        aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
+    with one_run_at_a_time(spec.name):
+        return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
+
+
+def _run(
+    spec: PipelineSpec, run_id: str, aws_credentials_block: str | None, gcp_credentials_block: str | None
+) -> dict[str, Any]:
+    """The pipeline's steps, inside its one-run-at-a-time slot."""
     logger = get_run_logger()
-    run_id = run_id or spec.run_id or new_run_id(spec.name)
     _tag_current_run(run_id)
+    progress = report.RunProgress(run_id)
+    progress.stage("mirror", 0, 15)
     snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block, run_id=run_id)
     job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(
         update={"dataset_manifest": snapshot.manifest_uri}))  # fmt: skip
     run_uri = RunLayout.of(spec.train.checkpoint_dir, run_id).run_uri
     hosts = spec.provision.slice.accelerator.hosts
+    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
+    ledger = Ledger(settings, run_id)
+    progress.stage("provisioning and training", 15, 90)
+    progress.watch(_training_poll(run_uri, spec.train.steps, settings, ledger))
     try:
         with _quota(spec.provision):
             training = supervise_task(job, run_id, gcp_credentials_block)
         reports = workers_verified(run_uri, hosts, gcp_credentials_block)
     finally:
+        progress.unwatch()
         gone = teardown_task(run_id, list(spec.provision.slice.zones), gcp_credentials_block)
         logger.info("teardown: %d resources deleted, confirmed gone", len(gone.deleted))
-    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    ledger = Ledger(settings, run_id)
     last = training["incarnations"][-1] if training["incarnations"] else {}
     summary: dict[str, Any] = {
         "run_id": run_id,
@@ -114,6 +161,7 @@ def retraining_pipeline(
             "hosts": hosts,
         },
         "attempts": _attempts(ledger),
+        "ladder": _ladder(ledger),
         "workers_verified": len({r["worker_number"] for r in reports}),
         "training": {
             k: training[k]
@@ -126,21 +174,6 @@ def retraining_pipeline(
     # Export (when the run left a complete checkpoint), then the digest sealing the run's audit chain.
     summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
                                         aws_credentials_block, gcp_credentials_block)  # fmt: skip
-    t = summary["training"]
-    create_markdown_artifact(
-        key="pipeline-summary",
-        markdown="\n".join(
-            [
-                f"# Run `{run_id}`",
-                "",
-                f"- snapshot `{snapshot.snapshot_id}` ({snapshot.manifest_uri}), verified by "
-                f"{summary['workers_verified']} workers",
-                f"- trained to step {t['final_step']}/{t['steps']} through {t['recoveries']} preemption(s); "
-                f"goodput {t['goodput']:.1%} ({t['productive_s']:.1f} s productive of {t['wall_s']:.1f} s)",
-                f"- last slice: {summary['slice']}",
-                f"- ladder: {'; '.join(summary['attempts'])}",
-                f"- cost: {summary['cost']['usd_by_tier']} (total ${summary['cost']['usd_total']})",
-            ]
-        ),
-    )
+    report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage
+    progress.done()
     return summary

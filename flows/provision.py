@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.runtime import flow_run as current_run
 
-from flows.audit import audit_digest, audited
+from flows.audit import audit_digest, audit_event, audited, emit
 from flows.settings import resolve_settings
 from tpu_ops.provision import Slice, provision, teardown
 from tpu_ops.provision.ledger import Ledger
@@ -49,17 +49,41 @@ def _tag_current_run(run_id: str) -> None:
 
 
 def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow hook (called by keyword): tear down the run's slice whatever ended the flow run."""
-    params = dict(getattr(flow_run, "parameters", None) or {})
-    run_id = params.get("run_id")
-    if not run_id:
+    """Flow hook (called by keyword): tear down every run this flow run is tagged with.
+
+    The one teardown hook of every flow that provisions. It finds the run by its tag (read back
+    from the API: the tag is added after the run started), so a flow whose run id is derived at
+    run time is covered too. Zones come from the spec parameter when it names them; otherwise
+    ``teardown`` looks where the run's ledger says it has been.
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        tags = client.read_flow_run(UUID(str(flow_run.id))).tags
+    run_ids = [t.removeprefix(RUN_TAG_PREFIX) for t in tags if t.startswith(RUN_TAG_PREFIX)]
+    if not run_ids:  # e.g. its parameters were refused: nothing ran, no cloud call is due
         return
-    spec = params.get("spec") or {}
-    zones = (spec.get("slice") or {}).get("zones") if isinstance(spec, dict) else None
+    params = dict(getattr(flow_run, "parameters", None) or {})
     settings = resolve_settings(gcp_credentials_block=params.get("gcp_credentials_block"))
-    report = teardown(str(run_id), settings, zones=zones or None)
-    names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
-    print(f"teardown of run {run_id} after {getattr(state, 'name', state)}: deleted {names}")
+    for run_id in run_ids:
+        report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")))
+        names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
+        ended = str(getattr(state, "name", state))
+        print(f"teardown of run {run_id} after {ended}: deleted {names}")
+        # The run's chain records how it ended and is sealed, whichever flow it was.
+        audit_event("run.ended", run_id, params={"state": ended, "flow": getattr(flow, "name", "")},
+                    outcome="failure", settings=settings,
+                    subjects=[{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
+                              for r in report.deleted])  # fmt: skip
+        audit_digest(run_id, settings)
+
+
+def _spec_zones(spec: Any) -> list[str] | None:
+    """The slice's zones in a provision spec or a pipeline spec (parameters arrive as dicts)."""
+    if not isinstance(spec, dict):
+        return None
+    slice_ = spec.get("slice") or (spec.get("provision") or {}).get("slice") or {}
+    return list(slice_.get("zones") or []) or None
 
 
 HOOKS: dict[str, Any] = {
@@ -87,19 +111,29 @@ def provision_task(
         rec["params"].update(tier=s.tier, zone=s.zone, queued_resource=s.queued_resource, node=s.node,
                              hosts=s.hosts, attempts=[a.describe() for a in s.attempts])  # fmt: skip
         rec["subjects"].append({"uri": f"tpu://{settings.gcp_project}/{s.zone}/{s.node}", "kind": "slice"})
+    emit("slice.provisioned", run_id, slice_event(s))
     return s
+
+
+def slice_event(s: Slice) -> dict[str, Any]:
+    """The payload of ``tpu-ops.slice.provisioned``: which slice, where, on which tier."""
+    keys = ("queued_resource", "node", "zone", "tier", "accelerator_type", "chips", "hosts")
+    return {k: getattr(s, k) for k in keys}
 
 
 @task(name="teardown-slice")
 def teardown_task(
     run_id: str, zones: list[str] | None = None, gcp_credentials_block: str | None = None
 ) -> TeardownReport:
+    """Delete the run's queued resources and nodes; ``tpu-ops.slice.deleted`` once they are confirmed gone."""
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
     with audited("slice.deleted", run_id, params={"zones": zones or []}, settings=settings) as rec:
         report = teardown(run_id, settings, zones=zones)
         rec["params"].update(confirmed_gone=report.confirmed_gone, seconds=round(report.seconds, 3))
         rec["subjects"] += [{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
                             for r in report.deleted]  # fmt: skip
+    if report.confirmed_gone:
+        emit("slice.deleted", run_id, {"deleted": report.to_json()["deleted"], "seconds": round(report.seconds, 2)})
     return report
 
 
@@ -153,7 +187,13 @@ def _quota(spec: ProvisionSpec) -> Iterator[None]:
 
 @flow(name="provision-slice", log_prints=True, **HOOKS)
 def provision_slice(spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
-    """Provision a slice for ``run_id`` through the capacity ladder; tear it down if the flow fails."""
+    """Provision a slice for ``run_id`` through the capacity ladder; tear it down if the flow fails.
+
+    Args:
+        spec: The slice (accelerator, region, zones), the capacity ladder, budget and timeouts.
+        run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
     check_run_id(run_id)
     _tag_current_run(run_id)
     s = provision_task(spec, run_id, gcp_credentials_block)
@@ -175,6 +215,13 @@ def run_on_slice(
     """Provision, run ``command`` (or hold the slice ``hold_seconds``), then always tear down.
 
     The slice's zone, node and endpoints are passed to the command as ``TPU_OPS_SLICE_*`` variables.
+
+    Args:
+        spec: The slice (accelerator, region, zones), the capacity ladder, budget and timeouts.
+        run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
+        command: argv run on this machine once the slice is up (it gets TPU_OPS_SLICE_* variables).
+        hold_seconds: Keep the slice this many seconds before tearing it down (0: not at all).
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
     """
     check_run_id(run_id)
     _tag_current_run(run_id)

@@ -23,9 +23,13 @@ def prefect_run_state(run_id: str) -> bool | None:
     """True if a flow run of ``run_id`` is live, False if all are final, None if there are none."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+    from prefect.client.schemas.sorting import FlowRunSort
 
+    tagged = FlowRunFilter(tags=FlowRunFilterTags(all_=[run_tag(run_id)]))
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[run_tag(run_id)])))
+        # The server refuses a filter without an explicit sort and limit (422), which the guard
+        # below would turn into "live" for every run: say both.
+        runs = client.read_flow_runs(flow_run_filter=tagged, sort=FlowRunSort.START_TIME_DESC, limit=200)
     if not runs:
         return None
     return any(r.state is None or not r.state.is_final() for r in runs)
@@ -72,7 +76,13 @@ def _audit_reaped(r: Any) -> None:
 def reap_tpu_slices(
     dry_run: bool = False, ttl_hours: float | None = 72.0, zones: list[str] | None = None
 ) -> dict[str, Any]:
-    """Delete tpu-ops slices whose run is finished, unknown, dead, or older than ``ttl_hours``."""
+    """Delete tpu-ops slices whose run is finished, unknown, dead, or older than ``ttl_hours``.
+
+    Args:
+        dry_run: Only report what would be deleted.
+        ttl_hours: Delete any tpu-ops slice older than this many hours, live or not; empty: no limit.
+        zones: Zones to sweep, e.g. us-central2-b; empty: every zone the TPU API lists.
+    """
     logger = get_run_logger()
     report = reap_once(dry_run=dry_run, ttl=timedelta(hours=ttl_hours) if ttl_hours else None, zones=zones)
     for r in report.reaped:

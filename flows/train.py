@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from flows.audit import audit_digest, audit_event, audited
-from flows.provision import _quota, _tag_current_run, teardown_hook
+from flows.provision import HOOKS, _quota, _tag_current_run
 from flows.settings import resolve_settings
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.specs import TrainJobSpec
@@ -38,17 +38,6 @@ def goodput_artifact(report: GoodputReport) -> None:
     """The goodput report as a Prefect table: one row per preemption, the totals in the description."""
     rows = report.rows() or [{"#": "-", "reason": "no preemption"}]
     create_table_artifact(rows, key=f"goodput-{report.run_id}", description=report.summary())
-
-
-def _teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """Tear the run down, unless its parameters were refused: then nothing ran and no cloud call is due."""
-    if "Validation of flow parameters failed" in str(getattr(state, "message", "") or ""):
-        return
-    teardown_hook(flow=flow, flow_run=flow_run, state=state)
-
-
-HOOKS: dict[str, Any] = {"on_failure": [_teardown_hook], "on_cancellation": [_teardown_hook],
-                         "on_crashed": [_teardown_hook]}  # fmt: skip
 
 
 @task(name="train-supervisor")
@@ -82,7 +71,13 @@ def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | 
 
 @flow(name="train", log_prints=True, **HOOKS)
 def train(spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
-    """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down."""
+    """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down.
+
+    Args:
+        spec: The slice and capacity ladder (provision) and the training job (train).
+        run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
+        gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+    """
     check_run_id(run_id)
     _tag_current_run(run_id)
     try:

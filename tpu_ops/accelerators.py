@@ -22,14 +22,6 @@ class AcceleratorType:
     topology: str
     cores_per_chip: int
 
-    @property
-    def chips_per_host(self) -> int:
-        return self.chips // self.hosts
-
-    @property
-    def multi_host(self) -> bool:
-        return self.hosts > 1
-
 
 def _rows() -> dict[str, AcceleratorType]:
     rows: dict[str, AcceleratorType] = {}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpu_ops.errors import ConfigError
 from tpu_ops.settings import Settings
+from tpu_ops.tiers import Tier
 from tpu_ops.uris import parse_uri
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
         accel = spec.provision.slice.accelerator_type
         out += _guard(f"tpu {accel}", enable, lambda: _tpu_accelerator(settings, tpu, accel, zones))
         for rung in spec.provision.ladder:
-            if getattr(rung, "kind", "") == "reservation":
+            if getattr(rung, "kind", "") == Tier.RESERVATION:
                 name, zone = str(rung.name), str(rung.zone)  # type: ignore[union-attr]
                 out += _guard(f"reservation {name}", enable, lambda n=name, z=zone: _reservation(settings, n, z))  # type: ignore[misc]
     return out
@@ -248,11 +249,9 @@ def _model_group(sm: Any, group: str) -> Check:
     except Exception as exc:
         if "does not exist" not in str(exc) and "ValidationException" not in str(exc):
             raise
-        return _missing(
-            name,
-            "no such model package group",
-            f"aws sagemaker create-model-package-group --model-package-group-name {group}",
-        )
+        # the first export creates it (sagemaker:CreateModelPackageGroup is in the flows' policy)
+        return _ok(name, f"not created yet: the first export creates it (or: aws sagemaker "
+                         f"create-model-package-group --model-package-group-name {group})")  # fmt: skip
     return _ok(name, f"{desc.get('ModelPackageGroupStatus', 'present')}")
 
 
@@ -282,9 +281,10 @@ def aws_checks(settings: Settings, spec: PipelineSpec | None, kms_key_id: str | 
     audit_uri = (spec.audit_bucket if spec is not None else None) or getattr(settings, "audit_uri", None)
     if spec is not None:
         out += _guard(f"s3 source: {spec.mirror.source}", read, lambda: _s3_source(s3, spec.mirror.source))
+        export_bucket = parse_uri(spec.export.destination, "s3").bucket
         out += _guard(
-            f"s3 export: {spec.export.destination}",
-            f"aws s3api create-bucket --bucket {parse_uri(spec.export.destination, 's3').bucket}",
+            f"s3 export: s3://{export_bucket}",
+            f"aws s3api create-bucket --bucket {export_bucket}; policy: infra/iam/aws/export-bucket-policy.json",
             lambda: _s3_export(s3, spec.export.destination),
         )
         group = spec.export.model_package_group

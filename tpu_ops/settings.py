@@ -202,3 +202,12 @@ def child_environment(extra: dict[str, str], drop: tuple[str, ...] = ()) -> dict
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(extra)
     return env
+
+
+def export_environment(values: dict[str, str], drop: tuple[str, ...] = ()) -> None:
+    """Set ``values`` (and unset ``drop``) in this process's environment (a warm-started trainer's)."""
+    import os
+
+    for key in drop:
+        os.environ.pop(key, None)
+    os.environ.update(values)

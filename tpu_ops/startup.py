@@ -57,6 +57,14 @@ try:
 except urllib.error.HTTPError as e:
     if e.code != 404:
         raise
+try:  # the job spec, for the agent to start a Python trainer before its own imports finish
+    job = call(base + "/" + urllib.parse.quote(key + "/_tpu_ops/job.json", safe="") + "?alt=media", auth)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with open(os.path.join(os.path.dirname(dest), "job.json"), "wb") as f:
+        f.write(job)
+except urllib.error.HTTPError as e:
+    if e.code != 404:
+        raise
 if prefix:
     base, key = obj(prefix)
     os.makedirs(dest, exist_ok=True)
@@ -104,6 +112,7 @@ if ! "$PYTHON" -c 'import tpu_ops' 2>/dev/null; then
   AGENT_PYTHON="$WORK/venv/bin/python"
 fi
 export TPU_OPS_WORKER_DIR="$WORK"
+cd "$WORK"
 exec "$AGENT_PYTHON" -m tpu_ops.agent {args}
 """
 

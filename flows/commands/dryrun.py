@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "dryrun.yaml"
 
@@ -67,28 +69,53 @@ class PreemptOnce(threading.Thread):
         self.join(timeout=10)
 
 
+def audit_verified(settings: Any) -> dict[str, Any]:
+    """The dry run's audit trail checked end to end (chains, digests, signatures when a key is set)."""
+    from tpu_ops.audit.store import S3Store
+    from tpu_ops.audit.trail import audit_clients
+    from tpu_ops.audit.verify import items_from_objects, verify
+    from tpu_ops.uris import parse_s3
+
+    s3, kms = audit_clients(settings)
+    items = items_from_objects(S3Store(s3, parse_s3(settings.audit_uri), 1).read_all())
+    trusted = (
+        kms.describe_key(KeyId=settings.audit_kms_key_id)["KeyMetadata"]["Arn"] if settings.audit_kms_key_id else None
+    )
+    report = verify(items, kms if trusted else None, trusted)
+    if not report.records:
+        verdict = "no records"
+    elif report.ok:
+        verdict = "OK" + (", signatures checked" if report.signatures_checked else "")
+    else:
+        verdict = f"DAMAGED: {report.damage[0].describe()}"
+    return {"verify": verdict, "records": report.records, "digests": report.digests, "ok": report.ok}
+
+
 def _step(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
-def _audit(settings: Any, run_id: str) -> dict[str, Any]:
-    """The run's audit trail, verified, and its lineage as text (what `tpu-ops audit ...` would print)."""
+def _lineage(settings: Any, run_id: str) -> str:
+    """The run's lineage as text: what `tpu-ops audit lineage RUN_ID` prints."""
     from flows.audit import trail_for
     from tpu_ops.audit.lineage import render
-    from tpu_ops.audit.verify import items_from_objects, verify
     from tpu_ops.cloud.clients import storage_client
     from tpu_ops.cloud.session import shared_client
     from tpu_ops.export.release import load_lineage
 
-    trail = trail_for(settings)
-    report = verify(items_from_objects(trail.store.read_all()), trail.kms)
-    state = "intact" if report.ok else "DAMAGED: " + report.damage[0].describe()
-    lineage = load_lineage(run_id, sm=shared_client(settings, "sagemaker"), gcs=storage_client(settings), trail=trail)
-    return {"verify": f"{report.records} records, {report.digests} signed digests, {state}", "lineage": render(lineage)}
+    sm, gcs = shared_client(settings, "sagemaker"), storage_client(settings)
+    return render(load_lineage(run_id, sm=sm, gcs=gcs, trail=trail_for(settings)))
 
 
 def run(args: argparse.Namespace) -> int:
-    from tpu_ops.specs import PipelineSpec, load_spec
+    """The dry run; with ``--json`` its progress lines go to stderr and stdout holds only the JSON."""
+    out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
 
     spec = load_spec(args.spec, PipelineSpec)  # bad input fails here, before anything starts
     # A temporary Prefect server must not try to phone home from a machine with no network.
@@ -119,34 +146,28 @@ def run(args: argparse.Namespace) -> int:
         from flows.pipeline import new_run_id, retraining_pipeline
 
         run_id = args.run_id or spec.run_id or new_run_id(spec.name)
+        # The run id travels in the spec (the flow has no second one), checked like any spec field.
+        fixed = parse_spec(PipelineSpec, {**spec.model_dump(mode="json"), "run_id": run_id}, what="--run-id")
         _step(f"running the retraining-pipeline flow as run {run_id} (one spot preemption will be injected)")
         injector = PreemptOnce(stack, settings, spec, run_id)
         injector.start()
         try:
-            summary: dict[str, Any] = retraining_pipeline(spec, run_id=run_id)
+            summary: dict[str, Any] = retraining_pipeline(fixed)
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted
+        _step("verifying the audit trail")
+        summary["audit"] = audit_verified(settings)
         left = stack.state()
         leftover = int(left["queued_resources"]) + int(left["nodes"])
         summary["left_behind"] = {"tpu_resources": leftover, "worker_processes": len(left.get("worker_pids", []))}
-        summary["audit"] = _audit(stack.settings(), run_id)
+        summary["lineage"] = _lineage(settings, run_id)
     summary["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(summary, indent=2, default=str), file=out)
     else:
+        from flows.report import glance_rows, glance_text
+
         _step("done")
-        for key in ("run_id", "snapshot_id", "manifest", "objects_copied", "slice", "workers_verified",
-                    "injected_preemption", "training", "cost"):  # fmt: skip
-            print(f"    {key}: {summary[key]}")
-        for p in summary["preemptions"]:
-            lost, overhead = p["steps_lost"], p["overhead_s"] or 0
-            print(f"    preemption {p['number']} ({p['reason']}): lost {lost} step(s), resumed from "
-                  f"{p['resume_step']}; {overhead:.1f} s from preemption to the first new step")  # fmt: skip
-        print("    ladder:")
-        for attempt in summary["attempts"]:
-            print(f"      {attempt}")
-        print(f"    audit trail: {summary['audit']['verify']}; lineage:")
-        print("      " + summary["audit"]["lineage"].replace("\n", "\n      "))
-        print(f"    left behind: {summary['left_behind']}; took {summary['seconds']} s")
+        print(glance_text(glance_rows(summary)), file=out)
     return 0 if leftover == 0 else 1

@@ -1,11 +1,11 @@
-"""``tpu-ops export | approve | deploy``: a run's model into S3 + SageMaker, approval, endpoints."""
+"""``tpu-ops export``: a run's model into S3 as model.tar.gz, registered as a SageMaker model package."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from flows.commands._common import show
 from tpu_ops.errors import SpecError
 
 
@@ -25,28 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--no-flow", action="store_true", help="call the library directly (no Prefect API needed)")
     e.set_defaults(handler=run_export)
-
-    a = sub.add_parser("approve", help="Approve (or --reject) a model package pending manual approval; audited.")
-    a.add_argument("arn", metavar="ARN", help="the model package ARN")
-    a.add_argument("--approver", required=True, help="who approves (recorded in SageMaker and the audit trail)")
-    a.add_argument("--reject", action="store_true", help="reject instead (needs --reason)")
-    a.add_argument("--reason", default="", help="why (required with --reject)")
-    a.add_argument("--json", action="store_true")
-    a.add_argument("--no-flow", action="store_true", help="call the library directly (no Prefect API needed)")
-    a.set_defaults(handler=run_approve)
-
-    d = sub.add_parser("deploy", help="Create or update a SageMaker endpoint from an APPROVED model package.")
-    d.add_argument("arn", metavar="ARN", help="the model package ARN (must be Approved)")
-    d.add_argument("--endpoint", required=True, help="endpoint name (created if missing, else updated)")
-    d.add_argument("--instance-type", default="ml.m5.large")
-    d.add_argument("--instance-count", type=int, default=1)
-    d.add_argument("--json", action="store_true")
-    d.add_argument("--no-flow", action="store_true", help="call the library directly (no Prefect API needed)")
-    d.set_defaults(handler=run_deploy)
-
-
-def _print(obj: dict[str, Any], as_json: bool, text: str) -> None:
-    print(json.dumps(obj, indent=2, default=str) if as_json else text)
 
 
 def load_export_spec(path: str) -> tuple[Any, str, str | None]:
@@ -93,36 +71,5 @@ def run_export(args: argparse.Namespace) -> int:
         f"{', adopted' if art['adopted'] else ''}) from {result['source']['uri']}\n"
         f"model package {result['package_arn']} {verb} (PendingManualApproval until approved)"
     )
-    _print(result, args.json, text)
-    return 0
-
-
-def run_approve(args: argparse.Namespace) -> int:
-    if args.no_flow:
-        from flows.export_steps import run_approve as approve
-        from flows.settings import resolve_settings
-
-        out = approve(args.arn, args.approver, args.reject, args.reason, resolve_settings())
-    else:
-        from flows.export import approve_model
-
-        out = approve_model(args.arn, args.approver, args.reject, args.reason)
-    _print(out, args.json, f"{out['arn']}: {out['status']} by {args.approver}")
-    return 0
-
-
-def run_deploy(args: argparse.Namespace) -> int:
-    if args.instance_count < 1 or args.instance_count > 100:
-        raise SpecError(f"--instance-count {args.instance_count} is not between 1 and 100")
-    if args.no_flow:
-        from flows.export_steps import run_deploy as deploy
-        from flows.settings import resolve_settings
-
-        out = deploy(args.arn, args.endpoint, args.instance_type, args.instance_count, resolve_settings())
-    else:
-        from flows.export import deploy_model
-
-        out = deploy_model(args.arn, args.endpoint, args.instance_type, args.instance_count)
-    verb = "created" if out["created"] else "updated"
-    _print(out, args.json, f"endpoint {out['endpoint']} {verb} from {args.arn} ({out['endpoint_arn']})")
+    show(result, args.json, text)
     return 0

@@ -10,7 +10,8 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+import typing
+from typing import Any, Literal
 
 MiB = 1024 * 1024
 
@@ -25,36 +26,42 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("source", metavar="SRC", help="s3://bucket/prefix of the curated dataset")
     p.add_argument("destination", metavar="DEST", help="gs://bucket/prefix to mirror into")
-    p.add_argument("--snapshot", metavar="NAME", help="name the snapshot (names are immutable)")
-    p.add_argument("--concurrency", type=int, default=8, metavar="N", help="objects/parts copied at once (8)")
-    p.add_argument(
-        "--ranged-min-mib",
-        type=int,
-        default=256,
-        metavar="MIB",
-        help="objects of at least this size are copied in parallel ranged parts, then composed (256)",
-    )
-    p.add_argument("--part-size-mib", type=int, default=32, metavar="MIB", help="size of those parts (32)")
-    p.add_argument("--schema-file", default="_schema.yaml", metavar="KEY", help="schema file in SRC")
-    p.add_argument(
-        "--require-schema", action="store_true", help="refuse a source without its schema file (default: warn)"
-    )
-    p.add_argument(
-        "--allowed-location",
-        action="append",
-        default=[],
-        metavar="LOC",
-        help="a GCS location the destination bucket may be in (repeatable; default: any)",
-    )
-    p.add_argument(
-        "--engine",
-        choices=("local", "sts", "auto"),
-        default="local",
-        help="who copies: this process, Storage Transfer Service, or STS above the settings' threshold (local)",
-    )
+    add_spec_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.set_defaults(handler=run, fast_exit=True, http_only=True, keep_freed_memory=True)
+    p.set_defaults(handler=run, fast_exit=True, keep_freed_memory=True)
+
+
+POSITIONAL = ("source", "destination")
+
+
+def add_spec_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per ``MirrorSpec`` field, its help and default taken from the field (stated once there).
+
+    A flag left out is left out of the spec too, so the spec's own default applies. ``list`` fields
+    take a repeatable singular flag (``allowed_locations`` → ``--allowed-location``), ``bool``
+    fields a switch, ``Literal`` fields their choices.
+    """
+    from tpu_ops.specs.jobs import MirrorSpec
+
+    for name, field in MirrorSpec.model_fields.items():
+        if name in POSITIONAL:
+            continue
+        default = field.get_default(call_default_factory=True)
+        shown = f" (default: {default})" if default not in (None, [], False) else ""
+        kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": f"{field.description}{shown}"}
+        flag = "--" + name.replace("_", "-")
+        kind = field.annotation
+        if kind is bool:
+            p.add_argument(flag, action="store_true", **kw)
+        elif typing.get_origin(kind) is list:
+            one = name.removesuffix("s")
+            p.add_argument(flag.removesuffix("s"), action="append", metavar=one.rsplit("_", 1)[-1].upper(), **kw)
+        elif typing.get_origin(kind) is Literal:
+            p.add_argument(flag, choices=[str(c) for c in typing.get_args(kind)], **kw)
+        else:
+            metavar = "MIB" if name.endswith("_mib") else "N" if kind is int else name.rsplit("_", 1)[-1].upper()
+            p.add_argument(flag, type=int if kind is int else str, metavar=metavar, **kw)
 
 
 class _Bar:
@@ -112,27 +119,13 @@ def summary(r: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    if args.engine != "local" and "grpc" in sys.modules and sys.modules["grpc"] is None:
-        del sys.modules["grpc"]  # the STS client's package imports its gRPC transport as well
-
     from tpu_ops.mirror.engine import mirror
     from tpu_ops.settings import Settings
     from tpu_ops.specs.jobs import MirrorSpec
     from tpu_ops.specs.loader import parse_spec
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    data: dict[str, Any] = {
-        "source": args.source,
-        "destination": args.destination,
-        "snapshot": args.snapshot,
-        "concurrency": args.concurrency,
-        "part_size_mib": args.part_size_mib,
-        "ranged_min_mib": args.ranged_min_mib,
-        "schema_file": args.schema_file,
-        "require_schema": args.require_schema,
-        "allowed_locations": args.allowed_location,
-        "engine": args.engine,
-    }
+    data = {k: v for k, v in vars(args).items() if k in MirrorSpec.model_fields}
     spec = parse_spec(MirrorSpec, data, "mirror arguments")
     bar = _Bar() if not args.no_progress and sys.stderr.isatty() else None
     try:

@@ -37,6 +37,7 @@ def values_from_spec(spec: PipelineSpec, **extra: str) -> dict[str, str]:
         "AUDIT_BUCKET": audit.bucket,
         "AUDIT_PREFIX": audit.prefix.strip("/"),
         "MODEL_PACKAGE_GROUP": spec.export.model_package_group,
+        "ENDPOINT_NAME": spec.export.model_package_group,  # `tpu-ops deploy --endpoint` names it; override
         **extra,
     }
 
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kms-key-arn", required=True)
     p.add_argument("--sagemaker-role-arn", required=True)
     p.add_argument("--sts-subject-id", default="", help="Storage Transfer service agent's subjectId")
+    p.add_argument("--endpoint", help="the SageMaker endpoint deploys go to (default: the model package group)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     values = values_from_spec(
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         AUDIT_KMS_KEY_ARN=args.kms_key_arn,
         SAGEMAKER_EXECUTION_ROLE_ARN=args.sagemaker_role_arn,
         STS_SERVICE_AGENT_SUBJECT_ID=args.sts_subject_id or "SUBJECT_ID",
+        **({"ENDPOINT_NAME": args.endpoint} if args.endpoint else {}),
     )
     for path in templates():
         target = args.out / path.relative_to(HERE)

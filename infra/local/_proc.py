@@ -11,10 +11,11 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+
+from tpu_ops.polling import poll
 
 LOOPBACK = "127.0.0.1"
 
@@ -27,14 +28,10 @@ def free_port() -> int:
 
 
 def wait_until(pred: Callable[[], bool], timeout: float, interval: float = 0.02, what: str = "") -> None:
-    """Poll ``pred`` until it is true; raise ``TimeoutError`` naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what or pred!r}")
-        time.sleep(interval)
+    """Poll ``pred`` every ``interval`` s until it is true (tpu-ops' one polling helper); raise
+    ``TimeoutError`` naming ``what`` after ``timeout`` s."""
+    poll(lambda: True if pred() else None, timeout_s=timeout, interval_s=interval, max_interval_s=interval,
+         what=what or repr(pred))  # fmt: skip
 
 
 def http_ok(url: str, timeout: float = 1.0) -> bool:

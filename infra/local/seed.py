@@ -94,8 +94,8 @@ def ensure_s3_bucket(settings: Settings, uri: str, *, object_lock: bool = False)
 # The capacity the dry run gives the fake TPU API, so the ladder has to work: the reservation is
 # too small for a v4-32 (16 chips), spot is stocked out in zone b, and zone c has spot capacity.
 DRY_RUN_CAPACITY: dict[str, Any] = {
-    "us-central2-b": {"spot": 0, "on_demand": 64, "reservations": {"fraud-v4-reservation": 8}},
-    "us-central2-c": {"spot": 64, "on_demand": 64, "reservations": {}},
+    "us-central2-b": {"spot": 0, "on-demand": 64, "reservations": {"fraud-v4-reservation": 8}},
+    "us-central2-c": {"spot": 64, "on-demand": 64, "reservations": {}},
 }
 
 

@@ -230,7 +230,7 @@ class LocalStack:
         return self.backend.preempt(zone, node_id, self.project)
 
     def set_capacity(self, spec: dict[str, Any]) -> None:
-        """``{"<zone>"|"*": {"spot": chips, "on_demand": chips, "reservations": {name: chips}}}``."""
+        """``{"<zone>"|"*": {"spot": chips, "on-demand": chips, "reservations": {name: chips}}}``."""
         self.backend.configure_capacity(spec)
 
     def add_fault(self, path_regex: str, status: int, count: int = 1, method: str | None = None) -> None:

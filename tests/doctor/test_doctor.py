@@ -69,22 +69,27 @@ def test_doctor_passes_on_a_set_up_local_stack(stack: Any, monkeypatch: pytest.M
 def test_doctor_names_what_is_missing_and_how_to_fix_it(stack: Any, monkeypatch: pytest.MonkeyPatch, capsys):
     spec = _spec()
     settings = stack.settings()
-    seed_pipeline(settings, spec)  # dataset and GCS buckets only: no export bucket, group, locked bucket
+    seed_pipeline(settings, spec)
+    s3 = boto3_client(settings, "s3")
+    if any(b["Name"] == "dryrun-models" for b in s3.list_buckets()["Buckets"]):
+        s3.delete_bucket(Bucket="dryrun-models")  # as if nobody had created it
     ensure_s3_bucket(settings, str(spec.audit_bucket), object_lock=False)
     stack.set_capacity({"us-central2-b": {"reservations": {}}})
     checks = {c.name: c for c in run_checks(settings, spec)}
-    group = checks["sagemaker group: fraud-model"]
-    assert group.status == MISSING and "create-model-package-group --model-package-group-name fraud-model" in group.fix
+    group = checks["sagemaker group: fraud-model"]  # absent, but the first export creates it
+    assert group.status == OK and "first export creates it" in group.detail
     audit = checks["s3 audit: s3://dryrun-audit"]
     assert audit.status == MISSING and "Object Lock is not enabled" in audit.detail and "object-lock" in audit.fix
     reservation = checks["reservation fraud-v4-reservation in us-central2-b"]
     assert reservation.status == MISSING and "not found" in reservation.detail
-    assert checks["s3 export: s3://dryrun-models/fraud"].status == MISSING
+    export = checks["s3 export: s3://dryrun-models"]
+    assert export.status == MISSING and "create-bucket --bucket dryrun-models" in export.fix
 
     _env(monkeypatch, stack)
     assert main(["doctor", "--spec", str(SPEC_FILE)]) == 1
     out = capsys.readouterr().out
-    assert "MISSING  sagemaker group: fraud-model" in out and "fix: aws sagemaker create-model-package-group" in out
+    assert "MISSING  s3 export: s3://dryrun-models" in out
+    assert "fix: aws s3api create-bucket --bucket dryrun-models" in out
     assert out.rstrip().endswith("missing")
 
 

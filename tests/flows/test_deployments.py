@@ -20,6 +20,7 @@ def test_deployments_expose_typed_forms_and_the_pipeline_schedule() -> None:
         "mirror_dataset",
         "provision-slice",
         "run-on-slice",
+        "train",
         "reap-tpu-slices",
     }
     pipeline = by_flow["retraining-pipeline"]
@@ -31,7 +32,7 @@ def test_deployments_expose_typed_forms_and_the_pipeline_schedule() -> None:
     jsonschema.validate(pipeline.parameters, schema)
     assert "PipelineSpec" in schema["definitions"]
     ladder = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]
-    assert ladder["items"]["anyOf"][0]["type"] == "string"
+    assert ladder["items"]["anyOf"][-1]["type"] == "string"  # the shorthand, after the typed rungs
     mirror = by_flow["mirror_dataset"]._parameter_openapi_schema.model_dump()
     assert "MirrorSpec" in mirror["definitions"]
     assert by_flow["reap-tpu-slices"].schedules[0].schedule.interval.total_seconds() == 900
@@ -105,3 +106,19 @@ def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) 
         if serve is not None and serve.poll() is None:
             kill_group(serve, grace=1)
         kill_group(server, grace=5)
+
+
+def test_reap_every_sets_the_reapers_interval_and_refuses_what_is_not_allowed(capsys) -> None:
+    from datetime import timedelta
+
+    import pytest
+
+    from flows.cli import build_parser
+
+    args = build_parser("serve").parse_args(["serve", "--reap-every", "30m"])
+    assert args.reap_every == timedelta(minutes=30)
+    reaper = {d.flow_name: d for d in deployments(None, args.reap_every)}["reap-tpu-slices"]
+    assert reaper.name == "every-1800s" and reaper.schedules[0].schedule.interval == timedelta(minutes=30)
+    with pytest.raises(SystemExit):
+        build_parser("serve").parse_args(["serve", "--reap-every", "2s"])
+    assert "'2s' is not allowed: a duration from 5s to 1d, e.g. 90s, 30m, 2h" in capsys.readouterr().err

@@ -17,6 +17,7 @@ EXE = Path(sys.executable).with_name("tpu-ops")
 def test_dry_run_end_to_end(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "AWS_", "PREFECT_API"))}
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"  # a loaded 2-core machine starts it slowly
     out = subprocess.run(
         [str(EXE), "dry-run", "--json", "--workdir", str(tmp_path / "work")],
         capture_output=True,

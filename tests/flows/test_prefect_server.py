@@ -26,7 +26,8 @@ from infra.local._proc import http_call, kill_group, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
-pytestmark = pytest.mark.slow
+# Each `prefect` command imports Prefect afresh (2-4 s idle; 10-40 s on a machine loaded 10x).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def api(env: dict[str, str], path: str, body: dict[str, Any] | None = None) -> Any:
@@ -62,7 +63,7 @@ def one_shot_cron(lead: timedelta) -> tuple[str, datetime]:
 def served(
     prefect_server: dict[str, str], local_stack: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
-    """`tpu-ops serve` of the dry-run pipeline (seeded, on a one-shot cron) and a reaper every 30 s."""
+    """`tpu-ops serve` of the dry-run pipeline (seeded, on a one-shot cron) and a reaper every 60 s."""
     from infra.local.seed import DRY_RUN_CAPACITY, seed_pipeline
     from tpu_ops.specs import PipelineSpec, parse_spec
 
@@ -84,7 +85,7 @@ def served(
         "PYTHONPATH": str(ROOT),
     }
     serve = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", "--spec", str(tmp / "spec.yaml"), "--reap-every", "30s"],
+        [sys.executable, "-m", "flows.cli", "serve", "--spec", str(tmp / "spec.yaml"), "--reap-every", "60s"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     out: list[bytes] = []
@@ -108,10 +109,21 @@ def test_prefect_cli_deploys_lists_and_runs(served: dict[str, Any]) -> None:
     listed = {d["name"]: d for d in json.loads(prefect(env, "deployment", "ls", "-o", "json").stdout)}
     pooled = {n for n in listed if n.endswith("-pool")}
     assert pooled == {"pipeline-pool", "reaper-pool", "mirror-pool", "provision-pool", "run-on-slice-pool"}, listed
-    assert {"scheduled-dry-run", "every-30s"} <= set(listed), "the served deployments are listed too"
+    assert {"scheduled-dry-run", "every-60s"} <= set(listed), "the served deployments are listed too"
     assert all(listed[n]["work_pool_name"] == "tpu-ops" for n in pooled)
+    # Prefect checks parameters against the form's schema before a run exists, for every deployment.
+    assert all(d["enforce_parameter_schema"] for d in listed.values()), listed
+    # The documented base job templates for other pool types are accepted by the server as they are.
+    for kind in ("kubernetes", "ecs", "cloud-run-v2"):
+        template = json.loads((ROOT / "infra" / "work-pools" / f"{kind}.json").read_text())
+        api(env, "/work_pools/", {"name": f"tpu-ops-{kind}", "type": kind, "base_job_template": template})
+        stored = api(env, f"/work_pools/tpu-ops-{kind}")["base_job_template"]
+        assert stored["variables"]["properties"]["image"]["default"].endswith("/tpu-ops:0.1.0")
     pools = json.loads(prefect(env, "work-pool", "ls", "-o", "json").stdout)
-    assert [(p["name"], p["type"]) for p in pools] == [("tpu-ops", "process")]
+    assert sorted((p["name"], p["type"]) for p in pools) == [
+        ("tpu-ops", "process"), ("tpu-ops-cloud-run-v2", "cloud-run-v2"), ("tpu-ops-ecs", "ecs"),
+        ("tpu-ops-kubernetes", "kubernetes"),
+    ]  # fmt: skip
 
     created = prefect(env, "deployment", "run", "reap-tpu-slices/reaper-pool", "--param", "ttl_hours=1").stdout
     run_id = re.search(r"UUID: ([0-9a-f-]{36})", created).group(1)  # type: ignore[union-attr]
@@ -134,11 +146,60 @@ def test_scheduled_runs_of_the_reaper_and_the_pipeline_are_created_and_complete(
         assert not failed, f"{deployment}: {failed[0]['state']}\n" + b"".join(served["output"]).decode()[-4000:]
         return [r for r in runs if r["auto_scheduled"] and r["state"]["type"] == "COMPLETED"]
 
-    wait_until(lambda: bool(completed("reap-tpu-slices/every-30s")), 120, 1.0, "a scheduled reaper run to complete")
+    wait_until(lambda: bool(completed("reap-tpu-slices/every-60s")), 300, 1.0, "a scheduled reaper run to complete")
     # The pipeline fires once, at the minute its cron names; then it mirrors, provisions and tears down.
-    budget = max(0.0, (served["fires_at"] - datetime.now(UTC)).total_seconds()) + 150
+    budget = max(0.0, (served["fires_at"] - datetime.now(UTC)).total_seconds()) + 400
     wait_until(lambda: bool(completed("retraining-pipeline/scheduled-dry-run")), budget, 1.0, "the scheduled pipeline")
     run = completed("retraining-pipeline/scheduled-dry-run")[0]
     assert run["created_by"]["type"] == "SCHEDULE", run["created_by"]
     started = datetime.fromisoformat(run["expected_start_time"])
     assert started == served["fires_at"], (started, served["fires_at"])
+
+    # The run's events, on its resource (the contracts' names), reached Prefect's event feed.
+    run_id = next(t.removeprefix("tpu-ops-run:") for t in run["tags"] if t.startswith("tpu-ops-run:"))
+
+    def events() -> set[str]:
+        query = {"filter": {"resource": {"id": [f"tpu-ops.run.{run_id}"]}}, "limit": 50}
+        return {e["event"] for e in api(env, "/events/filter", query)["events"]}
+
+    wanted = {"tpu-ops.snapshot.committed", "tpu-ops.slice.provisioned", "tpu-ops.slice.deleted"}
+    wait_until(lambda: wanted <= events(), 60, 1.0, f"events {wanted}")
+    # Its one slot (at most one run per pipeline name) exists and was given back.
+    limit = api(env, "/v2/concurrency_limits/tpu-ops-pipeline-scheduled-dry-run")
+    assert (limit["limit"], limit["active_slots"]) == (1, 0)
+
+
+def test_a_second_run_of_the_same_pipeline_is_refused_while_one_holds_its_slot(prefect_server: dict[str, str]) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.pipeline import one_run_at_a_time
+    from tpu_ops.errors import ConfigError
+
+    with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}), one_run_at_a_time("busy"):
+        t0 = time.monotonic()
+        with (
+            pytest.raises(ConfigError, match="pipeline 'busy' already has a run in progress"),
+            one_run_at_a_time("busy", wait_s=1),
+        ):
+            pass
+        assert time.monotonic() - t0 < 60
+        with one_run_at_a_time("another"):  # other pipelines are not held up
+            pass
+
+
+def test_the_example_automation_is_accepted_with_a_notification_block(prefect_server: dict[str, str]) -> None:
+    """examples/automations/notify-failed-retrain.yaml, pointed at a real block, as the README says."""
+    from prefect.blocks.notifications import SlackWebhook
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        block_id = SlackWebhook(url="https://hooks.slack.com/services/T000/B000/XXXX").save(
+            "tpu-ops-alerts", overwrite=True
+        )
+    text = (ROOT / "examples" / "automations" / "notify-failed-retrain.yaml").read_text()
+    doc = yaml.safe_load(text.replace("REPLACE_WITH_BLOCK_ID", str(block_id)))
+    (automation,) = doc["automations"]
+    created = api(prefect_server, "/automations/", automation)
+    stored = api(prefect_server, f"/automations/{created['id']}")
+    assert set(stored["trigger"]["expect"]) == {"prefect.flow-run.Failed", "prefect.flow-run.Crashed"}
+    assert stored["actions"][0]["block_document_id"] == str(block_id)

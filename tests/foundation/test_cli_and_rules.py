@@ -38,6 +38,22 @@ def test_validate_rejects_unreadable_and_malformed(tmp_path: Path, capsys: pytes
     assert "not valid YAML" in err and "cannot read" in err
 
 
+def test_every_command_module_is_in_the_table_and_registers_its_own_name() -> None:
+    import argparse
+    import importlib
+    import pkgutil
+
+    import flows.commands
+    from flows.cli import COMMANDS
+
+    modules = {f"flows.commands.{m.name}" for m in pkgutil.iter_modules(flows.commands.__path__)}
+    assert set(COMMANDS.values()) == {m for m in modules if not m.rsplit(".", 1)[1].startswith("_")}
+    for name, module in COMMANDS.items():
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        assert list(sub.choices) == [name], f"{module} registers {list(sub.choices)}, not just {name!r}"
+
+
 def test_console_script_help_for_every_subcommand() -> None:
     exe = Path(sys.executable).with_name("tpu-ops")
     assert exe.exists(), "the tpu-ops console script is installed with the package"
@@ -148,3 +164,74 @@ def test_only_settings_reads_the_environment() -> None:
         if ("os.environ" in p.read_text() or "os.getenv" in p.read_text()) and p.name != "settings.py"
     ]
     assert not readers, readers
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """tpu_ops module → the tpu_ops modules it imports (at the top or inside functions)."""
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "tpu_ops").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tpu_ops"):
+                submodules = {f"{node.module}.{a.name}" for a in node.names}
+                deps.update(submodules)
+                deps.add(node.module)  # dropped below when only submodules were imported
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name.startswith("tpu_ops"))
+        graph[name] = deps
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        known = {d for d in deps if d in graph and d != m}
+        # `from pkg import submodule` imports the submodule, not the rest of the package;
+        # a package re-exporting its own modules is not a cycle between modules
+        out[m] = {d for d in known if not any(x.startswith(d + ".") for x in known) and not d.startswith(m + ".")}
+    return out
+
+
+def test_no_import_cycle_in_the_library() -> None:
+    graph = _module_graph()
+    assert graph.get("tpu_ops.provision.ladder")
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for dep in graph[node]:
+            if dep in path:
+                cycles.append([*path[path.index(dep):], dep])
+            elif len(path) < 30:
+                visit(dep, [*path, dep])
+
+    for module in graph:
+        if not module.endswith("__init__") and "." in module:
+            visit(module, [module])
+    assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def test_library_modules_and_functions_stay_small() -> None:
+    too_big = {str(p.relative_to(ROOT)): p.stat().st_size for p in (ROOT / "tpu_ops").rglob("*.py")}
+    assert not {k: v for k, v in too_big.items() if v > 20_000}, "modules in tpu_ops/ stay under 20 KB"
+    long_functions = []
+    for path in (ROOT / "tpu_ops").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            is_function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if is_function and node.end_lineno and node.end_lineno - node.lineno + 1 > 60:
+                long_functions.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert not long_functions, f"functions over 60 lines: {long_functions}"
+
+
+def test_mirror_flags_are_the_spec_fields_and_leave_defaults_to_the_spec() -> None:
+    from tpu_ops.specs.jobs import MirrorSpec
+
+    parser = build_parser("mirror")
+    bare = vars(parser.parse_args(["mirror", "s3://a-b/x", "gs://c-d/y"]))
+    assert {k for k in bare if k in MirrorSpec.model_fields} == {"source", "destination"}
+    full = vars(parser.parse_args([
+        "mirror", "s3://a-b/x", "gs://c-d/y", "--snapshot", "snap", "--concurrency", "3", "--part-size-mib", "16",
+        "--ranged-min-mib", "64", "--schema-file", "s.yaml", "--require-schema",
+        "--allowed-location", "eu", "--allowed-location", "US", "--engine", "auto",
+    ]))  # fmt: skip
+    spec = MirrorSpec.model_validate({k: v for k, v in full.items() if k in MirrorSpec.model_fields})
+    assert set(spec.model_fields_set) == set(MirrorSpec.model_fields), "every field has a flag"
+    assert (spec.concurrency, spec.allowed_locations, spec.require_schema) == (3, ["EU", "US"], True)
+    mirror_help = parser._subparsers._group_actions[0].choices["mirror"].format_help()  # type: ignore[union-attr]
+    assert f"(default: {MirrorSpec.model_fields['concurrency'].default})" in mirror_help

@@ -71,18 +71,28 @@ def test_killed_run_resumes_copying_only_what_is_missing(env, stack):
     assert len(copied()) == n
 
 
-def test_cli_process_shortcuts_keep_its_output_and_skip_grpc(env, stack):
-    """The console script's fast exit still delivers every byte of output, and grpc is never loaded."""
+def test_cli_fast_exit_keeps_its_output_and_runs_atexit_handlers(env, stack, tmp_path):
+    """The console script's fast exit still delivers every byte of output, and skips no atexit handler
+    (an audit spool registered there must be flushed)."""
     for i in range(3):
         env.put(f"s/{i}.bin", os.urandom(1000 + i))
-    proc = _cli(stack, env.src, env.dst, "--json", python_flags=("-X", "importtime"))
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err.decode()[-2000:]
-    assert json.loads(out)["objects_copied"] == 3
-    imported = {line.rsplit("|", 1)[-1].strip() for line in err.decode().splitlines() if line.startswith("import time")}
-    assert "google.api_core.exceptions" in imported and "google.cloud.storage" in imported
-    # api_core tries `import grpc` (importtime lists the failed attempt too); loaded, grpc loads its core.
-    assert "grpc._cython.cygrpc" not in imported
+    marker = tmp_path / "atexit-ran"
+    code = (
+        "import atexit, runpy, sys\n"
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').write('flushed'))\n"
+        f"sys.argv = ['tpu-ops', 'mirror', {env.src!r}, {env.dst!r}, '--json']\n"
+        "runpy.run_module('flows.cli', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, **stack.env(), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert json.loads(proc.stdout)["objects_copied"] == 3
+    assert marker.read_text() == "flushed"
 
 
 def test_cli_reports_policy_errors_without_a_traceback(env, stack):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import resource
 import time
+import tracemalloc
 
 import google_crc32c
 import pytest
@@ -60,16 +60,23 @@ def test_plan_skips_only_verified_copies_of_the_same_version():
 
 
 def test_plan_100k_objects_is_fast_and_small():
+    """The README's figures: a 100,000-object plan in 0.4-0.6 s, the whole process in 61 MB. The limits
+    leave 5x headroom on time for a loaded 2-core CI; memory does not depend on load."""
     n = 100_000
     src = [SourceObject(f"shard/{i:06d}.safetensors", 1 << 20, f"{i:032x}", None) for i in range(n)]
     dest = {s.rel: _dest_for(s) for s in src[: n // 2]}
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
     p = plan(src, dest)
     elapsed = time.perf_counter() - t
     assert len(p.copy) == n // 2 and len(p.skip) == n // 2
-    assert elapsed < 15
-    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) < 500_000  # KiB
+    assert elapsed < 3.0
+    tracemalloc.start()
+    try:
+        plan(src, dest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024, f"plan() allocated {peak / 2**20:.1f} MiB at its peak"
 
 
 SCHEMA = b"""

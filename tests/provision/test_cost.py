@@ -99,3 +99,15 @@ def test_budget_estimate_uses_the_most_expensive_rung(spec_factory: Any) -> None
     assert "$103.04" in str(info.value) and "$50.00" in str(info.value)
     # Spot alone fits where on-demand would not.
     assert C.check_budget(spec_factory(budget_usd=50, hours=2, ladder=["spot"]), t).worst_usd < 50
+
+
+def test_budget_covers_the_dearest_rung_wherever_it_stands(spec_factory: Any) -> None:
+    """Cheap rung first, dear rung last: the budget must still cover the dear one."""
+    t = shipped()
+    spot, on_demand = 16 * 2 * t.price("v4", "spot"), 16 * 2 * t.price("v4", "on-demand")  # $46.40, $103.04
+    spec = spec_factory(budget_usd=60, hours=2, ladder=["spot", "on-demand"])
+    assert C.estimate(spec, t).worst_usd == pytest.approx(on_demand)
+    with pytest.raises(BudgetError) as info:
+        C.check_budget(spec, t)
+    assert info.value.estimate_usd == pytest.approx(on_demand) and "on-demand rung" in str(info.value)
+    assert C.check_budget(spec_factory(budget_usd=60, hours=2, ladder=["spot"]), t).worst_usd == pytest.approx(spot)

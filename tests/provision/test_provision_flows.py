@@ -100,17 +100,31 @@ def test_kill_9_while_provisioning_then_reap_leaves_nothing(
     assert fake.state()["queued_resources"] == 0 and fake.state()["nodes"] == 0
 
 
+@pytest.mark.parametrize(
+    ("flow_name", "params", "until"),
+    [
+        # run-on-slice holds its slice: its own `finally` tears down too
+        ("run-on-slice", {"hold_seconds": 600}, "READY"),
+        # provision-slice is cancelled while its request waits in the queue: nothing but the
+        # on_cancellation hook deletes it
+        ("provision-slice", {}, "WAITING_FOR_RESOURCES"),
+    ],
+)
 def test_cancelling_a_flow_run_from_prefect_deletes_the_slice(
-    fake: Any, env: dict[str, str], procs: list[Any], waiter: Any, tmp_path: Path
-) -> None:
+    fake: Any, env: dict[str, str], procs: list[Any], waiter: Any, tmp_path: Path, flow_name: str,
+    params: dict[str, Any], until: str,
+) -> None:  # fmt: skip
+    if until != "READY":
+        fake.capacity({ZA: {"spot": 0}, ZB: {"spot": 0}})
+    func = flow_name.replace("-", "_")
     server = subprocess.Popen(
-        [sys.executable, "-c", "from flows.provision import run_on_slice; run_on_slice.serve(name='cancel-test')"],
+        [sys.executable, "-c", f"from flows.provision import {func}; {func}.serve(name='cancel-test')"],
         env=env, cwd=ROOT, stdout=(tmp_path / "serve.log").open("w"), stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
     procs.append(server)
     try:
-        _cancel_and_check(fake, waiter)
+        _cancel_and_check(fake, waiter, flow_name, params, until)
     except BaseException:
         print((tmp_path / "serve.log").read_text()[-6000:])
         raise
@@ -118,7 +132,7 @@ def test_cancelling_a_flow_run_from_prefect_deletes_the_slice(
     server.wait(timeout=30)
 
 
-def _cancel_and_check(fake: Any, waiter: Any) -> None:
+def _cancel_and_check(fake: Any, waiter: Any, flow_name: str, params: dict[str, Any], until: str) -> None:
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
@@ -126,15 +140,13 @@ def _cancel_and_check(fake: Any, waiter: Any) -> None:
 
         def deployment() -> Any:
             try:
-                return client.read_deployment_by_name("run-on-slice/cancel-test")
+                return client.read_deployment_by_name(f"{flow_name}/cancel-test")
             except Exception:
                 return None
 
         dep = waiter(deployment, timeout=60, what="the served deployment", interval=0.2)
-        fr = client.create_flow_run_from_deployment(
-            dep.id, parameters={"spec": SPEC, "run_id": "run-cancel", "hold_seconds": 600}
-        )
-        waiter(lambda: "READY" in _run_resources(fake, "run-cancel").values(), timeout=60, what="the slice")
+        fr = client.create_flow_run_from_deployment(dep.id, parameters={"spec": SPEC, "run_id": "run-cancel", **params})
+        waiter(lambda: until in _run_resources(fake, "run-cancel").values(), timeout=60, what=f"a resource {until}")
         client.set_flow_run_state(fr.id, Cancelling(), force=True)
         waiter(lambda: not _run_resources(fake, "run-cancel"), timeout=60, what="the slice to be deleted")
         state = waiter(lambda: (s := client.read_flow_run(fr.id).state) and s.is_final() and s, timeout=60,
@@ -159,6 +171,21 @@ def test_failed_flow_hook_tears_down(fake: Any, inproc: None) -> None:
     with pytest.raises(ProvisioningError):
         provision_slice({**SPEC, "queue_timeout": "1s"}, "run-hook")
     assert not _run_resources(fake, "run-hook")
+
+
+def test_provision_flow_failing_after_its_slice_is_up_tears_it_down(
+    fake: Any, inproc: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing else cleans up a slice provision-slice made before failing: only its on_failure hook."""
+    import flows.provision
+
+    def artifacts_down(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the Prefect artifacts API is down")
+
+    monkeypatch.setattr(flows.provision, "create_table_artifact", artifacts_down)
+    with pytest.raises(RuntimeError, match="artifacts API"):
+        flows.provision.provision_slice(SPEC, "run-fail-late")
+    assert not _run_resources(fake, "run-fail-late")
 
 
 def test_run_on_slice_tears_down_when_the_command_fails(fake: Any, inproc: None) -> None:
@@ -281,3 +308,42 @@ def test_a_missing_quota_limit_is_a_clear_error_before_provisioning(fake: Any, i
     with pytest.raises(SpecError, match="no-such-limit"):
         run_on_slice({**SPEC, "quota_limit": "no-such-limit"}, "run-noquota")
     assert fake.state()["operations"] == 0
+
+
+@pytest.mark.parametrize("hooks", ["on_failure_hooks", "on_cancellation_hooks", "on_crashed_hooks"])
+def test_every_provisioning_flow_carries_the_teardown_hook(hooks: str) -> None:
+    from flows.pipeline import retraining_pipeline
+    from flows.provision import provision_slice, run_on_slice, teardown_hook
+    from flows.train import train
+
+    for f in (retraining_pipeline, provision_slice, run_on_slice, train):
+        assert getattr(f, hooks) == [teardown_hook], f"{f.name}: {hooks}"
+
+
+def test_the_teardown_hook_finds_the_run_by_its_tag(fake: Any, inproc: None, settings: Any) -> None:
+    """A flow run whose parameters do not name the run (the pipeline derives its run id): the hook
+    reads the run's tag back from the Prefect API and tears that run down."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+
+    from flows.provision import run_tag, teardown_hook
+    from tpu_ops.provision import provision
+    from tpu_ops.specs.slice import ProvisionSpec
+
+    provision(ProvisionSpec.model_validate(SPEC), "run-tagged", settings)
+    provision(ProvisionSpec.model_validate(SPEC), "run-other", settings)
+
+    @flow(name="tagged-elsewhere")
+    def noop() -> None:
+        pass
+
+    with get_client(sync_client=True) as client:
+        fr = client.create_flow_run(noop, parameters={}, tags=["unrelated"])
+        client.update_flow_run(fr.id, tags=["unrelated", run_tag("run-tagged")])
+        stale = client.read_flow_run(fr.id).model_copy(update={"tags": ["unrelated"]})
+    try:
+        teardown_hook(flow=noop, flow_run=stale, state="Failed")
+        assert not _run_resources(fake, "run-tagged")
+        assert _run_resources(fake, "run-other"), "only the tagged run is torn down"
+    finally:
+        teardown("run-other", settings)

@@ -126,3 +126,28 @@ def test_configured_zones_limit_what_the_reaper_scans(fake: Any, settings: Any, 
     assert reap(elsewhere, run_state=lambda run: False).reaped == []  # both slices are in zone a
     here = settings.model_copy(update={"tpu_zones": [ZA]})
     assert len(reap(here, run_state=lambda run: False).reaped) == 2
+
+
+def test_prefect_lookup_says_live_finished_or_unknown(prefect_api: None) -> None:
+    """The reaper's question to a real Prefect API: a run with any non-final flow run is live, a run
+    whose flow runs are all final is finished, a run Prefect never saw is unknown."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Completed, Failed, Running
+
+    from flows.provision import run_tag
+    from flows.reaper import guarded, prefect_run_state
+
+    @flow(name="reaper-lookup")
+    def noop() -> None:
+        pass
+
+    with get_client(sync_client=True) as client:
+        for run_id, states in {"lk-live": [Completed(), Running()], "lk-done": [Completed(), Failed()]}.items():
+            for state in states:
+                fr = client.create_flow_run(noop, tags=[run_tag(run_id)])
+                client.set_flow_run_state(fr.id, state, force=True)
+    assert prefect_run_state("lk-live") is True
+    assert prefect_run_state("lk-done") is False
+    assert prefect_run_state("lk-never") is None
+    assert guarded(prefect_run_state)("lk-done") is False  # the guard passes answers through

@@ -44,7 +44,8 @@ def test_two_preemptions_one_mid_checkpoint_resume_bit_identical(
     for p in report.preemptions:
         assert p.steps_lost is not None and 0 <= p.steps_lost <= every
         assert p.restore_s is not None and p.delete_s >= 0 and p.reprovision_s > 0
-    assert [n for n, _ in run.events] == [PREEMPTED_EVENT, RECOVERED_EVENT] * 2
+    recovery_events = [n for n, _ in run.events if n in (PREEMPTED_EVENT, RECOVERED_EVENT)]
+    assert recovery_events == [PREEMPTED_EVENT, RECOVERED_EVENT] * 2
     # bit-identical to an uninterrupted run of the same trainer
     run_reference_locally(dict(os.environ, **stack.env()), f"gs://{ckpt_bucket}/baseline", steps, every, "{}")
     assert params_bytes(gcs, ckpt_bucket, f"runs/pre-2/{steps}") == params_bytes(gcs, ckpt_bucket, f"baseline/{steps}")

@@ -37,7 +37,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 CONSOLE = Path(sys.executable).with_name("tpu-ops")
 PREFECT = Path(sys.executable).with_name("prefect")
 DEPLOYMENT = "dry-run"  # the deployment is named after the spec (flows/dryrun.yaml)
-DOC_SHOTS = ("01-deployments", "02-deployment", "03-form", "04-invalid-value", "05-run-completed", "06-artifact")
+DOC_SHOTS = ("01-deployments", "02-deployment", "03-form", "04-invalid-value", "05-run-completed", "06-artifacts",
+             "07-summary", "08-ladder")  # fmt: skip
+RUN_ARTIFACTS = ("pipeline-summary", "run-cost", "run-ladder", "run-goodput", "run-lineage")
 
 pytestmark = pytest.mark.slow
 
@@ -218,14 +220,23 @@ def _walk_through(page: Any, served: Served) -> None:
     run = _api(served.api, f"/flow_runs/{run_id}")
     assert run["state_type"] == "COMPLETED", b"".join(served.serve_log).decode()[-3000:]
 
-    # Its artifacts: the pipeline summary is on the pipeline run's own page.
+    # Its artifacts, on the pipeline run's own page: summary, cost by tier, ladder, goodput, lineage.
+    run_url = page.url
     page.get_by_text("Artifacts", exact=True).click()
-    card = page.get_by_text("pipeline-summary", exact=True).first
-    card.wait_for()
-    card.click()
+    for key in RUN_ARTIFACTS:
+        page.get_by_text(key, exact=True).first.wait_for()
+    shot("06-artifacts")
+    page.get_by_text("pipeline-summary", exact=True).first.click()
     page.wait_for_url(re.compile(r"/artifacts/"))
-    page.get_by_text(re.compile(r"snapshot")).first.wait_for()
-    shot("06-artifact", full_page=True)
+    for row in ("winning rung", "goodput", "cost by tier", "model package"):
+        page.get_by_text(row, exact=True).first.wait_for()
+    shot("07-summary", full_page=True)
+    page.goto(run_url)
+    page.get_by_text("Artifacts", exact=True).click()
+    page.get_by_text("run-ladder", exact=True).first.click()
+    page.wait_for_url(re.compile(r"/artifacts/"))
+    page.get_by_text("stockout", exact=True).first.wait_for()  # the ladder's first rungs had no capacity
+    shot("08-ladder", full_page=True)
 
     if os.environ.get("TPU_OPS_UPDATE_DOCS") == "1":
         docs = ROOT / "docs" / "ui"

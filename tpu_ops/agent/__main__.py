@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 from tpu_ops.errors import TpuOpsError
-from tpu_ops.settings import Settings
 
 
 def _preflight(args: argparse.Namespace) -> int:
     from tpu_ops.agent.preflight import preflight
+    from tpu_ops.settings import Settings
 
     report = preflight(Settings(), args.run_id, args.manifest, args.out)
     print(
@@ -25,9 +25,19 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tpu_ops.agent.run import run
+    # Before the heavy imports: a Python-entry-point trainer starts importing now (see agent.warm).
+    from tpu_ops.agent.warm import warm_trainer
 
-    return run(Settings(), args.job, args.incarnation)
+    job_file = args.job_file.resolve() if args.job_file else None
+    warm = warm_trainer(job_file, job_file.parent / "trainer.log") if job_file else None
+    try:
+        from tpu_ops.agent.run import run
+        from tpu_ops.settings import Settings
+
+        return run(Settings(), args.job, args.incarnation, warm)
+    finally:
+        if warm is not None and warm.poll() is None and warm.stdin and not warm.stdin.closed:
+            warm.kill()  # the agent failed before handing it an environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="resume and run the job's trainer on this worker (the training agent)")
     run.add_argument("--job", required=True, help="gs:// URI of the run's _tpu_ops/job.json")
     run.add_argument("--incarnation", default="0", help="which provisioning of the slice this is")
+    run.add_argument("--job-file", type=Path, help="a local copy of the job spec (the bootstrap fetches it)")
     run.set_defaults(handler=_run)
     args = parser.parse_args(argv)
     try:

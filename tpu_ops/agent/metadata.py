@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from tpu_ops.errors import CloudError, NotFoundError, TransientError
 from tpu_ops.settings import Settings
 
-ATTRIBUTES = "computeMetadata/v1/instance/attributes"
-
 
 @dataclass(frozen=True, slots=True)
 class WorkerIdentity:

@@ -85,29 +85,3 @@ def preflight(settings: Settings, run_id: str, manifest_uri: str, out_uri: str) 
     if problems:
         raise IntegrityError(f"worker {who.worker_number}: snapshot {doc['snapshot_id']} differs: {problems[:5]}")
     return report
-
-
-def collect_reports(
-    settings: Settings, out_uri: str, expected: int, timeout_s: float, poll_s: float = 0.5
-) -> list[dict[str, Any]]:
-    """Wait until ``expected`` workers wrote their reports under ``out_uri``; return them by worker.
-
-    Raises ``IntegrityError`` if a worker reported problems, ``TimeoutError`` if some never report.
-    """
-    gcs = storage_client(settings)
-    out = parse_gs(out_uri)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with google_errors("gcs"):
-            blobs = [b for b in gcs.list_blobs(out.bucket, prefix=out.key("worker-")) if b.name.endswith(".json")]
-        if len(blobs) >= expected:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(blobs)} of {expected} workers reported under {out_uri} in {timeout_s:.0f}s")
-        time.sleep(poll_s)
-    with google_errors("gcs"):
-        reports = sorted((json.loads(b.download_as_bytes()) for b in blobs), key=lambda r: int(r["worker_number"]))
-    bad = [r for r in reports if r["problems"]]
-    if bad:
-        raise IntegrityError(f"workers {[r['worker_number'] for r in bad]} found the snapshot differs")
-    return reports

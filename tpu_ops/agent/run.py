@@ -53,7 +53,7 @@ class Job:
     steps: int
     checkpoint_every: int
     command: list[str] | None = None
-    trainer: str = "tpu_ops.train.reference"
+    trainer: str = "tpu_ops.train.reference:main"
     checkpoint_subdir: str = ""
     dataset_manifest: str | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
@@ -112,8 +112,11 @@ def _read_step(path: Path) -> int | None:
 class Agent:
     """One worker's agent for one incarnation of the slice."""
 
-    def __init__(self, settings: Settings, job_uri: str, incarnation: str) -> None:
+    def __init__(
+        self, settings: Settings, job_uri: str, incarnation: str, warm: subprocess.Popen[bytes] | None = None
+    ) -> None:
         self.settings = settings
+        self.warm = warm
         self.gcs = storage_client(settings)
         self.job = Job(**get_json(self.gcs, parse_gs(job_uri)))
         self.layout = self.job.layout
@@ -144,20 +147,29 @@ class Agent:
         """Train (or not, if the run is done); return the trainer's exit status."""
         if exists(self.gcs, self.layout.done):
             print(f"tpu-ops agent: run {self.job.run_id} is already done; nothing to train", flush=True)
+            self._release(None)
             return 0
         resume = latest_complete_step(self.gcs, self.layout.steps_uri)
         progress, log = self.workdir / "progress", self.workdir / "trainer.log"
         progress.unlink(missing_ok=True)
         if self.job.dataset_manifest and not self._preflight(resume, log):
+            self._release(None)
             return 1
         env = contract_env(self.job, self.who, resume, progress)
         start = f"resuming from step {resume}" if resume is not None else "fresh start"
+        if self.warm is not None and self.warm.poll() is None:
+            start += " (trainer imported while the agent started)"
         print(f"tpu-ops agent: worker {self.who.worker_number}/{self.who.worker_count} of {self.job.run_id}: {start}")
         sys.stdout.flush()
         signal.signal(signal.SIGTERM, self._on_term)
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(self.job.argv(), stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
-                                         env=child_environment(env, drop=("TPU_OPS_RESUME_STEP",)))  # fmt: skip
+        if self.warm is not None and self.warm.poll() is None:
+            self.proc = self.warm  # already imported: hand it its environment
+            self._release(env)
+        else:
+            self._release(None)
+            with log.open("ab") as out:
+                self.proc = subprocess.Popen(self.job.argv(), stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                             env=child_environment(env, drop=("TPU_OPS_RESUME_STEP",)))  # fmt: skip
         rc = self._watch(resume, progress, log)
         step = _read_step(progress)
         self._heartbeat(step, resume, log, "exited")
@@ -171,6 +183,14 @@ class Agent:
         if rc == 0 and self.who.worker_number == 0 and self.term_at is None:
             self._commit_done()
         return rc
+
+    def _release(self, env: dict[str, str] | None) -> None:
+        from tpu_ops.agent.warm import release
+
+        if self.warm is not None and self.warm.poll() is None:
+            release(self.warm, env)
+            if env is None:
+                self.warm.wait(timeout=30)
 
     def _preflight(self, resume: int | None, log: Path) -> bool:
         """Verify the pinned snapshot before training (report under ``RUN/_tpu_ops/preflight/``)."""
@@ -226,7 +246,7 @@ class Agent:
         print("tpu-ops agent: not every worker reported success; no DONE marker", file=sys.stderr, flush=True)
 
 
-def run(settings: Settings, job_uri: str, incarnation: str) -> int:
+def run(settings: Settings, job_uri: str, incarnation: str, warm: subprocess.Popen[bytes] | None = None) -> int:
     """Run this worker's part of the job; the trainer's exit status (128+N if it died of signal N)."""
-    rc = Agent(settings, job_uri, incarnation).run()
+    rc = Agent(settings, job_uri, incarnation, warm).run()
     return 128 - rc if rc < 0 else rc

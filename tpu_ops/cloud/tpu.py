@@ -8,7 +8,6 @@ whether the resource already exists before it tries again.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -17,14 +16,10 @@ from tpu_ops.cloud import retry
 from tpu_ops.cloud.translate import google_errors, translate_google
 from tpu_ops.errors import CapacityError, NotFoundError, QuotaError, TpuOpsError, TransientError
 from tpu_ops.settings import Settings
+from tpu_ops.tiers import Tier
 
 SERVICE: Final = "tpu"
 T = TypeVar("T")
-
-# Tier names used across tpu-ops (they match ``tpu_ops.specs.slice.Tier``).
-RESERVATION: Final = "reservation"
-SPOT: Final = "spot"
-ON_DEMAND: Final = "on-demand"
 
 
 class NodeState:
@@ -76,7 +71,7 @@ class QueuedResourceRecord:
     qr_id: str
     zone: str
     state: str
-    tier: str
+    tier: Tier
     node_id: str
     labels: Mapping[str, str]
     create_time: float | None
@@ -93,7 +88,7 @@ class QueuedResourceRequest:
     node_id: str
     accelerator_type: str
     runtime_version: str
-    tier: str
+    tier: Tier
     valid_until_s: int
     labels: Mapping[str, str] = field(default_factory=dict)
     reservation: str = ""  # full path ``projects/P/locations/Z/reservations/N`` for the reservation tier
@@ -146,11 +141,11 @@ def qr_record(qr: Any, zone: str) -> QueuedResourceRecord:
     specs = list(qr.tpu.node_spec)
     node = specs[0].node if specs else None
     if qr.reservation_name:
-        tier = RESERVATION
+        tier = Tier.RESERVATION
     elif "spot" in qr:
-        tier = SPOT
+        tier = Tier.SPOT
     else:
-        tier = ON_DEMAND
+        tier = Tier.ON_DEMAND
     state = qr.state
     detail = ""
     if "failed_data" in state and state.failed_data.error.message:
@@ -259,7 +254,9 @@ class TpuApi:
             runtime_version=req.runtime_version,
             labels=dict(req.labels),
             metadata=dict(req.metadata),
-            scheduling_config=tpu_v2.SchedulingConfig(spot=req.tier == SPOT, reserved=req.tier == RESERVATION),
+            scheduling_config=tpu_v2.SchedulingConfig(
+                spot=req.tier == Tier.SPOT, reserved=req.tier == Tier.RESERVATION
+            ),
         )
         if req.network:
             node.network_config = tpu_v2.NetworkConfig(network=req.network, enable_external_ips=False)
@@ -273,9 +270,9 @@ class TpuApi:
                 valid_until_duration=duration_pb2.Duration(seconds=max(1, int(req.valid_until_s)))
             ),
         )
-        if req.tier == SPOT:
+        if req.tier == Tier.SPOT:
             qr.spot = tpu_v2.QueuedResource.Spot()
-        elif req.tier == RESERVATION:
+        elif req.tier == Tier.RESERVATION:
             qr.reservation_name = self.reservation_path(zone, req.reservation)
         # On-demand is the API's default tier: no tier field at all.
         return qr
@@ -305,7 +302,7 @@ class TpuApi:
             raise translate_google(exc, SERVICE) from exc
 
     @staticmethod
-    def _create_error(exc: Any, zone: str, tier: str) -> TpuOpsError:
+    def _create_error(exc: Any, zone: str, tier: Tier) -> TpuOpsError:
         from google.api_core import exceptions as gexc
 
         text = str(exc)
@@ -317,7 +314,7 @@ class TpuApi:
             return CapacityError(text, zone=zone, tier=tier, service=SERVICE, status=429)
         return translate_google(exc, SERVICE)
 
-    def operation_error(self, op: Any, zone: str, tier: str) -> TpuOpsError | None:
+    def operation_error(self, op: Any, zone: str, tier: Tier) -> TpuOpsError | None:
         """Refresh a create operation; the translated error if it finished with one, else None.
 
         An operation error with code 8 (RESOURCE_EXHAUSTED) is a stockout for (zone, tier).
@@ -353,29 +350,3 @@ class TpuApi:
         except NotFoundError:
             return False
         return True
-
-
-def wait_until(
-    check: Callable[[], T | None],
-    *,
-    timeout_s: float,
-    interval_s: float,
-    max_interval_s: float | None = None,
-    what: str = "condition",
-) -> T:
-    """Poll ``check`` with backoff until it returns something other than None.
-
-    Raises ``TimeoutError`` naming ``what`` after ``timeout_s``.
-    """
-    deadline = time.monotonic() + timeout_s
-    delay = interval_s
-    cap = max_interval_s if max_interval_s is not None else max(interval_s, interval_s * 8)
-    while True:
-        value = check()
-        if value is not None:
-            return value
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"timed out after {timeout_s:.1f}s waiting for {what}")
-        time.sleep(min(delay, remaining))
-        delay = min(cap, delay * 1.5)

@@ -18,8 +18,8 @@ from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import PolicyError
 from tpu_ops.mirror import manifest, sts
 from tpu_ops.mirror.listing import DestListing, SourceListing, list_dest, list_source
-from tpu_ops.mirror.plan import plan
-from tpu_ops.mirror.records import MirrorResult, Progress, SourceObject
+from tpu_ops.mirror.plan import Plan, plan
+from tpu_ops.mirror.records import Copied, MirrorResult, Progress, SourceObject
 from tpu_ops.mirror.scheduler import copy_all
 from tpu_ops.mirror.strategies import CopyContext
 from tpu_ops.mirror.stream import Fault
@@ -98,17 +98,8 @@ def mirror(
     t = time.perf_counter()
     todo = plan(listed.source.objects, listed.dest.objects)
     timings["plan"] = time.perf_counter() - t
-    ctx = CopyContext(
-        listed.s3,
-        listed.gcs,
-        src_uri,
-        dst_uri,
-        settings,
-        spec.concurrency,
-        part_bytes=spec.part_size_mib * MiB,
-        ranged_min=spec.ranged_min_mib * MiB,
-        fault=fault,
-    )
+    mib = spec.part_size_mib * MiB, spec.ranged_min_mib * MiB
+    ctx = CopyContext(listed.s3, listed.gcs, src_uri, dst_uri, settings, spec.concurrency, *mib, fault=fault)
     emit(Progress("plan", 0, len(todo.copy), 0, todo.bytes_copy))
 
     t = time.perf_counter()
@@ -135,21 +126,35 @@ def mirror(
     timings["commit"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     emit(Progress("done", n, n, total, total))
+    return _result(spec, listed.source, todo, copied, doc, manifest_uri, (validated, schema_rel), timings, engine)
+
+
+def _result(
+    spec: MirrorSpec,
+    source: SourceListing,
+    todo: Plan,
+    copied: list[Copied],
+    doc: dict[str, Any],
+    manifest_uri: str,
+    validated: tuple[int, str | None],
+    timings: dict[str, float],
+    engine: str,
+) -> MirrorResult:
     return MirrorResult(
         snapshot_id=doc["snapshot_id"],
         manifest_uri=manifest_uri,
         snapshot_name=spec.snapshot,
-        source=str(src_uri),
-        destination=str(dst_uri),
-        source_versioned=listed.source.versioned,
-        objects_total=len(rows),
+        source=doc["source"],
+        destination=doc["destination"],
+        source_versioned=source.versioned,
+        objects_total=len(doc["objects"]),
         bytes_total=doc["totals"]["bytes"],
         objects_copied=len(copied),
         bytes_copied=sum(c.source.size for c in copied),
         objects_skipped=len(todo.skip),
         bytes_skipped=todo.bytes_skip,
-        shards_validated=validated,
-        schema_file=schema_rel,
+        shards_validated=validated[0],
+        schema_file=validated[1],
         objects_s3_checksum_verified=sum(c.s3_checksum_checked for c in copied),
         engine=engine,
         timings_s={k: round(v, 4) for k, v in timings.items()},

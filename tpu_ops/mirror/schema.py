@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_ops.errors import SpecError
+from tpu_ops.specs.loader import SPEC_LIMITS, parse_document
 
 HEAD_BYTES = 64 * 1024  # first ranged GET: the length prefix and, usually, the whole header
 MAX_HEADER = 100_000_000  # safetensors' own limit
-MAX_SCHEMA_BYTES = 1024 * 1024
+MAX_SCHEMA_BYTES = SPEC_LIMITS.max_bytes  # read as strictly as a spec (tpu_ops/specs/loader.py)
 
 ITEMSIZE = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
@@ -85,8 +86,6 @@ def _dtype(value: Any, where: str) -> str:
 
 def parse_schema(raw: bytes, origin: str) -> Schema:
     """Parse a schema file; raise ``SpecError`` naming the offending field."""
-    from tpu_ops.specs.loader import parse_document
-
     doc = parse_document(raw, f"schema file {origin}")  # bounded and strict: it comes from a bucket
     if not isinstance(doc, dict) or doc.get("version", 1) != 1 or not isinstance(doc.get("shards"), list):
         raise SpecError(f"schema file {origin}: expected a mapping with 'version: 1' and a 'shards' list")

@@ -24,7 +24,7 @@ import base64
 import csv
 import io
 import logging
-import time
+import math
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +42,7 @@ from tpu_ops.errors import (
 from tpu_ops.mirror import crc
 from tpu_ops.mirror.records import RESERVED_DIR, Copied, SourceObject
 from tpu_ops.mirror.strategies import CopyContext, provenance
+from tpu_ops.polling import poll
 from tpu_ops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -146,12 +147,14 @@ def _transfer_operation(client: Any, name: str) -> Any:
 
 def _follow(client: Any, name: str, settings: Settings, on_copy: Callable[[int, int], None]) -> Any:
     """Poll the operation until it ends, reporting its copy counters; return its last state."""
-    while True:
+
+    def check() -> Any:
         top = _transfer_operation(client, name)
         on_copy(int(top.counters.objects_copied_to_sink), int(top.counters.bytes_copied_to_sink))
-        if top.status.name in _DONE:
-            return top
-        time.sleep(settings.poll_interval_s)
+        return top if top.status.name in _DONE else None
+
+    every = settings.poll_interval_s
+    return poll(check, timeout_s=math.inf, interval_s=every, max_interval_s=every, what=f"transfer {name}")
 
 
 def _cleanup(client: Any, ctx: CopyContext, job_name: str | None, project: str, location: str) -> None:

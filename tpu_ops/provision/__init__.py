@@ -6,9 +6,9 @@ with slice_for(spec, run_id, settings) as s:   # always torn down
     ...
 """
 
-from tpu_ops.provision.ladder import plan, provision, recover
+from tpu_ops.provision.ladder import plan, provision, recover, slice_for
 from tpu_ops.provision.records import Attempt, Outcome, Resource, Slice, TeardownReport
-from tpu_ops.provision.teardown import find_resources, slice_for, teardown
+from tpu_ops.provision.teardown import find_resources, teardown
 
 __all__ = [
     "Attempt",

@@ -12,23 +12,15 @@ from typing import Any
 
 from tpu_ops.errors import BudgetError, SpecError
 from tpu_ops.provision.prices import PriceTable
-from tpu_ops.specs.slice import ProvisionSpec, ReservationRung, SpotRung
+from tpu_ops.specs.slice import ProvisionSpec, ReservationRung
+from tpu_ops.tiers import Tier
 
 HOURS_PER_YEAR = 8760.0
 
 
-def rung_tier(rung: Any) -> str:
-    """``reservation``, ``spot`` or ``on-demand`` for a ladder rung."""
-    if isinstance(rung, ReservationRung):
-        return "reservation"
-    if isinstance(rung, SpotRung):
-        return "spot"
-    return "on-demand"
-
-
 @dataclass(frozen=True)
 class RungEstimate:
-    tier: str
+    tier: Tier
     reservation: str
     usd_per_chip_hour: float
     usd: float
@@ -57,7 +49,7 @@ def estimate(spec: ProvisionSpec, table: PriceTable) -> Estimate:
     acc = spec.slice.accelerator
     rows = []
     for rung in spec.ladder:
-        tier = rung_tier(rung)
+        tier = rung.kind
         price = table.price(acc.generation, tier)
         name = rung.short_name if isinstance(rung, ReservationRung) else ""
         rows.append(RungEstimate(tier, name, price, acc.chips * spec.hours * price))
@@ -103,7 +95,7 @@ def compare_tiers(chips: int, hours: float, generation: str, table: PriceTable) 
         per_hour = hourly_usd(chips, price)
         out[tier] = {"usd_per_chip_hour": price, "usd_per_hour": per_hour, "usd": per_hour * hours}
     if not out:
-        table.price(generation, "on-demand")  # raises a ConfigError naming what the table covers
+        table.price(generation, Tier.ON_DEMAND)  # raises a ConfigError naming what the table covers
     return out
 
 
@@ -132,7 +124,7 @@ def commitment_savings(
         raise SpecError(f"commitments are 1 or 3 years, not {years}")
     if not 0 < utilisation <= 1:
         raise SpecError(f"utilisation must be in (0, 1], not {utilisation}")
-    od = table.price(generation, "on-demand")
+    od = table.price(generation, Tier.ON_DEMAND)
     cud = table.price(generation, f"commit-{years}y")
     hours = HOURS_PER_YEAR * years
     on_demand = chips * od * hours * utilisation

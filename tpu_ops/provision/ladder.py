@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +34,16 @@ from tpu_ops.errors import (
     TpuOpsError,
     TransientError,
 )
+from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.cost import check_budget, rung_tier
+from tpu_ops.provision.cost import check_budget
 from tpu_ops.provision.naming import attempt_of, belongs_to, check_run_id, resource_id, run_labels
 from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.records import Attempt, Outcome, Slice
-from tpu_ops.provision.teardown import delete_and_confirm
+from tpu_ops.provision.teardown import delete_and_confirm, teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec, ReservationRung
+from tpu_ops.tiers import Tier
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Step:
     """One planned attempt: attempt number, tier, zone, reservation name (if any)."""
 
     number: int
-    tier: str
+    tier: Tier
     zone: str
     reservation: str = ""
 
@@ -59,10 +62,10 @@ def plan(spec: ProvisionSpec) -> list[Step]:
     for rung in spec.ladder:
         if isinstance(rung, ReservationRung):
             assert rung.zone is not None
-            steps.append(Step(len(steps) + 1, "reservation", rung.zone, rung.name))
+            steps.append(Step(len(steps) + 1, Tier.RESERVATION, rung.zone, rung.name))
         else:
             for zone in spec.slice.zones:
-                steps.append(Step(len(steps) + 1, rung_tier(rung), zone))
+                steps.append(Step(len(steps) + 1, rung.kind, zone))
     return steps
 
 
@@ -256,34 +259,41 @@ class _Ladder:
         # The server fails the request at validUntil; allow it a few polls to say so.
         grace = max(5 * self.settings.poll_interval_s, 2.0)
         until = min(self.deadline, t0 + self.spec.queue_timeout.total_seconds() + grace)
-        delay, cap = self.settings.poll_interval_s, self.settings.poll_interval_s * 8
-        while True:
-            qr = self._poll_qr(step.zone, rid)
+        last: list[QueuedResourceRecord | None] = [None]
+
+        def check() -> tuple[str, str, QueuedResourceRecord | None, NodeRecord | None] | None:
+            qr = last[0] = self._poll_qr(step.zone, rid)
             if qr is None and op is not None:
                 err = self.api.operation_error(op, step.zone, step.tier)
                 if err is not None:
                     raise err
-            elif qr is not None:
-                if qr.state in QrState.ACTIVE:
-                    node = self.api.find_node(step.zone, qr.node_id)
-                    if node is not None and node.state in NodeState.READY:
-                        return Outcome.ACTIVE, "", qr, node
-                    if node is None or node.state in NodeState.DEAD:
-                        return Outcome.SUSPENDED, f"node {node.state if node else 'missing'} at ACTIVE", None, None
-                elif qr.state in QrState.FAILED:
-                    stock = any(w in qr.detail.lower() for w in ("capacity", "exhausted", "stockout"))
-                    return (Outcome.STOCKOUT if stock else Outcome.FAILED), qr.detail or "FAILED", None, None
-                elif qr.state in QrState.SUSPENDED:
-                    return Outcome.SUSPENDED, qr.state, None, None
-                elif qr.state in QrState.DELETING:
-                    return Outcome.ERROR, "deleted by someone else while waiting", None, None
-            remaining = until - time.monotonic()
-            if remaining <= 0:
-                why = "overall timeout" if until >= self.deadline - 1e-6 else "validUntilDuration"
-                state = qr.state if qr else "not visible"
-                return Outcome.TIMEOUT, f"still {state} at the {why}", None, None
-            time.sleep(min(delay, remaining))
-            delay = min(cap, delay * 1.5)
+            return None if qr is None else self._settled(step, qr)
+
+        try:
+            return poll(check, timeout_s=until - time.monotonic(), interval_s=self.settings.poll_interval_s)
+        except TimeoutError:
+            why = "overall timeout" if until >= self.deadline - 1e-6 else "validUntilDuration"
+            state = last[0].state if last[0] else "not visible"
+            return Outcome.TIMEOUT, f"still {state} at the {why}", None, None
+
+    def _settled(
+        self, step: Step, qr: QueuedResourceRecord
+    ) -> tuple[str, str, QueuedResourceRecord | None, NodeRecord | None] | None:
+        """The outcome once a request left the queue for good; None while it still waits."""
+        if qr.state in QrState.ACTIVE:
+            node = self.api.find_node(step.zone, qr.node_id)
+            if node is not None and node.state in NodeState.READY:
+                return Outcome.ACTIVE, "", qr, node
+            if node is None or node.state in NodeState.DEAD:
+                return Outcome.SUSPENDED, f"node {node.state if node else 'missing'} at ACTIVE", None, None
+        elif qr.state in QrState.FAILED:
+            stock = any(w in qr.detail.lower() for w in ("capacity", "exhausted", "stockout"))
+            return (Outcome.STOCKOUT if stock else Outcome.FAILED), qr.detail or "FAILED", None, None
+        elif qr.state in QrState.SUSPENDED:
+            return Outcome.SUSPENDED, qr.state, None, None
+        elif qr.state in QrState.DELETING:
+            return Outcome.ERROR, "deleted by someone else while waiting", None, None
+        return None
 
     def _poll_qr(self, zone: str, rid: str) -> QueuedResourceRecord | None:
         try:
@@ -332,3 +342,16 @@ class _Ladder:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
+
+
+@contextmanager
+def slice_for(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Iterator[Slice]:
+    """Provision a slice for the body and tear it down afterwards, whatever happens.
+
+    Teardown also runs when provisioning itself fails half-way (an abandoned request may linger).
+    """
+    api = kw.pop("api", None) or TpuApi(settings)
+    try:
+        yield provision(spec, run_id, settings, api=api, **kw)
+    finally:
+        teardown(run_id, settings, zones=list(spec.slice.zones), api=api)

@@ -17,7 +17,6 @@ MANAGED_LABEL: Final = "tpu-ops-managed"
 CREATED_LABEL: Final = "tpu-ops-created"  # epoch seconds: label values cannot hold ':' or '.'
 TIER_LABEL: Final = "tpu-ops-tier"
 ATTEMPT_LABEL: Final = "tpu-ops-attempt"
-RESERVED_KEYS: Final = frozenset({RUN_LABEL, MANAGED_LABEL, CREATED_LABEL, TIER_LABEL, ATTEMPT_LABEL})
 
 _RESOURCE_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_RUN_ID: Final = 40  # leaves room for "-a<attempt>" inside Google's 63-character ids

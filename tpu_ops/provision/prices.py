@@ -15,8 +15,10 @@ from typing import Any, Final
 from tpu_ops.accelerators import GENERATIONS
 from tpu_ops.errors import ConfigError, SpecError
 from tpu_ops.settings import Settings
+from tpu_ops.tiers import Tier
 
-TIERS: Final = ("on-demand", "spot", "reservation", "commit-1y", "commit-3y")
+# capacity tiers, then the prices of 1- and 3-year commitments (what `tpu-ops cost` compares)
+TIERS: Final = (*(t.value for t in Tier), "commit-1y", "commit-3y")
 SHIPPED: Final = "prices.json"
 
 

@@ -23,6 +23,7 @@ from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.records import Resource
 from tpu_ops.provision.teardown import ALL_ZONES, confirm_gone, delete_resources, find_resources
 from tpu_ops.settings import Settings
+from tpu_ops.tiers import Tier
 
 RunState = Callable[[str], bool | None]
 
@@ -76,7 +77,7 @@ def resource_cost(r: Resource, table: PriceTable, now: float) -> float:
     try:
         price = table.price(acc.generation, r.tier)
     except TpuOpsError:
-        price = table.price(acc.generation, "on-demand")
+        price = table.price(acc.generation, Tier.ON_DEMAND)
     return max(0.0, now - r.created_at) / 3600.0 * acc.chips * price
 
 

@@ -1,22 +1,23 @@
 """Guaranteed teardown: force-delete a run's queued resources and nodes and confirm they are gone.
 
-``teardown`` is safe to call any number of times, from any process; ``slice_for`` is the context
-manager that always calls it, whether the body returns, raises or is interrupted.
+``teardown`` is safe to call any number of times, from any process; ``ladder.slice_for`` is the
+context manager that always calls it, whether the body returns, raises or is interrupted.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
-from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi, wait_until
+from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
 from tpu_ops.errors import TpuOpsError, TransientError
+from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.naming import TIER_LABEL, belongs_to, check_run_id, created_at, run_of
-from tpu_ops.provision.records import Resource, Slice, TeardownReport
+from tpu_ops.provision.records import Resource, TeardownReport
 from tpu_ops.settings import Settings
+from tpu_ops.tiers import Tier
 
 ALL_ZONES = ("-",)
 
@@ -31,7 +32,7 @@ def find_resources(api: TpuApi, zones: Sequence[str] = ALL_ZONES, run_id: str | 
             for qr in api.list_queued_resources(zone)
         ] + [
             ("node", n.zone, n.node_id, dict(n.labels), n.state,
-             dict(n.labels).get(TIER_LABEL) or ("spot" if n.spot else "on-demand"), n.accelerator_type,
+             dict(n.labels).get(TIER_LABEL) or (Tier.SPOT if n.spot else Tier.ON_DEMAND), n.accelerator_type,
              n.create_time)
             for n in api.list_nodes(zone)
         ]  # fmt: skip
@@ -85,7 +86,7 @@ def confirm_gone(api: TpuApi, settings: Settings, resources: Sequence[Resource],
                 delete_resources(api, [r])
         return True if not pending else None
 
-    wait_until(check, timeout_s=timeout_s, interval_s=settings.poll_interval_s, what=f"deletion of {sorted(pending)}")
+    poll(check, timeout_s=timeout_s, interval_s=settings.poll_interval_s, what=f"deletion of {sorted(pending)}")
 
 
 def delete_and_confirm(api: TpuApi, settings: Settings, zone: str, qr_id: str, node_id: str, timeout_s: float) -> None:
@@ -131,18 +132,3 @@ def teardown(
     report.confirmed_gone = True
     report.seconds = time.monotonic() - t0
     return report
-
-
-@contextmanager
-def slice_for(spec: Any, run_id: str, settings: Settings, **kw: Any) -> Iterator[Slice]:
-    """Provision a slice for the body and tear it down afterwards, whatever happens.
-
-    Teardown also runs when provisioning itself fails half-way (an abandoned request may linger).
-    """
-    from tpu_ops.provision.ladder import provision
-
-    api = kw.pop("api", None) or TpuApi(settings)
-    try:
-        yield provision(spec, run_id, settings, api=api, **kw)
-    finally:
-        teardown(run_id, settings, zones=list(spec.slice.zones), api=api)

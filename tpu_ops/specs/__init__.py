@@ -11,8 +11,8 @@ from tpu_ops.specs.slice import (
     Rung,
     SliceSpec,
     SpotRung,
-    Tier,
 )
+from tpu_ops.tiers import Tier
 
 __all__ = [
     "CapacityLadder",

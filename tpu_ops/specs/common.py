@@ -80,6 +80,10 @@ def parse_duration(value: Any) -> Any:
         m = _DURATION.match(value)
         if m:
             return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        if not value.strip().upper().startswith("P"):  # not ISO 8601 either: say what is allowed
+            raise ValueError(
+                f"duration {value!r} is not allowed: write 90s, 30m, 2h, 1d, a number of seconds or ISO 8601"
+            )
     return value  # let pydantic try ISO 8601 and report the error
 
 

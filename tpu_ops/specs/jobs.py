@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from tpu_ops.specs.common import Duration, GcsUri, Name, ObjectKey, RunId, S3Uri, StrictModel
 from tpu_ops.specs.slice import ProvisionSpec
@@ -120,15 +120,21 @@ class TrainSpec(StrictModel):
         "<run>/<step>, 'checkpoints' for MaxText (base_output_directory=checkpoint_dir, run_name=run id).",
     )
     trainer: Annotated[str, AfterValidator(_check_trainer)] = Field(
-        "tpu_ops.train.reference", description="Python module[:function] the agent runs when no command is given."
+        "tpu_ops.train.reference:main",
+        description="Python module[:function] the agent runs when no command is given (a function starts faster: "
+        "the agent imports its module while it resolves the resume step).",
     )
     command: Annotated[list[str] | None, AfterValidator(_check_command)] = Field(
         None, description="argv the agent runs on every worker (instead of trainer), e.g. a MaxText launch."
     )
-    steps: int = Field(ge=1, le=10_000_000)
-    checkpoint_every: int = Field(ge=1, le=1_000_000)
+    steps: int = Field(ge=1, le=10_000_000, description="Training steps in all (1 to 10,000,000).")
+    checkpoint_every: int = Field(
+        ge=1,
+        le=1_000_000,
+        description="Steps between checkpoints, at most `steps`; a preemption loses fewer than this.",
+    )
     hyperparameters: Annotated[dict[str, float | int | str | bool], AfterValidator(_check_hyperparameters)] = Field(
-        default_factory=dict
+        default_factory=dict, description="Passed to the trainer: lowercase names, numbers/strings/booleans."
     )
     max_recoveries: int = Field(10, ge=0, le=1000, description="Preemptions to recover from before giving up.")
     max_duration: Duration(timedelta(minutes=1), timedelta(days=30)) = Field(  # type: ignore[valid-type]
@@ -149,11 +155,14 @@ class TrainSpec(StrictModel):
     )
     coordinator_port: int = Field(8476, ge=1024, le=65535, description="JAX coordinator port on worker 0.")
 
-    @model_validator(mode="after")
-    def _check(self) -> TrainSpec:
-        if self.checkpoint_every > self.steps:
-            raise ValueError(f"checkpoint_every ({self.checkpoint_every}) is larger than steps ({self.steps})")
-        return self
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _not_past_the_end(cls, value: int, info: ValidationInfo) -> int:
+        # A field validator (steps is validated first), so the error names checkpoint_every itself.
+        steps = info.data.get("steps")
+        if steps is not None and value > steps:
+            raise ValueError(f"checkpoint_every ({value}) is larger than steps ({steps}); allowed: 1 to {steps}")
+        return value
 
 
 class TrainJobSpec(StrictModel):
@@ -168,7 +177,9 @@ class ExportSpec(StrictModel):
 
     destination: S3Uri = Field(description="s3://bucket/prefix for model.tar.gz")
     model_package_group: str = Field(description="SageMaker model package group name")
-    approval_status: Literal["PendingManualApproval", "Approved", "Rejected"] = "PendingManualApproval"
+    approval_status: Literal["PendingManualApproval", "Approved", "Rejected"] = Field(
+        "PendingManualApproval", description="The model package's approval status when registered."
+    )
     image_uri: str = Field(
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-inference:2.5-cpu-py311",
         description="Inference container image for the model package.",
@@ -196,15 +207,18 @@ class PipelineSpec(StrictModel):
 
     name: Name = Field(description="Pipeline name; run ids are derived from it.")
     run_id: RunId | None = Field(None, description="Fix the run id (re-running it resumes); default: new.")
-    mirror: MirrorSpec
-    provision: ProvisionSpec
-    train: TrainSpec
-    export: ExportSpec
-    schedule: str | None = Field(None, description="Cron expression for recurring retraining.")
+    mirror: MirrorSpec = Field(description="Mirror a curated dataset from S3 to GCS as a pinned, verified snapshot.")
+    provision: ProvisionSpec = Field(description="The slice and the capacity ladder it is provisioned through.")
+    train: TrainSpec = Field(description="The training job: checkpoints, steps, recovery.")
+    export: ExportSpec = Field(description="Export the final checkpoint to S3 and SageMaker.")
+    schedule: str | None = Field(
+        None, description="Cron expression (5 fields, UTC) for recurring retraining, e.g. '0 3 * * 1'."
+    )
     audit_bucket: S3Uri | None = Field(None, description="s3:// prefix of the audit trail (Object Lock).")
 
-    @model_validator(mode="after")
-    def _check(self) -> PipelineSpec:
-        if self.schedule is not None and not _CRON.match(self.schedule):
-            raise ValueError(f"schedule {self.schedule!r} is not a 5-field cron expression like '0 3 * * 1'")
-        return self
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and not _CRON.match(value):
+            raise ValueError(f"schedule {value!r} is not a 5-field cron expression like '0 3 * * 1' (UTC)")
+        return value

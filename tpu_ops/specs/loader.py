@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from tpu_ops.errors import SpecError
 from tpu_ops.text import unsafe_char
+from tpu_ops.tiers import Tier
 
 M = TypeVar("M", bound=BaseModel)
 Format = Literal["yaml", "json"]
@@ -40,7 +41,7 @@ class Limits:
 
     max_bytes: int = 64 * 1024
     max_depth: int = 32
-    max_nodes: int = 5_000
+    max_nodes: int = 2_000
     # Check every key and string for refused characters, and depth and node count, in one more pass.
     # Large machine-written JSON (manifests) skips it: the pass would triple the cost of reading it,
     # and its depth is bounded by the parser's recursion limit instead.
@@ -57,7 +58,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in ("reservation", "spot", "on-demand", "function-after[_check(), SliceSpec]"):
+        elif item in (*Tier, "function-after[_check(), SliceSpec]"):
             continue  # discriminator tags add nothing for a reader
         else:
             parts.append(("." if parts else "") + str(item))
@@ -144,8 +145,24 @@ class _Frame:
         self.key_line = 0
 
 
+_QUOTED_OR_COMMENT = re.compile(r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\n]|'')*'|#[^\n]*""")
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` outside quotes and comments (an over-estimate is harmless)."""
+    depth = deepest = 0
+    for c in re.sub(r"[^\[\]{}]", "", _QUOTED_OR_COMMENT.sub("", text)):
+        depth = depth + 1 if c in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def _yaml(text: str, source: str, limits: Limits) -> Any:
     """Build the document from parser events: no composer recursion, every limit checked as it streams."""
+    if _flow_depth(text) > limits.max_depth:
+        # PyYAML's scanner looks ahead across a whole flow collection (quadratically in its depth)
+        # before the first event can be checked, so deep [[[... is refused before it starts.
+        raise _refuse(source, "(document)", f"nested more than {limits.max_depth} levels deep")
     stack: list[_Frame] = []
     root: list[Any] = []
     documents = nodes = 0

@@ -6,18 +6,17 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES, RUNTIME_VERSIONS, AcceleratorType, known_names, lookup
 from tpu_ops.specs.common import Duration, Labels, StrictModel, Usd
+from tpu_ops.tiers import Tier
 
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 _ZONE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
 _RUNTIME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
 _RESERVATION = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _RESERVATION_PATH = re.compile(r"^projects/([a-z][-a-z0-9]{4,28}[a-z0-9])/zones/([a-z0-9-]+)/reservations/(.+)$")
-
-Tier = Literal["reservation", "spot", "on-demand"]
 
 
 def _check_accelerator(value: str) -> str:
@@ -48,7 +47,8 @@ Zone = Annotated[str, AfterValidator(_check_zone)]
 class ReservationRung(StrictModel):
     """Use a named reservation in one zone (``projects/P/zones/Z/reservations/N`` is accepted too)."""
 
-    kind: Literal["reservation"] = "reservation"
+    model_config = ConfigDict(title="Reservation")
+    kind: Literal[Tier.RESERVATION] = Field(Tier.RESERVATION, description="This rung uses a named reservation.")
     name: str = Field(description="Reservation name, or its full resource path.")
     zone: Zone | None = Field(None, description="The reservation's zone; taken from a full path if given.")
 
@@ -76,24 +76,28 @@ class ReservationRung(StrictModel):
 class SpotRung(StrictModel):
     """Spot capacity: cheapest, preemptible, no notice."""
 
-    kind: Literal["spot"] = "spot"
+    model_config = ConfigDict(title="Spot")
+    kind: Literal[Tier.SPOT] = Field(Tier.SPOT, description="This rung asks for spot capacity.")
 
 
 class OnDemandRung(StrictModel):
     """On-demand capacity: the last resort."""
 
-    kind: Literal["on-demand"] = "on-demand"
+    model_config = ConfigDict(title="On-demand")
+    kind: Literal[Tier.ON_DEMAND] = Field(Tier.ON_DEMAND, description="This rung asks for on-demand capacity.")
 
 
 def _rung_shorthand(value: Any) -> Any:
     """Accept ``"spot"``, ``"on-demand"`` and ``"reservation:NAME@ZONE"`` as well as objects."""
     if isinstance(value, str):
-        if value in ("spot", "on-demand"):
+        if value in (Tier.SPOT, Tier.ON_DEMAND):
             return {"kind": value}
-        if value.startswith("reservation:"):
-            name, _, zone = value.removeprefix("reservation:").partition("@")
-            return {"kind": "reservation", "name": name, "zone": zone or None}
-        raise ValueError(f"rung {value!r} is not allowed: 'reservation:NAME@ZONE', 'spot' or 'on-demand'")
+        if value.startswith(f"{Tier.RESERVATION}:"):
+            name, _, zone = value.removeprefix(f"{Tier.RESERVATION}:").partition("@")
+            return {"kind": Tier.RESERVATION, "name": name, "zone": zone or None}
+        raise ValueError(
+            f"rung {value!r} is not allowed: '{Tier.RESERVATION}:NAME@ZONE', '{Tier.SPOT}' or '{Tier.ON_DEMAND}'"
+        )
     return value
 
 
@@ -102,13 +106,13 @@ def _rung_kind(value: Any) -> str | None:
 
 
 Rung = Annotated[
-    Annotated[ReservationRung, Tag("reservation")]
-    | Annotated[SpotRung, Tag("spot")]
-    | Annotated[OnDemandRung, Tag("on-demand")],
+    Annotated[ReservationRung, Tag(Tier.RESERVATION)]
+    | Annotated[SpotRung, Tag(Tier.SPOT)]
+    | Annotated[OnDemandRung, Tag(Tier.ON_DEMAND)],
     Discriminator(
         _rung_kind,
         custom_error_type="rung_kind",
-        custom_error_message=("rung kind must be 'reservation', 'spot' or 'on-demand'"),
+        custom_error_message=f"rung kind must be {Tier.names()}",
     ),
     BeforeValidator(_rung_shorthand),
 ]
@@ -124,15 +128,24 @@ def _check_ladder(rungs: list[Any]) -> list[Any]:
     return rungs
 
 
-_SHORTHAND = r"^(spot|on-demand|reservation:[a-z]([-a-z0-9]{0,61}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
+_SHORTHAND = (
+    rf"^({Tier.SPOT}|{Tier.ON_DEMAND}|{Tier.RESERVATION}:"
+    r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
+)
 
 
 def _ladder_schema(schema: dict[str, Any]) -> None:
-    """Let the JSON schema (Prefect's forms and its server-side check) accept the string shorthand."""
+    """One flat choice per rung: Prefect's form renders each rung model as typed fields (a nested
+    union would be a raw JSON editor); the string shorthand stays valid for its server-side check."""
     items = schema.get("items")
     if isinstance(items, dict):
-        shorthand = {"type": "string", "pattern": _SHORTHAND, "title": "spot | on-demand | reservation:NAME@ZONE"}
-        schema["items"] = {"anyOf": [shorthand, items]}
+        models = items.get("oneOf") or items.get("anyOf") or [items]
+        shorthand = {
+            "type": "string",
+            "pattern": _SHORTHAND,
+            "title": f"{Tier.SPOT} | {Tier.ON_DEMAND} | {Tier.RESERVATION}:NAME@ZONE",
+        }
+        schema["items"] = {"anyOf": [*models, shorthand]}
 
 
 CapacityLadder = Annotated[
@@ -149,9 +162,17 @@ class SliceSpec(StrictModel):
     runtime_version: str | None = Field(None, description="TPU VM image; defaults per generation.")
     region: Region = Field(description="e.g. us-central2")
     zones: list[Zone] = Field(min_length=1, max_length=8, description="Zones to try, in order.")
-    labels: Labels = Field(default_factory=dict)
-    network: str | None = Field(None, pattern=r"^[a-z]([-a-z0-9/]{0,200}[a-z0-9])?$")
-    service_account: str | None = Field(None, pattern=r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$")
+    labels: Labels = Field(
+        default_factory=dict, description="GCP labels for the slice: lowercase keys and values, ≤ 63 characters."
+    )
+    network: str | None = Field(
+        None, pattern=r"^[a-z]([-a-z0-9/]{0,200}[a-z0-9])?$", description="VPC network; default: the project's."
+    )
+    service_account: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$",
+        description="Service account email the TPU VMs run as; default: the compute default.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SliceSpec:

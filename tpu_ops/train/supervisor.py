@@ -27,8 +27,9 @@ from typing import Any
 
 from tpu_ops.agent.run import Job
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi, wait_until
+from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
 from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
+from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
@@ -45,6 +46,7 @@ from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
 Notify = Callable[[str, dict[str, Any]], None]
 PREEMPTED_EVENT = "tpu-ops.slice.preempted"
 RECOVERED_EVENT = "tpu-ops.slice.recovered"
+PROVISIONED_EVENT = "tpu-ops.slice.provisioned"
 
 
 def check_command(job: TrainJobSpec, run_id: str) -> None:
@@ -138,7 +140,7 @@ class Supervisor:
         self._check_deadline()
         inc_id = f"{number}-{uuid.uuid4().hex[:8]}"
         script = render_startup_script(
-            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc_id],
+            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc_id, "--job-file", "job.json"],
             run_uri=self.layout.run_uri, agent_prefix=str(self.layout.agent_dir),
         )  # fmt: skip
         t0 = time.monotonic()
@@ -153,6 +155,8 @@ class Supervisor:
         inc = Incarnation(number, "" if adopted else inc_id, s.queued_resource, s.zone, s.tier, time.time(), resume)
         self._slice = s
         self.report.incarnations.append(inc)
+        self.notify(PROVISIONED_EVENT, {"incarnation": number, "queued_resource": s.queued_resource, "node": s.node,
+                                        "zone": s.zone, "tier": s.tier, "resume_step": resume})  # fmt: skip
         return inc
 
     # -- watching ----------------------------------------------------------------------------
@@ -166,7 +170,7 @@ class Supervisor:
 
         remaining = self.deadline - time.monotonic()
         try:
-            wait_until(check, timeout_s=max(remaining, 0.01), interval_s=self.poll_s, max_interval_s=self.poll_s,
+            poll(check, timeout_s=max(remaining, 0.01), interval_s=self.poll_s, max_interval_s=self.poll_s,
                        what=f"run {self.run_id} to finish")  # fmt: skip
         except TimeoutError:
             raise TrainingError(
@@ -239,10 +243,8 @@ class Supervisor:
     # -- recovery ----------------------------------------------------------------------------
     def _recover(self, inc: Incarnation, reason: str) -> Preemption:
         detected = time.time()
-        reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
-        last = max([s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None], default=None)
         p = Preemption(len(self.report.preemptions) + 1, reason, inc.queued_resource, inc.zone, inc.tier, detected,
-                       last, detect_s=max(0.0, detected - self._last_beat))  # fmt: skip
+                       inc.last_step, detect_s=max(0.0, detected - self._last_beat))  # fmt: skip
         self.report.preemptions.append(p)
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
@@ -250,6 +252,10 @@ class Supervisor:
         t0 = time.monotonic()
         teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
         p.delete_s = time.monotonic() - t0
+        # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
+        reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
+        reached = [s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None]
+        p.last_step = max(reached, default=None)
         inc.kept_until = latest_complete_step(self.gcs, self.layout.steps_uri)
         if len(self.report.preemptions) > self.job.train.max_recoveries:
             raise TrainingError(

@@ -10,11 +10,9 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-SPOT = "spot"
-ON_DEMAND = "on_demand"
-RESERVED = "reservation"  # pool key is ("reservation", name)
+from tpu_ops.tiers import Tier
 
-Pool = tuple[str, str]  # (kind, reservation name or "")
+Pool = tuple[Tier, str]  # (tier, reservation name or "")
 
 
 @dataclass
@@ -26,22 +24,26 @@ class ZoneCapacity:
     @classmethod
     def from_json(cls, d: dict[str, Any], base: ZoneCapacity | None = None) -> ZoneCapacity:
         cur = copy.deepcopy(base) if base else cls()
-        if "spot" in d:
-            cur.spot = int(d["spot"])
-        if "on_demand" in d or "onDemand" in d:
-            cur.on_demand = int(d.get("on_demand", d.get("onDemand", 0)))
+        if Tier.SPOT in d:
+            cur.spot = int(d[Tier.SPOT])
+        if Tier.ON_DEMAND in d:
+            cur.on_demand = int(d[Tier.ON_DEMAND])
         if "reservations" in d:
             cur.reservations = {str(k): int(v) for k, v in dict(d["reservations"]).items()}
         return cur
 
     def to_json(self) -> dict[str, Any]:
-        return {"spot": self.spot, "on_demand": self.on_demand, "reservations": dict(self.reservations)}
+        return {
+            Tier.SPOT.value: self.spot,
+            Tier.ON_DEMAND.value: self.on_demand,
+            "reservations": dict(self.reservations),
+        }
 
     def size(self, pool: Pool) -> int:
         kind, name = pool
-        if kind == SPOT:
+        if kind == Tier.SPOT:
             return self.spot
-        if kind == ON_DEMAND:
+        if kind == Tier.ON_DEMAND:
             return self.on_demand
         return self.reservations.get(name, 0)
 
@@ -54,7 +56,7 @@ class Capacity:
         self.zones: dict[str, ZoneCapacity] = {}
 
     def configure(self, spec: dict[str, Any]) -> None:
-        """``{"<zone>" | "*": {"spot": n, "on_demand": n, "reservations": {name: chips}}}``.
+        """``{"<zone>" | "*": {"spot": n, "on-demand": n, "reservations": {name: chips}}}``.
 
         Each zone named is updated field by field; ``"*"`` changes the default for other zones.
         """
@@ -71,12 +73,12 @@ class Capacity:
         res = self.zone(zone).reservations
         return bool(res) if name == "-" else name in res
 
-    def candidates(self, zone: str, kind: str, reservation: str = "") -> list[Pool]:
+    def candidates(self, zone: str, kind: Tier, reservation: str = "") -> list[Pool]:
         """Pools a request of this tier may draw from (``-`` = any reservation in the zone)."""
-        if kind != RESERVED:
+        if kind != Tier.RESERVATION:
             return [(kind, "")]
         names = sorted(self.zone(zone).reservations) if reservation == "-" else [reservation]
-        return [(RESERVED, n) for n in names]
+        return [(Tier.RESERVATION, n) for n in names]
 
     def to_json(self) -> dict[str, Any]:
         out = {z: c.to_json() for z, c in sorted(self.zones.items())}

@@ -44,7 +44,7 @@ def parse_rfc3339(s: str) -> float:
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-def parse_duration(s: str | int | float) -> float:
+def parse_proto_duration(s: str | int | float) -> float:
     """A protobuf Duration as JSON (``"3600s"``, ``"1.5s"``) in seconds."""
     if isinstance(s, int | float):
         return float(s)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from infra.local.tpu import exceptions as exc
-from infra.local.tpu.capacity import SPOT, Capacity, Pool
+from infra.local.tpu.capacity import Capacity, Pool
 from infra.local.tpu.clock import Clock, SystemClock
 from infra.local.tpu.records import (
     ACCEL_CONFIG_TYPE,
@@ -29,8 +29,9 @@ from infra.local.tpu.records import (
     QueuedResource,
 )
 from tpu_ops.accelerators import ACCELERATOR_TYPES, AcceleratorType, lookup
+from tpu_ops.tiers import Tier
 
-_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _NAME_RE = re.compile(r"^projects/([^/]+)/locations/([^/]+)/(\w+)/([^/:]+)$")
 _PARENT_RE = re.compile(r"^projects/([^/]+)/locations/([^/]+)$")
 _GEN_BY_CONFIG_TYPE = {v: k for k, v in ACCEL_CONFIG_TYPE.items()}
@@ -57,7 +58,7 @@ class Latency:
 
 
 @dataclass
-class _Fault:
+class Fault:
     pattern: re.Pattern[str]
     method: str | None
     status: int
@@ -67,27 +68,27 @@ class _Fault:
 
 
 @dataclass
-class _Project:
+class Project:
     nodes: dict[tuple[str, str], Node] = field(default_factory=dict)  # (zone, id)
     qrs: dict[tuple[str, str], QueuedResource] = field(default_factory=dict)
     ops: dict[tuple[str, str], Operation] = field(default_factory=dict)
 
 
-def _split(name: str, collection: str) -> tuple[str, str, str]:
+def split_name(name: str, collection: str) -> tuple[str, str, str]:
     m = _NAME_RE.match(name)
     if not m or m.group(3) != collection:
         raise exc.InvalidArgument(f"invalid resource name {name!r}")
     return m.group(1), m.group(2), m.group(4)
 
 
-def _split_parent(parent: str) -> tuple[str, str]:
+def split_parent(parent: str) -> tuple[str, str]:
     m = _PARENT_RE.match(parent)
     if not m:
         raise exc.InvalidArgument(f"invalid parent {parent!r}")
     return m.group(1), m.group(2)
 
 
-def _page(items: list[T], page_size: int | None, page_token: str | None) -> tuple[list[T], str]:
+def page(items: list[T], page_size: int | None, page_token: str | None) -> tuple[list[T], str]:
     start = 0
     if page_token:
         try:
@@ -115,8 +116,8 @@ class BackendCore:
         self._dispatch = threading.RLock()
         self._pending: list[NodeEvent] = []
         self._listeners: list[Callable[[NodeEvent], None]] = []
-        self._projects: dict[str, _Project] = {}
-        self._faults: list[_Fault] = []
+        self._projects: dict[str, Project] = {}
+        self._faults: list[Fault] = []
         self._uids = itertools.count(7_000_000_000_000_000_001)
         self._ip_blocks = itertools.count(0)
 
@@ -157,8 +158,8 @@ class BackendCore:
                 for listener in list(self._listeners):
                     listener(event)
 
-    def _proj(self, project: str) -> _Project:
-        return self._projects.setdefault(project, _Project())
+    def _proj(self, project: str) -> Project:
+        return self._projects.setdefault(project, Project())
 
     def _new_op(self, project: str, zone: str, verb: str, target: str) -> Operation:
         now = self.clock.now()
@@ -184,7 +185,7 @@ class BackendCore:
             if n.zone == zone and n.pool == pool
         )
 
-    def _free_pool(self, zone: str, kind: str, reservation: str, chips: int) -> Pool | None:
+    def _free_pool(self, zone: str, kind: Tier, reservation: str, chips: int) -> Pool | None:
         cap = self.capacity.zone(zone)
         for pool in self.capacity.candidates(zone, kind, reservation):
             if cap.size(pool) - self._used(zone, pool) >= chips:
@@ -202,7 +203,7 @@ class BackendCore:
             if not changed:
                 break
 
-    def _advance_nodes(self, p: _Project, now: float) -> bool:
+    def _advance_nodes(self, p: Project, now: float) -> bool:
         changed = False
         for key, node in list(p.nodes.items()):
             if node.state == NodeState.CREATING and node.ready_at <= now:
@@ -214,7 +215,7 @@ class BackendCore:
                 changed = True
         return changed
 
-    def _advance_qrs(self, p: _Project, now: float) -> bool:
+    def _advance_qrs(self, p: Project, now: float) -> bool:
         changed = False
         for key, qr in sorted(p.qrs.items(), key=lambda kv: kv[1].create_time):
             nodes = [p.nodes.get((qr.zone, n.rsplit("/", 1)[1])) for n in qr.node_names]
@@ -235,7 +236,7 @@ class BackendCore:
                     changed = True
         return changed
 
-    def _allocate(self, p: _Project, qr: QueuedResource, now: float) -> bool:
+    def _allocate(self, p: Project, qr: QueuedResource, now: float) -> bool:
         specs = qr.node_specs()
         accels = [self._accel(s.get("node", {})) for s in specs]
         pools: list[Pool] = []
@@ -246,7 +247,7 @@ class BackendCore:
             pools.append(pool)
         for spec, accel, pool in zip(specs, accels, pools, strict=True):
             node = self._make_node(qr.project, qr.zone, spec["nodeId"], spec.get("node", {}), accel, pool, now)
-            if qr.kind == SPOT:
+            if qr.kind == Tier.SPOT:
                 node.spec["schedulingConfig"] = {**node.spec.get("schedulingConfig", {}), "spot": True}
             node.queued_resource = qr.name
             p.nodes[(qr.zone, node.node_id)] = node
@@ -254,7 +255,7 @@ class BackendCore:
         qr.state, qr.initiator = QrState.PROVISIONING, "SERVICE"
         return True
 
-    def _advance_ops(self, p: _Project, now: float) -> None:
+    def _advance_ops(self, p: Project, now: float) -> None:
         for op in p.ops.values():
             if op.done:
                 continue
@@ -313,7 +314,7 @@ class BackendCore:
         return node
 
     def _check_node_body(self, node_id: str, body: dict[str, Any]) -> AcceleratorType:
-        if not node_id or not _ID_RE.match(node_id):
+        if not node_id or not ID_RE.match(node_id):
             raise exc.InvalidArgument(f"invalid node id {node_id!r}: lowercase letters, digits, hyphens")
         accel = self._accel(body)
         if not body.get("runtimeVersion"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infra.local.tpu import exceptions as exc
-from infra.local.tpu.core import _split_parent
+from infra.local.tpu.core import split_parent
 
 if TYPE_CHECKING:
     from infra.local.tpu.models import TpuBackend
@@ -40,7 +40,7 @@ def list_locations(backend: TpuBackend, project_path: str) -> dict[str, Any]:
 
 def list_reservations(backend: TpuBackend, parent: str) -> dict[str, Any]:
     """The reservations of a zone, v2alpha1-shaped: size in chips, usage, ``APPROVED``."""
-    _, zone = _split_parent(parent)
+    _, zone = split_parent(parent)
 
     def run() -> dict[str, Any]:
         sizes = backend.capacity.zone(zone).reservations

@@ -19,18 +19,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from infra.local.tpu import exceptions as exc
-from infra.local.tpu.capacity import ON_DEMAND, RESERVED, SPOT
-from infra.local.tpu.clock import parse_duration, parse_rfc3339
+from infra.local.tpu.clock import parse_proto_duration, parse_rfc3339
 from infra.local.tpu.core import (
-    _ID_RE,
+    ID_RE,
     BackendCore,
+    Fault,
     Latency,
     NodeEvent,
-    _Fault,
-    _page,
-    _Project,
-    _split,
-    _split_parent,
+    Project,
+    page,
+    split_name,
+    split_parent,
 )
 from infra.local.tpu.records import (
     ACCEL_CONFIG_TYPE,
@@ -42,6 +41,7 @@ from infra.local.tpu.records import (
     parent_of,
 )
 from tpu_ops.accelerators import ACCELERATOR_TYPES, RUNTIME_VERSIONS
+from tpu_ops.tiers import Tier
 
 __all__ = ["Latency", "NodeEvent", "TpuBackend"]
 
@@ -51,7 +51,7 @@ class TpuBackend(BackendCore):
 
     # -- nodes ---------------------------------------------------------------------------
     def create_node(self, parent: str, node_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        project, zone = _split_parent(parent)
+        project, zone = split_parent(parent)
 
         def run() -> dict[str, Any]:
             accel = self._check_node_body(node_id, body)
@@ -60,11 +60,11 @@ class TpuBackend(BackendCore):
                 raise exc.AlreadyExists(f"node {parent}/nodes/{node_id} already exists")
             sched = body.get("schedulingConfig") or {}
             kind = (
-                SPOT
+                Tier.SPOT
                 if sched.get("spot") or sched.get("preemptible")
-                else RESERVED
+                else Tier.RESERVATION
                 if sched.get("reserved")
-                else ON_DEMAND
+                else Tier.ON_DEMAND
             )
             now = self.clock.now()
             op = self._new_op(project, zone, "create", f"{parent}/nodes/{node_id}")
@@ -81,7 +81,7 @@ class TpuBackend(BackendCore):
 
         return self._call("POST", f"/v2/{parent}/nodes", run)
 
-    def _pending_node_ids(self, p: _Project, zone: str, node_id: str) -> bool:
+    def _pending_node_ids(self, p: Project, zone: str, node_id: str) -> bool:
         return any(
             qr.zone == zone and not qr.node_names and s.get("nodeId") == node_id and qr.state == QrState.WAITING
             for qr in p.qrs.values()
@@ -89,7 +89,7 @@ class TpuBackend(BackendCore):
         )
 
     def _node(self, name: str) -> Node:
-        project, zone, node_id = _split(name, "nodes")
+        project, zone, node_id = split_name(name, "nodes")
         node = self._proj(project).nodes.get((zone, node_id))
         if node is None:
             raise exc.NotFound(f"node {name!r} not found")
@@ -100,13 +100,13 @@ class TpuBackend(BackendCore):
 
     def _list(self, parent: str, collection: str, page_size: int | None, page_token: str | None) -> dict[str, Any]:
         """One page of ``nodes``, ``queuedResources`` or ``operations`` under ``parent`` (zone ``-`` = all)."""
-        project, zone = _split_parent(parent)
+        project, zone = split_parent(parent)
         attr = {"nodes": "nodes", "queuedResources": "qrs", "operations": "ops"}[collection]
 
         def run() -> dict[str, Any]:
             table: dict[tuple[str, str], Any] = getattr(self._proj(project), attr)
             items = sorted((v for (z, _), v in table.items() if zone in ("-", z)), key=lambda v: v.name)
-            chunk, token = _page(items, page_size, page_token)
+            chunk, token = page(items, page_size, page_token)
             out: dict[str, Any] = {collection: [v.to_json() for v in chunk]}
             if token:
                 out["nextPageToken"] = token
@@ -164,7 +164,7 @@ class TpuBackend(BackendCore):
     def create_queued_resource(
         self, parent: str, qr_id: str, body: dict[str, Any], request_id: str = ""
     ) -> dict[str, Any]:
-        project, zone = _split_parent(parent)
+        project, zone = split_parent(parent)
 
         def run() -> dict[str, Any]:
             p = self._proj(project)
@@ -183,7 +183,7 @@ class TpuBackend(BackendCore):
         return self._call("POST", f"/v2/{parent}/queuedResources", run)
 
     def _new_qr(self, project: str, zone: str, qr_id: str, body: dict[str, Any], request_id: str) -> QueuedResource:
-        if not qr_id or not _ID_RE.match(qr_id):
+        if not qr_id or not ID_RE.match(qr_id):
             raise exc.InvalidArgument(f"invalid queued resource id {qr_id!r}")
         specs = body.get("tpu", {}).get("nodeSpec") or []
         if not specs:
@@ -198,14 +198,14 @@ class TpuBackend(BackendCore):
         tiers = [t for t in ("spot", "guaranteed", "reservationName") if t in body]
         if len(tiers) > 1:
             raise exc.InvalidArgument(f"set at most one of spot, guaranteed, reservationName (got {tiers})")
-        kind, reservation = ON_DEMAND, ""
+        kind, reservation = Tier.ON_DEMAND, ""
         if "spot" in body:
-            kind = SPOT
+            kind = Tier.SPOT
         elif "reservationName" in body:
             m = re.match(r"^projects/[^/]+/locations/([^/]+)/reservations/([^/]+)$", str(body["reservationName"]))
             if not m or m.group(1) != zone:
                 raise exc.InvalidArgument(f"reservationName must be projects/*/locations/{zone}/reservations/*")
-            kind, reservation = RESERVED, m.group(2)
+            kind, reservation = Tier.RESERVATION, m.group(2)
             if not self.capacity.has_reservation(zone, reservation):
                 raise exc.NotFound(f"reservation {body['reservationName']!r} not found in {zone}")
         now = self.clock.now()
@@ -215,17 +215,17 @@ class TpuBackend(BackendCore):
         qr = QueuedResource(project, zone, qr_id, spec, kind, reservation, now, request_id=request_id)
         policy = body.get("queueingPolicy") or {}
         if "validUntilDuration" in policy:
-            qr.valid_until = now + parse_duration(policy["validUntilDuration"])
+            qr.valid_until = now + parse_proto_duration(policy["validUntilDuration"])
         elif "validUntilTime" in policy:
             qr.valid_until = parse_rfc3339(policy["validUntilTime"])
         if "validAfterDuration" in policy:
-            qr.valid_after = now + parse_duration(policy["validAfterDuration"])
+            qr.valid_after = now + parse_proto_duration(policy["validAfterDuration"])
         elif "validAfterTime" in policy:
             qr.valid_after = parse_rfc3339(policy["validAfterTime"])
         return qr
 
     def _qr(self, name: str) -> QueuedResource:
-        project, zone, qr_id = _split(name, "queuedResources")
+        project, zone, qr_id = split_name(name, "queuedResources")
         qr = self._proj(project).qrs.get((zone, qr_id))
         if qr is None:
             raise exc.NotFound(f"queued resource {name!r} not found")
@@ -281,7 +281,7 @@ class TpuBackend(BackendCore):
     # -- operations and catalogs ---------------------------------------------------------
     def get_operation(self, name: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
-            project, zone, op_id = _split(name, "operations")
+            project, zone, op_id = split_name(name, "operations")
             op = self._proj(project).ops.get((zone, op_id))
             if op is None:
                 raise exc.NotFound(f"operation {name!r} not found")
@@ -295,7 +295,7 @@ class TpuBackend(BackendCore):
         return self._list(parent, "operations", page_size, page_token)
 
     def _catalog(self, parent: str, collection: str) -> list[dict[str, Any]]:
-        _split_parent(parent)
+        split_parent(parent)
         if collection == "acceleratorTypes":
             return [
                 {
@@ -314,7 +314,7 @@ class TpuBackend(BackendCore):
         """``acceleratorTypes`` or ``runtimeVersions`` of a zone (from the tpu_ops table)."""
 
         def run() -> dict[str, Any]:
-            chunk, token = _page(self._catalog(parent, collection), page_size, page_token)
+            chunk, token = page(self._catalog(parent, collection), page_size, page_token)
             out: dict[str, Any] = {collection: chunk}
             if token:
                 out["nextPageToken"] = token
@@ -324,7 +324,7 @@ class TpuBackend(BackendCore):
 
     def get_catalog(self, name: str, collection: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
-            project, zone, _ = _split(name, collection)
+            project, zone, _ = split_name(name, collection)
             for item in self._catalog(parent_of(project, zone), collection):
                 if item["name"] == name:
                     return item
@@ -360,7 +360,7 @@ class TpuBackend(BackendCore):
         """Answer the next ``count`` calls whose REST path matches ``path_regex`` with ``status``."""
         with self._lock:
             self._faults.append(
-                _Fault(re.compile(path_regex), method.upper() if method else None, status, count, message)
+                Fault(re.compile(path_regex), method.upper() if method else None, status, count, message)
             )
 
     def faults_served(self) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 from infra.local.tpu.capacity import Pool
 from infra.local.tpu.clock import rfc3339
 from tpu_ops.accelerators import AcceleratorType
+from tpu_ops.tiers import Tier
 
 TYPE_PREFIX = "type.googleapis.com/"
 META_TYPE = TYPE_PREFIX + "google.cloud.tpu.v2.OperationMetadata"
@@ -112,7 +113,7 @@ class QueuedResource:
     zone: str
     qr_id: str
     spec: dict[str, Any]  # tpu, spot/guaranteed/reservationName, queueingPolicy as sent
-    kind: str  # capacity pool kind (spot / on_demand / reservation)
+    kind: Tier  # which capacity pool it draws from
     reservation: str  # reservation short name, "-" for any, "" if not reserved
     create_time: float
     valid_after: float = 0.0

@@ -89,7 +89,7 @@ def test_unknown_reservation_is_rejected(api):
 
 
 def test_direct_create_beyond_capacity_fails_at_once(api):
-    api.capacity({ZONE: {"on_demand": 8}})
+    api.capacity({ZONE: {"on-demand": 8}})
     assert api.create_node(ZONE, "n1", accel="v4-16") == "READY"
     with pytest.raises(ApiError) as e:
         api.create_node(ZONE, "n2", accel="v4-8")

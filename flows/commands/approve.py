@@ -1,0 +1,32 @@
+"""``tpu-ops approve ARN``: approve (or reject) a model package pending manual approval; audited."""
+
+from __future__ import annotations
+
+import argparse
+
+from flows.commands._common import show
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    a = sub.add_parser("approve", help="Approve (or --reject) a model package pending manual approval; audited.")
+    a.add_argument("arn", metavar="ARN", help="the model package ARN")
+    a.add_argument("--approver", required=True, help="who approves (recorded in SageMaker and the audit trail)")
+    a.add_argument("--reject", action="store_true", help="reject instead (needs --reason)")
+    a.add_argument("--reason", default="", help="why (required with --reject)")
+    a.add_argument("--json", action="store_true")
+    a.add_argument("--no-flow", action="store_true", help="call the library directly (no Prefect API needed)")
+    a.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.no_flow:
+        from flows.export_steps import run_approve as approve
+        from flows.settings import resolve_settings
+
+        out = approve(args.arn, args.approver, args.reject, args.reason, resolve_settings())
+    else:
+        from flows.export import approve_model
+
+        out = approve_model(args.arn, args.approver, args.reject, args.reason)
+    show(out, args.json, f"{out['arn']}: {out['status']} by {args.approver}")
+    return 0

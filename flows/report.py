@@ -1,0 +1,239 @@
+"""What a pipeline run says about itself: on its Prefect page and at the end of ``tpu-ops dry-run``.
+
+The pipeline builds one summary dict; this module turns it into
+
+- table artifacts on the ``retraining-pipeline`` run's own page: cost by tier, the capacity ladder
+  (one row per attempt), goodput (one row per preemption), and a lineage markdown artifact
+  (dataset manifest → run → checkpoint → model artifact → model package → audit);
+- a run-level progress artifact, moved through the long steps (mirror, provisioning, training);
+- the at-a-glance table ``tpu-ops dry-run`` prints.
+
+Pure functions build the rows (tested without Prefect); ``publish`` and ``RunProgress`` talk to it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+ACTIVE = ("active", "adopted")  # attempt outcomes that gave the run its slice
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    return "-" if value is None else f"{float(value):.{digits}f}"
+
+
+def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per tier (chip-hours, USD), then the total: the cost table."""
+    hours: dict[str, float] = cost.get("chip_hours_by_tier") or {}
+    usd: dict[str, float] = cost.get("usd_by_tier") or {}
+    rows = [
+        {"tier": tier, "chip-hours": _f(hours.get(tier), 4), "USD": _f(usd.get(tier), 4)}
+        for tier in sorted(set(hours) | set(usd))
+    ]
+    rows.append({"tier": "total", "chip-hours": _f(sum(hours.values()), 4), "USD": _f(cost.get("usd_total", 0.0), 4)})
+    return rows
+
+
+def rung_of(attempt: dict[str, Any]) -> str:
+    """``reservation NAME``, ``spot`` or ``on-demand``: the ladder rung an attempt tried."""
+    return f"reservation {attempt['reservation']}" if attempt.get("reservation") else str(attempt.get("tier", "?"))
+
+
+def ladder_rows(attempts: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    """One row per queued-resource attempt, in order: the ladder table."""
+    return [
+        {
+            "#": str(a.get("number", "")),
+            "rung": rung_of(a),
+            "zone": str(a.get("zone", "")),
+            "queued resource": str(a.get("resource_id", "")),
+            "outcome": str(a.get("outcome", "")),
+            "waited (s)": _f(a.get("seconds_waited"), 1),
+            "detail": str(a.get("detail", ""))[:160],
+        }
+        for a in attempts
+    ]
+
+
+def winning_rung(attempts: list[dict[str, Any]]) -> str:
+    """The rung and zone of the last attempt that got a slice (``-`` if none did)."""
+    won = [a for a in attempts if a.get("outcome") in ACTIVE]
+    if not won:
+        return "-"
+    a = won[-1]
+    return f"{rung_of(a)} in {a.get('zone')} ({a.get('resource_id')})"
+
+
+def goodput_rows(training: dict[str, Any], preemptions: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The run's totals, then one row per preemption: the goodput table."""
+    rows = [
+        {
+            "what": "run",
+            "steps": f"{training.get('final_step')}/{training.get('steps')}",
+            "goodput": f"{float(training.get('goodput') or 0):.1%}",
+            "wall (s)": _f(training.get("wall_s"), 1),
+            "productive (s)": _f(training.get("productive_s"), 1),
+            "steps lost": str(sum(int(p.get("steps_lost") or 0) for p in preemptions)),
+            "overhead (s)": "-",
+        }
+    ]
+    for p in preemptions:
+        rows.append(
+            {
+                "what": f"preemption {p.get('number')}: {p.get('reason')}",
+                "steps": f"resumed from {p.get('resume_step')}",
+                "goodput": "-",
+                "wall (s)": "-",
+                "productive (s)": "-",
+                "steps lost": str(p.get("steps_lost", "-")),
+                "overhead (s)": _f(p.get("overhead_s"), 1),
+            }
+        )
+    return rows
+
+
+def lineage_markdown(summary: dict[str, Any]) -> str:
+    """Dataset → run → checkpoint → artifact → model package → audit, as a markdown list."""
+    export = summary.get("export") or {}
+    artifact = export.get("artifact") or {}
+    audit = summary.get("audit") or {}
+    lines = [
+        f"# Lineage of run `{summary.get('run_id')}`",
+        "",
+        f"1. dataset snapshot `{summary.get('snapshot_id')}`: manifest `{summary.get('manifest')}`",
+        f"2. run `{summary.get('run_id')}`: checkpoints under `{summary.get('checkpoints', '-')}`",
+        f"3. checkpoint exported: `{export.get('checkpoint', export.get('source', '-'))}`",
+        f"4. model artifact `{artifact.get('uri', '-')}` (sha256 `{artifact.get('sha256', '-')}`)",
+        f"5. model package `{export.get('package_arn', '-')}`",
+        f"6. audit trail: {audit.get('verify', 'not verified')} ({audit.get('records', '?')} records)",
+    ]
+    return "\n".join(lines)
+
+
+def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The rows a person reads at a glance at the end of a dry run."""
+    training = summary.get("training") or {}
+    preemptions = summary.get("preemptions") or []
+    cost = summary.get("cost") or {}
+    left = summary.get("left_behind")
+    by_tier = ", ".join(f"{t} ${v:.4f}" for t, v in sorted((cost.get("usd_by_tier") or {}).items())) or "-"
+    recovered = sum(1 for p in preemptions if p.get("overhead_s") is not None)
+    export = summary.get("export") or {}
+    audit = summary.get("audit") or {}
+    rows = [
+        ("run", str(summary.get("run_id"))),
+        ("snapshot", f"{summary.get('snapshot_id')} ({summary.get('objects_copied', 0)} objects copied)"),
+        ("winning rung", winning_rung(summary.get("ladder") or [])),
+        ("preemptions / recoveries", f"{len(preemptions)} / {recovered}"),
+        ("steps lost", str(sum(int(p.get("steps_lost") or 0) for p in preemptions))),
+        ("training", f"step {training.get('final_step')}/{training.get('steps')}, {training.get('outcome', '-')}"),
+        ("goodput", f"{float(training.get('goodput') or 0):.1%}" if training else "-"),
+        ("cost by tier", f"{by_tier} (total ${float(cost.get('usd_total') or 0):.4f})"),
+        ("model package", str(export.get("package_arn", "-"))),
+        ("audit verify", str(audit.get("verify", "-"))),
+    ]
+    if left is not None:
+        nothing = not (left.get("tpu_resources") or left.get("worker_processes"))
+        rows.append(("left behind", "nothing" if nothing else f"{left}"))
+    if "seconds" in summary:
+        rows.append(("took", f"{summary['seconds']} s"))
+    return rows
+
+
+def glance_text(rows: list[tuple[str, str]]) -> str:
+    """``rows`` as a boxed two-column text table."""
+    width = max(len(k) for k, _ in rows)
+    vwidth = max(len(v) for _, v in rows)
+    rule = f"+-{'-' * width}-+-{'-' * vwidth}-+"
+    body = [f"| {k:<{width}} | {v:<{vwidth}} |" for k, v in rows]
+    return "\n".join([rule, *body, rule])
+
+
+def glance_markdown(rows: list[tuple[str, str]], title: str) -> str:
+    """``rows`` as a markdown table under ``title`` (the pipeline-summary artifact)."""
+    cells = [f"| {k} | {v.replace('|', '/')} |" for k, v in rows]
+    return "\n".join([f"# {title}", "", "| field | value |", "|---|---|", *cells])
+
+
+def publish(summary: dict[str, Any]) -> None:
+    """The run page's artifacts: summary, cost, ladder, goodput (if trained) and lineage."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    run_id = summary.get("run_id")
+    create_markdown_artifact(key="pipeline-summary", markdown=glance_markdown(glance_rows(summary), f"Run `{run_id}`"))
+    cost = summary.get("cost") or {}
+    create_table_artifact(cost_rows(cost), key="run-cost", description=f"Cost of run {run_id} by tier (USD)")
+    if summary.get("ladder"):
+        won = winning_rung(summary["ladder"])
+        create_table_artifact(ladder_rows(summary["ladder"]), key="run-ladder",
+                              description=f"Capacity ladder of run {run_id}: won {won}")  # fmt: skip
+    if summary.get("training"):
+        create_table_artifact(goodput_rows(summary["training"], summary.get("preemptions") or []),
+                              key="run-goodput", description=f"Goodput of run {run_id}")  # fmt: skip
+    create_markdown_artifact(key="run-lineage", markdown=lineage_markdown(summary))
+
+
+class RunProgress:
+    """One progress artifact on the pipeline run's page, moved through its stages.
+
+    ``stage(name, start, end)`` enters a stage spanning ``start..end`` percent; ``fraction(f)``
+    moves within it. ``watch(poll, every_s)`` polls a ``() -> fraction | None`` in a background
+    thread while a long step runs (e.g. the newest committed training step over the total).
+    Updates are best effort: a failed update never fails the run.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        from prefect.artifacts import create_progress_artifact
+
+        self._span = (0.0, 0.0)
+        self._name = "starting"
+        self._run_id = run_id
+        self._id: Any = create_progress_artifact(0.0, key="pipeline-progress", description=f"run {run_id}: starting")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _update(self, percent: float, note: str) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        try:
+            update_progress_artifact(self._id, min(100.0, max(0.0, percent)), description=f"run {self._run_id}: {note}")
+        except Exception:  # progress is a courtesy; the run's outcome never depends on it
+            return
+
+    def stage(self, name: str, start: float, end: float) -> None:
+        self.unwatch()
+        self._span, self._name = (start, end), name
+        self._update(start, name)
+
+    def fraction(self, f: float, note: str = "") -> None:
+        lo, hi = self._span
+        self._update(lo + (hi - lo) * min(1.0, max(0.0, f)), f"{self._name} {note}".strip())
+
+    def watch(self, poll: Callable[[], tuple[float, str] | None], every_s: float = 1.0) -> None:
+        """Poll ``poll`` every ``every_s`` seconds until the next ``stage``/``done``/``unwatch``."""
+        self.unwatch()
+        self._stop = threading.Event()
+
+        def loop() -> None:
+            while not self._stop.wait(every_s):
+                try:
+                    got = poll()
+                except Exception:  # a failed poll (e.g. a transient GCS error) waits for the next one
+                    got = None
+                if got is not None:
+                    self.fraction(*got)
+
+        self._thread = threading.Thread(target=loop, name="pipeline-progress", daemon=True)
+        self._thread.start()
+
+    def unwatch(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def done(self, note: str = "done") -> None:
+        self.unwatch()
+        self._update(100.0, note)

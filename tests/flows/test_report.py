@@ -1,0 +1,130 @@
+"""The run's own account of itself: tables by tier, ladder, goodput, lineage, the dry run's glance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flows.report import (
+    cost_rows,
+    glance_markdown,
+    glance_rows,
+    glance_text,
+    ladder_rows,
+    lineage_markdown,
+    winning_rung,
+)
+
+ATTEMPTS = [
+    {"number": 1, "tier": "reserved", "reservation": "fraud-v4", "zone": "us-central2-b", "resource_id": "r-a1",
+     "outcome": "stockout", "seconds_waited": 2.71, "detail": "no reservation capacity"},
+    {"number": 2, "tier": "spot", "zone": "us-central2-b", "resource_id": "r-a2", "outcome": "stockout",
+     "seconds_waited": 2.7},
+    {"number": 3, "tier": "spot", "zone": "us-central2-c", "resource_id": "r-a3", "outcome": "active",
+     "seconds_waited": 0.1},
+    {"number": 4, "tier": "spot", "zone": "us-central2-c", "resource_id": "r-a4", "outcome": "active",
+     "seconds_waited": 0.3},
+]  # fmt: skip
+SUMMARY: dict[str, Any] = {
+    "run_id": "dry-run-1",
+    "snapshot_id": "ds-abc",
+    "manifest": "gs://d/fraud/_tpu_ops/manifests/ds-abc.json",
+    "objects_copied": 17,
+    "checkpoints": "gs://c/fraud/dry-run-1",
+    "ladder": ATTEMPTS,
+    "training": {"outcome": "done", "final_step": 1000, "steps": 1000, "goodput": 0.8123, "wall_s": 20.0,
+                 "productive_s": 16.2, "recoveries": 1},
+    "preemptions": [{"number": 1, "reason": "node PREEMPTED", "steps_lost": 40, "resume_step": 300,
+                     "overhead_s": 3.2}],
+    "cost": {"chip_hours_by_tier": {"spot": 0.0168, "on-demand": 0.002}, "usd_by_tier": {"spot": 0.0244,
+             "on-demand": 0.01}, "usd_total": 0.0344},
+    "export": {"package_arn": "arn:aws:sagemaker:us-east-1:123456789012:model-package/fraud-model/1",
+               "artifact": {"uri": "s3://m/fraud/dry-run-1/model.tar.gz", "sha256": "f00d"}},
+    "audit": {"verify": "OK", "records": 12},
+    "left_behind": {"tpu_resources": 0, "worker_processes": 0},
+    "seconds": 61.2,
+}  # fmt: skip
+
+
+def test_cost_is_a_table_by_tier_with_a_total() -> None:
+    rows = cost_rows(SUMMARY["cost"])
+    assert [r["tier"] for r in rows] == ["on-demand", "spot", "total"]
+    assert rows[1] == {"tier": "spot", "chip-hours": "0.0168", "USD": "0.0244"}
+    assert rows[-1]["USD"] == "0.0344" and rows[-1]["chip-hours"] == "0.0188"
+
+
+def test_ladder_rows_and_the_winning_rung() -> None:
+    rows = ladder_rows(ATTEMPTS)
+    assert [r["rung"] for r in rows] == ["reservation fraud-v4", "spot", "spot", "spot"]
+    assert rows[0]["outcome"] == "stockout" and rows[0]["waited (s)"] == "2.7"
+    # after a preemption the ladder is climbed again: the last slice is the one that won
+    assert winning_rung(ATTEMPTS) == "spot in us-central2-c (r-a4)"
+    assert winning_rung(ATTEMPTS[:2]) == "-"
+
+
+def test_the_glance_names_everything_a_person_checks() -> None:
+    rows = dict(glance_rows(SUMMARY))
+    assert rows["snapshot"].startswith("ds-abc")
+    assert rows["winning rung"] == "spot in us-central2-c (r-a4)"
+    assert rows["preemptions / recoveries"] == "1 / 1"
+    assert rows["steps lost"] == "40"
+    assert rows["goodput"] == "81.2%"
+    assert rows["cost by tier"] == "on-demand $0.0100, spot $0.0244 (total $0.0344)"
+    assert rows["model package"].endswith("model-package/fraud-model/1")
+    assert rows["audit verify"] == "OK"
+    assert rows["left behind"] == "nothing"
+    text = glance_text(glance_rows(SUMMARY))
+    lines = text.splitlines()
+    assert len({len(line) for line in lines}) == 1  # a box: every line as wide as the others
+    assert "| audit verify" in text and "{" not in text  # no raw dicts
+    md = glance_markdown(glance_rows(SUMMARY), "Run")
+    assert "| goodput | 81.2% |" in md
+
+
+def test_something_left_behind_is_said_plainly() -> None:
+    rows = dict(glance_rows({**SUMMARY, "left_behind": {"tpu_resources": 2, "worker_processes": 0}}))
+    assert rows["left behind"] != "nothing" and "2" in rows["left behind"]
+
+
+def test_lineage_links_dataset_to_model_package() -> None:
+    md = lineage_markdown(SUMMARY)
+    order = ["ds-abc", "gs://c/fraud/dry-run-1", "model.tar.gz", "f00d", "model-package/fraud-model/1", "OK"]
+    positions = [md.index(x) for x in order]
+    assert positions == sorted(positions)
+
+
+def test_run_progress_moves_through_stages_and_a_watched_step(prefect_api: None) -> None:
+    import threading
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.report import RunProgress
+
+    by_key = ArtifactFilter(key=ArtifactFilterKey(any_=["pipeline-progress"]))
+    seen: list[float] = []
+    polled = threading.Event()
+
+    def poll() -> tuple[float, str]:
+        seen.append(0.5)
+        polled.set()
+        return 0.5, "step 500/1000"
+
+    @flow
+    def run() -> str:
+        progress = RunProgress("r-1")
+        progress.stage("mirror", 0, 20)
+        progress.stage("training", 20, 90)
+        progress.watch(poll, every_s=0.05)
+        assert polled.wait(10)
+        progress.unwatch()
+        with get_client(sync_client=True) as client:
+            mid = client.read_artifacts(artifact_filter=by_key)
+        progress.done()
+        return f"{float(mid[0].data)}|{mid[0].description}"
+
+    mid = run()
+    assert mid == "55.0|run r-1: training step 500/1000"  # halfway through the 20..90 stage
+    with get_client(sync_client=True) as client:
+        [art] = client.read_artifacts(artifact_filter=by_key)
+    assert art.type == "progress" and art.data == 100.0 and art.description == "run r-1: done"
