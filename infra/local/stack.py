@@ -204,14 +204,14 @@ class LocalStack:
     def reset(self) -> None:
         """Forget all cloud state: AWS (moto), GCS buckets, TPU nodes/queued resources (workers stopped)."""
         self._need(self.aws, "aws").reset()
+        self.seed_audit()
         self.reset_gcs()
         self.sts_backend.reset()
         if self.tpu is not None:
             self.tpu.backend.reset()
 
     def seed_audit(self) -> str:
-        """The audit bucket (Object Lock) and KMS signing key: made at start; a reset forgets them, so
-        tests that reset call this again (it is idempotent)."""
+        """The audit bucket (Object Lock) and KMS signing key; moto's reset forgets them, so after each."""
         from infra.local.seed import seed_audit
 
         return seed_audit(self.settings())
