@@ -106,6 +106,19 @@ def deploy_model(
     return out
 
 
+def _check_destination(settings: Any, destination: str) -> None:
+    """The export bucket must exist (a pipeline never creates it); ``CheckpointError`` says it does not."""
+    from tpu_ops.cloud.session import shared_client
+    from tpu_ops.errors import CheckpointError
+    from tpu_ops.uris import parse_s3
+
+    bucket = parse_s3(destination).bucket
+    try:
+        shared_client(settings, "s3").head_bucket(Bucket=bucket)
+    except Exception as exc:
+        raise CheckpointError(f"export destination bucket {bucket} is not reachable: {exc}") from exc
+
+
 def export_and_seal(
     spec: ExportSpec,
     run_id: str,
@@ -127,6 +140,7 @@ def export_and_seal(
         gcs = storage_client(settings)
         try:
             find_source(gcs, run_uri, job_subdir(gcs, run_uri))
+            _check_destination(settings, spec.destination)
         except CheckpointError as exc:
             audit_event("model.export_skipped", run_id, params={"run_uri": run_uri, "reason": str(exc)},
                         settings=settings)  # fmt: skip

@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     # On a loaded machine the temporary server can take longer than Prefect's default 20 s to answer.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
-    from infra.local.seed import DRY_RUN_CAPACITY, seed_pipeline
+    from infra.local.seed import DRY_RUN_CAPACITY, ensure_model_bucket, seed_pipeline
     from infra.local.stack import LocalStack
 
     started = time.monotonic()
@@ -137,6 +137,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         settings = stack.settings()
         _step(f"seeding a curated dataset in {spec.mirror.source}")
         seeded = seed_pipeline(settings, spec)
+        ensure_model_bucket(settings, spec.export.destination)  # where the pipeline exports to
         stack.set_capacity(DRY_RUN_CAPACITY)
         print(
             f"    {seeded.shards} shards, {seeded.bytes / 2**20:.1f} MiB; TPU capacity: {json.dumps(DRY_RUN_CAPACITY)}"

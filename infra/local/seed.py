@@ -16,6 +16,7 @@ import yaml
 from safetensors.numpy import save
 
 from tpu_ops.cloud.clients import boto3_client, storage_client
+from tpu_ops.cloud.session import shared_client
 from tpu_ops.settings import Settings
 from tpu_ops.specs import PipelineSpec
 from tpu_ops.uris import parse_gs, parse_s3
@@ -104,7 +105,6 @@ def seed_pipeline(settings: Settings, spec: PipelineSpec) -> SeededDataset:
     location = spec.mirror.allowed_locations[0] if spec.mirror.allowed_locations else "US-CENTRAL1"
     ensure_gcs_bucket(settings, spec.mirror.destination, location)
     ensure_gcs_bucket(settings, spec.train.checkpoint_dir, location)
-    ensure_model_bucket(settings, spec.export.destination)
     return seeded
 
 
@@ -134,7 +134,7 @@ def seed_audit(settings: Settings) -> str:
     from infra.local.stack import AUDIT_KEY_ALIAS
 
     ensure_s3_bucket(settings, settings.audit_uri, object_lock=True)
-    kms = boto3_client(settings, "kms")
+    kms = shared_client(settings, "kms")
     aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases().get("Aliases", [])}
     key_id = aliases.get(AUDIT_KEY_ALIAS)
     if not key_id:

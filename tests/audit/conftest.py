@@ -1,5 +1,4 @@
-"""Audit tests share the session stack; each test writes its own trail prefix (no reset needed:
-the stack seeds the audit bucket and KMS key at start and after every reset)."""
+"""Audit tests share the session stack; each test writes its own trail prefix (no reset needed)."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import pytest
 @pytest.fixture
 def audit_settings(local_stack: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Settings on the stack with a fresh trail prefix and spool; the environment says the same (for the CLI)."""
+    local_stack.seed_audit()  # another module's test may have reset the stack
     uri = f"s3://tpu-ops-audit/t-{uuid.uuid4().hex[:12]}"
     spool = tmp_path / "spool.jsonl"
     for k, v in local_stack.env().items():

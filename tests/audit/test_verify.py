@@ -110,6 +110,7 @@ def run_a(local_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[A
 
     from tpu_ops.audit.trail import AuditTrail
 
+    local_stack.seed_audit()
     settings = local_stack.settings(audit_uri=f"s3://tpu-ops-audit/m-{uuid.uuid4().hex[:12]}",
                                     audit_spool=tmp_path_factory.mktemp("spool") / "spool.jsonl")  # fmt: skip
     trail = AuditTrail.from_settings(settings)

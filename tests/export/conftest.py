@@ -12,6 +12,7 @@ import pytest
 
 @pytest.fixture
 def env_on_stack(local_stack: Any, tmp_path: Path) -> Iterator[pytest.MonkeyPatch]:
+    local_stack.seed_audit()  # another module's test may have reset the stack
     uri = f"s3://tpu-ops-audit/t-{uuid.uuid4().hex[:12]}"
     with pytest.MonkeyPatch.context() as mp:
         for k, v in local_stack.env().items():
