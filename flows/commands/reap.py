@@ -30,7 +30,10 @@ def run(args: argparse.Namespace) -> int:
 
     ttl = None
     if args.ttl:
-        ttl = parse_duration(args.ttl)
+        try:
+            ttl = parse_duration(args.ttl)
+        except ValueError as exc:
+            raise SpecError(f"--ttl: {exc}") from None
         if not isinstance(ttl, timedelta) or ttl.total_seconds() <= 0:
             raise SpecError(f"--ttl {args.ttl!r} is not a duration like 90m, 12h or 3d")
     from flows.reaper import reap_once
