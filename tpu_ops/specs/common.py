@@ -80,11 +80,15 @@ def parse_duration(value: Any) -> Any:
         m = _DURATION.match(value)
         if m:
             return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
-        if not value.strip().upper().startswith("P"):  # not ISO 8601 either: say what is allowed
-            raise ValueError(
-                f"duration {value!r} is not allowed: write 90s, 30m, 2h, 1d, a number of seconds or ISO 8601"
-            )
     return value  # let pydantic try ISO 8601 and report the error
+
+
+def _parse_duration_field(value: Any) -> Any:
+    """``parse_duration`` for a spec field: a string that is no duration is refused saying what is allowed."""
+    parsed = parse_duration(value)
+    if isinstance(parsed, str) and not parsed.strip().upper().startswith("P"):
+        raise ValueError(f"duration {value!r} is not allowed: write 90s, 30m, 2h, 1d, a number of seconds or ISO 8601")
+    return parsed
 
 
 def bounded_duration(low: timedelta, high: timedelta) -> Any:
@@ -108,7 +112,7 @@ def Duration(low: timedelta, high: timedelta) -> Any:
     """A ``timedelta`` field written as ``"30m"``/``"2h"``/seconds, bounded to ``[low, high]``."""
     return Annotated[
         timedelta,
-        BeforeValidator(parse_duration),
+        BeforeValidator(_parse_duration_field),
         bounded_duration(low, high),
         PlainSerializer(_seconds, return_type=str, when_used="json"),
         # The schema says what the validator takes, so Prefect's forms and checks agree with it.
