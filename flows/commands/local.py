@@ -46,7 +46,7 @@ def env_lines(env: dict[str, str]) -> str:
 
 def run_seed(args: argparse.Namespace) -> int:
     from flows.commands.dryrun import DEFAULT_SPEC
-    from infra.local.seed import DRY_RUN_CAPACITY, seed_pipeline, set_tpu_capacity
+    from infra.local.seed import DRY_RUN_CAPACITY, ensure_model_bucket, seed_pipeline, set_tpu_capacity
     from tpu_ops.settings import Settings
     from tpu_ops.specs import PipelineSpec, load_spec
 
@@ -57,7 +57,10 @@ def run_seed(args: argparse.Namespace) -> int:
         print("error: seed only runs against the local stack (TPU_OPS_DRY_RUN=true)", file=sys.stderr)
         return 2
     seeded = seed_pipeline(settings, spec)
-    print(f"seeded {seeded.shards} shards ({seeded.bytes / 2**20:.1f} MiB) in {seeded.source}")
+    # A run started from the UI exports too, as the dry run does: its model bucket must exist.
+    ensure_model_bucket(settings, spec.export.destination)
+    print(f"seeded {seeded.shards} shards ({seeded.bytes / 2**20:.1f} MiB) in {seeded.source}; "
+          f"model bucket {spec.export.destination}")  # fmt: skip
     if args.ladder_demo:
         set_tpu_capacity(settings, DRY_RUN_CAPACITY)
         print("fake TPU capacity set: reservation too small, spot stocked out in us-central2-b")
