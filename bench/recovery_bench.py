@@ -7,7 +7,7 @@ first step), and prints a table: per preemption, the seconds from the preemption
 step (the orchestrator's overhead: detect + delete + re-provision + restore), the split, and the
 steps lost; then the run's goodput. The budget the issue sets: overhead ≤ poll interval + 5 s.
 
-    .venv/bin/python bench/recovery_bench.py [--preemptions 3] [--steps 400] [--json]
+    .venv/bin/python bench/recovery_bench.py [--preemptions 3] [--steps 800] [--json]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def first_new_step_at(gcs: Any, incarnation: str) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preemptions", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=800)  # long enough for 3 preemptions
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--poll", type=float, default=None, help="poll interval (default: the spec's default)")
     parser.add_argument("--seed", type=int, default=0, help="seeds where in the poll cycle each preemption lands")
