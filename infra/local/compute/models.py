@@ -101,6 +101,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         self.latency = Latency(**vars(self._initial[0]))
         self.preempt_notice_s = preempt_notice_s
         self.link_base = link_base  # the server sets its own URL: links never point off loopback
+        self.wait_s = 2.0  # longest an operations.wait call holds (wall seconds)
         self.capacity = Capacity()
         self._uids = itertools.count(4_000_000_000_000_000_001)
         self._ips = itertools.count(0)
@@ -701,11 +702,11 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         path = f"/compute/v1/projects/{project}/{scope}/operations/{name}"
         return self._call("GET", path, lambda: self._op(project, scope, name).to_json(self.link_base))
 
-    def wait_operation(self, project: str, scope: str, name: str, timeout_s: float = 2.0) -> dict[str, Any]:
-        """Like Google's ``wait``: returns when DONE or after a while (theirs: ~2 min; here ``timeout_s``
+    def wait_operation(self, project: str, scope: str, name: str, timeout_s: float | None = None) -> dict[str, Any]:
+        """Like Google's ``wait``: returns when DONE or after a while (theirs: ~2 min; here ``wait_s``
         of wall time, so a test on a manual clock is never stuck); the caller polls again if not DONE."""
         path = f"/compute/v1/projects/{project}/{scope}/operations/{name}"
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (self.wait_s if timeout_s is None else timeout_s)
         while True:
             op = self._call("POST", path + "/wait", lambda: self._op(project, scope, name).to_json(self.link_base))
             if op["status"] == "DONE" or time.monotonic() >= deadline:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PROJECT, REGION, ZONE
+from compute.helpers import PROJECT, REGION, ZONE
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
