@@ -216,6 +216,19 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                 f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists",
                 reason="alreadyExists",
             )
+        machine, model, reservation, run_s = self._placement(project, zone, body)
+        kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
+        block = next(self._ips)
+        # Loopback addresses (127.x.y.z): realistic per-host IPs that can never reach a real network.
+        ip = f"127.{20 + block // 250 // 250}.{block // 250 % 250}.{block % 250 + 2}"
+        now = self.clock.now()
+        inst = Instance(project, zone, name, next(self._uids), kept, machine, model, reservation, ip, now, group=group)
+        if run_s is not None:
+            inst.run_until = run_s  # relative until RUNNING
+        return inst
+
+    def _placement(self, project: str, zone: str, body: dict[str, Any]) -> tuple[MachineType, str, str, float | None]:
+        """(machine type, provisioning model, reservation, maxRunDuration s) of a valid instance body."""
         machine = self._machine(body.get("machineType"), "resource.machineType")
         sched = body.get("scheduling") or {}
         model = str(sched.get("provisioningModel") or ("SPOT" if sched.get("preemptible") else "STANDARD"))
@@ -263,15 +276,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                 raise exc.InvalidArgument(
                     f"Reservation {reservation} is for {res.machine_type}, not {machine.name}", reason="invalid"
                 )
-        kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
-        block = next(self._ips)
-        # Loopback addresses (127.x.y.z): realistic per-host IPs that can never reach a real network.
-        ip = f"127.{20 + block // 250 // 250}.{block // 250 % 250}.{block % 250 + 2}"
-        now = self.clock.now()
-        inst = Instance(project, zone, name, next(self._uids), kept, machine, model, reservation, ip, now, group=group)
-        if run_s is not None:
-            inst.run_until = run_s  # relative until RUNNING
-        return inst
+        return machine, model, reservation, run_s
 
     def _place(self, inst: Instance, op: Operation | None) -> None:
         """Store ``inst`` if capacity allows (or, FLEX_START, wait); else fail ``op``."""
@@ -496,7 +501,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     reason="invalid",
                 )
             tpl = self._templates[(project, treg, tname)]
-            machine = self._machine((tpl.body.get("properties") or {}).get("machineType"), "template machineType")
+            machine = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[0]
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
                 raise exc.InvalidArgument(f"Invalid value for field 'resource.targetSize': {size!r}", reason="invalid")
@@ -671,20 +676,24 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             return False
         props = dict(grp.template.body.get("properties") or {})
         props.pop("name", None)
-        made = []
-        for _ in range(missing):
-            base = grp.body.get("baseInstanceName") or grp.name
-            body = {**props, "name": f"{base}-{secrets.token_hex(2)}"}
-            made.append(self._new_instance(grp.project, grp.zone, body, group=grp.name))
-        first = made[0]
-        count = len(made) if grp.bulk else 1
-        err = self._shortfall(grp.project, grp.zone, first.machine, first.model, first.reservation, count)
         grp.bulk_check = now
+        try:
+            machine, model, reservation, _ = self._placement(grp.project, grp.zone, props)
+        except exc.ApiError as e:  # e.g. its reservation was removed since: the group keeps trying
+            grp.bulk_error = {"errors": [{"code": e.reason or e.status, "message": e.message}]}
+            return False
+        count = missing if grp.bulk else 1
+        err = self._shortfall(grp.project, grp.zone, machine, model, reservation, count)
         if err is not None:
             grp.bulk_error = err
             return False
         grp.bulk_error = None
-        for inst in made[:count]:
+        base = grp.body.get("baseInstanceName") or grp.name
+        for _ in range(count):
+            name = f"{base}-{secrets.token_hex(2)}"
+            while (grp.project, grp.zone, name) in self._instances:
+                name = f"{base}-{secrets.token_hex(2)}"
+            inst = self._new_instance(grp.project, grp.zone, {**props, "name": name}, group=grp.name)
             inst.status, inst.ready_at = Status.PROVISIONING, now + self.latency.provision_s
             self._instances[(inst.project, inst.zone, inst.name)] = inst
             grp.instances.append(inst.name)

@@ -135,7 +135,8 @@ def test_every_response_fits_the_discovery_document(url):
     for op in ops:
         path = f"{Z}/operations/{op['name']}"
         assert COMPUTE.validate("Operation", _get(url + path)[1]) == []
-        assert COMPUTE.validate("Operation", _get(url + path + "/wait", "POST")[1]) == []
+        waited = _get(url + path + "/wait", "POST")
+        assert COMPUTE.validate("Operation", waited[1]) == [], waited
     status, body = _get(url + f"{Z}/instanceGroupManagers/g/listManagedInstances", "POST")
     assert status == 200 and len(body["managedInstances"]) == 4
     assert COMPUTE.validate("InstanceGroupManagersListManagedInstancesResponse", body) == []
