@@ -889,6 +889,45 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             self._hosted.discard((inst.path, inst.uid))
             self._event("stopped", reason, inst)
 
+    # -- aggregated lists (every zone / region of a project: what a reaper walks) -----------------
+    _AGGREGATED = {
+        "instances": "compute#instanceAggregatedList",
+        "instanceGroupManagers": "compute#instanceGroupManagerAggregatedList",
+        "resourcePolicies": "compute#resourcePolicyAggregatedList",
+        "instanceTemplates": "compute#instanceTemplateAggregatedList",
+    }
+
+    def aggregated_list(self, project: str, collection: str, flt: str | None = None) -> dict[str, Any]:
+        """``{items: {"zones/<z>"|"regions/<r>"|"global": {<collection>: [...]}}}``; scopes with no match
+        are left out; one page (the fake holds few resources)."""
+        if collection not in self._AGGREGATED:
+            raise exc.NotFound(f"no aggregated list of {collection!r}")
+
+        def run() -> dict[str, Any]:
+            pred = compile_filter(flt)
+            scoped: list[tuple[str, dict[str, Any]]] = []
+            if collection == "instances":
+                scoped = [(f"zones/{i.zone}", i.to_json(self.link_base)) for i in self._instances.values()
+                          if i.project == project]  # fmt: skip
+            elif collection == "instanceGroupManagers":
+                scoped = [
+                    (f"zones/{g.zone}", self._group_json(g)) for g in self._groups.values() if g.project == project
+                ]
+            elif collection == "resourcePolicies":
+                scoped = [(f"regions/{p.region}", p.to_json(self.link_base)) for p in self._policies.values()
+                          if p.project == project]  # fmt: skip
+            else:
+                scoped = [(f"regions/{t.region}" if t.region else "global", t.to_json(self.link_base))
+                          for t in self._templates.values() if t.project == project]  # fmt: skip
+            items: dict[str, dict[str, list[dict[str, Any]]]] = {}
+            for scope, res in sorted(scoped, key=lambda sr: (sr[0], sr[1]["name"])):
+                if pred(res):
+                    items.setdefault(scope, {collection: []})[collection].append(res)
+            kind = self._AGGREGATED[collection]
+            return {"kind": kind, "id": kind, "items": items}
+
+        return self._call("GET", f"/compute/v1/projects/{project}/aggregated/{collection}", run)
+
     # -- reservations, regions, machine types ---------------------------------------------------
     def _reservation_json(self, project: str, zone: str, name: str) -> dict[str, Any]:
         res = self.capacity.zone(zone).reservations.get(name)

@@ -118,6 +118,10 @@ def test_every_response_fits_the_discovery_document(url):
         ("OperationList", f"{Z}/operations"),
         ("OperationList", f"{R}/operations"),
         ("OperationList", f"{G}/operations"),
+        ("InstanceAggregatedList", f"/compute/v1/projects/{PROJECT}/aggregated/instances"),
+        ("InstanceGroupManagerAggregatedList", f"/compute/v1/projects/{PROJECT}/aggregated/instanceGroupManagers"),
+        ("ResourcePolicyAggregatedList", f"/compute/v1/projects/{PROJECT}/aggregated/resourcePolicies"),
+        ("InstanceTemplateAggregatedList", f"/compute/v1/projects/{PROJECT}/aggregated/instanceTemplates"),
     ]
     states, op_types = set(), set()
     for schema, path in cases:
