@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
+
 import pytest
 from compute.helpers import PROJECT, REGION, ZONE
 from google.api_core import exceptions as gexc
@@ -184,3 +188,35 @@ def test_list_filters_and_the_aggregated_list_across_zones(fake):
     )
     found = {scope: sorted(i.name for i in scoped.instances) for scope, scoped in agg}
     assert found == {f"zones/{ZONE}": ["a-1", "a-2"], "zones/us-east5-b": ["b-1"]}
+
+
+def _post(url: str, body: object) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_control_endpoints_over_http(fake):
+    """What a dry run in another process uses: capacity, latency, preempt, faults, state, reset."""
+    caps = _post(f"{fake.url}/_fake/capacity", {ZONE: {"SPOT": 0}, "*": {"STANDARD": 8}})
+    assert caps["zones"][ZONE]["SPOT"] == 0 and caps["zones"]["*"]["STANDARD"] == 8
+    assert [e.code for e in _insert(fake, _instance("h-1")).error.errors] == ["ZONE_RESOURCE_POOL_EXHAUSTED"]
+    _post(f"{fake.url}/_fake/capacity", {ZONE: {"SPOT": 64}})
+    assert not _insert(fake, _instance("h-1")).error.errors
+    assert _post(f"{fake.url}/_fake/latency", {"preempt_notice_s": 5})["preempt_notice_s"] == 5
+    assert _post(f"{fake.url}/_fake/zones/{ZONE}/instances/h-1:preempt", {})["status"] == "STOPPING"
+    fake.clock.advance(5)
+    _post(f"{fake.url}/_fake/tick", {})
+    assert fake.instances.get(project=PROJECT, zone=ZONE, instance="h-1").status == "TERMINATED"
+    assert _post(f"{fake.url}/_fake/faults", {"path": "/instances/h-1$", "status": 429})["faults_pending"] == 1
+    with pytest.raises(gexc.TooManyRequests):
+        fake.instances.get(project=PROJECT, zone=ZONE, instance="h-1")
+    with urllib.request.urlopen(f"{fake.url}/_fake/state", timeout=10) as resp:
+        state = json.loads(resp.read())
+    assert state["instance_states"] == {f"projects/{PROJECT}/zones/{ZONE}/instances/h-1": "TERMINATED"}
+    _post(f"{fake.url}/_fake/reset", {})
+    assert fake.backend.state()["instances"] == 0 and fake.backend.capacity.zone(ZONE).chips["SPOT"] == 4096
+    with pytest.raises(urllib.error.HTTPError) as err:
+        _post(f"{fake.url}/_fake/capacity", {ZONE: {"spot": 1}})
+    assert err.value.code == 400 and "unknown key 'spot'" in json.loads(err.value.read())["error"]["message"]
