@@ -988,6 +988,26 @@ class ComputeBackend(FakeBackend[NodeEvent]):
 
         return self._call("GET", f"/compute/v1/projects/{project}/regions/{region}", run)
 
+    def get_zone(self, project: str, zone: str) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            if not re.match(r"^[a-z]+-[a-z]+\d+-[a-z]$", zone):
+                raise _not_found(f"projects/{project}/zones/{zone}")
+            return {"kind": "compute#zone", "id": str(abs(hash(zone)) % 10**12), "name": zone, "status": "UP",
+                    "region": f"{self.link_base}projects/{project}/regions/{region_of(zone)}",
+                    "selfLink": f"{self.link_base}projects/{project}/zones/{zone}"}  # fmt: skip
+
+        return self._call("GET", f"/compute/v1/projects/{project}/zones/{zone}", run)
+
+    def get_project(self, project: str) -> dict[str, Any]:
+        """What a health check reads to know the Compute Engine API answers for the project."""
+
+        def run() -> dict[str, Any]:
+            return {"kind": "compute#project", "id": str(abs(hash(project)) % 10**12), "name": project,
+                    "selfLink": f"{self.link_base}projects/{project}",
+                    "defaultServiceAccount": "123456789012-compute@developer.gserviceaccount.com"}  # fmt: skip
+
+        return self._call("GET", f"/compute/v1/projects/{project}", run)
+
     def get_machine_type(self, project: str, zone: str, name: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             m = MACHINE_TYPES.get(name)

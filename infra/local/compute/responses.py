@@ -106,6 +106,12 @@ class ComputeResponses(ControlMixin, JsonApp):
     def get_region(self, req: Request, project: str, region: str) -> dict[str, Any]:
         return self.backend.get_region(project, region)
 
+    def get_zone(self, req: Request, project: str, zone: str) -> dict[str, Any]:
+        return self.backend.get_zone(project, zone)
+
+    def get_project(self, req: Request, project: str) -> dict[str, Any]:
+        return self.backend.get_project(project)
+
     def aggregated_list(self, req: Request, project: str, collection: str) -> dict[str, Any]:
         return self.backend.aggregated_list(project, collection, req.args.get("filter"))
 

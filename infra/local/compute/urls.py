@@ -40,6 +40,8 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^{_R}/resourcePolicies/{_N}$", "get_policy"),
     ("DELETE", rf"^{_R}/resourcePolicies/{_N}$", "delete_policy"),
     ("GET", rf"^{_R}$", "get_region"),
+    ("GET", rf"^{_Z}$", "get_zone"),
+    ("GET", rf"^{_P}$", "get_project"),
     (
         "GET",
         rf"^{_P}/aggregated/(?P<collection>instances|instanceGroupManagers|resourcePolicies|instanceTemplates)$",

@@ -139,6 +139,8 @@ def test_regional_tpu_quota(fake):
     quotas = {q.metric: (q.limit, q.usage) for q in fake.regions.get(project=PROJECT, region=REGION).quotas}
     assert quotas["PREEMPTIBLE_TPU_PODSLICE_V6E"] == (4.0, 4.0)
     assert quotas["TPU_PODSLICE_V5P"] == (4096.0, 0.0)
+    assert fake.zones.get(project=PROJECT, zone=ZONE).region.endswith(f"/regions/{REGION}")
+    assert fake.projects.get(project=PROJECT).name == PROJECT  # the API answers for the project
 
 
 def test_bad_input_is_refused_naming_the_field(fake):

@@ -15,7 +15,8 @@ SCRIPT = r"""
 trap 'echo got-term; exit 0' TERM
 curl -sf -H 'Metadata-Flavor: Google' \
   "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/attributes/worker-id" > worker-id
-echo "{\"dry_run\": \"$TPU_OPS_DRY_RUN\", \"compute\": \"$TPU_OPS_COMPUTE_ENDPOINT\"}" > env.json
+echo "{\"dry_run\": \"$TPU_OPS_DRY_RUN\", \"compute\": \"$TPU_OPS_COMPUTE_ENDPOINT\"}" > env.tmp
+mv env.tmp env.json  # whole or absent: the test reads it as soon as it exists
 while true; do sleep 0.05 || :; done
 """
 
