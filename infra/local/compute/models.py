@@ -25,6 +25,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,9 +116,26 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         self._ops: dict[tuple[str, str, str], Operation] = {}
         self._failures: dict[str, dict[str, Any]] = {}  # instance path -> why its insert failed
         self._hosted: set[tuple[str, int]] = set()  # (instance path, uid) whose host runs
-        self._guest: dict[tuple[str, str, str], str] = {}  # (instance path, namespace, key) -> value
+        self._guest: dict[tuple[str, str, str], str] = {}
+        self._requests: dict[
+            str, tuple[str, str, str]
+        ] = {}  # requestId -> its operation  # (instance path, namespace, key) -> value
 
     # -- small helpers -------------------------------------------------------------------------
+    def _once(self, request_id: str | None, run: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+        """``requestId``: a retried request returns the first one's operation and does nothing again."""
+
+        def wrapped() -> dict[str, Any]:
+            if request_id and request_id in self._requests:
+                return self._ops[self._requests[request_id]].to_json(self.link_base)
+            out = run()
+            if request_id:
+                parts = str(out["selfLink"]).removeprefix(self.link_base).split("/")
+                self._requests[request_id] = (parts[1], "/".join(parts[2:-2]), parts[-1])
+            return out
+
+        return wrapped
+
     def _link(self, path: str) -> str:
         return self.link_base + path
 
@@ -293,14 +311,16 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             return
         self._instances[(inst.project, inst.zone, inst.name)] = inst
 
-    def insert_instance(self, project: str, zone: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_instance(
+        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             inst = self._new_instance(project, zone, body)
             op = self._new_op(project, f"zones/{zone}", "insert", inst.path, inst.uid)
             self._place(inst, op)
             return op.to_json(self.link_base)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/zones/{zone}/instances", run)
+        return self._call("POST", f"/compute/v1/projects/{project}/zones/{zone}/instances", self._once(request_id, run))
 
     def _instance(self, project: str, zone: str, name: str) -> Instance:
         inst = self._instances.get((project, zone, name))
@@ -330,24 +350,22 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         inst.deleting, inst.status, inst.gone_at = True, Status.STOPPING, now + self.latency.delete_s
         self._stop_host(inst, reason)
 
-    def delete_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
+    def delete_instance(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
-            inst = self._instance(project, zone, name)
-            if inst.group:
-                raise exc.FailedPrecondition(
-                    f"The instance '{inst.path}' is managed by instance group manager '{inst.group}'; delete or "
-                    "resize the group instead",
-                    reason="resourceInUseByAnotherResource",
-                )
+            inst = self._instance(project, zone, name)  # a group's member: the group creates a new one
             op = self._new_op(project, f"zones/{zone}", "delete", inst.path, inst.uid)
             if not inst.deleting:
                 self._start_delete(inst, "deleted")
             return op.to_json(self.link_base)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/zones/{zone}/instances/{name}", run)
+        return self._call(
+            "DELETE", f"/compute/v1/projects/{project}/zones/{zone}/instances/{name}", self._once(request_id, run)
+        )
 
     # -- templates and policies -------------------------------------------------------------------
-    def insert_template(self, project: str, region: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_template(
+        self, project: str, region: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         """``region`` "" = a global template."""
         scope = f"regions/{region}" if region else "global"
 
@@ -364,7 +382,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             self._templates[(project, region, name)] = tpl
             return self._done_op(project, scope, "insert", tpl.path, tpl.uid)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/{scope}/instanceTemplates", run)
+        return self._call(
+            "POST", f"/compute/v1/projects/{project}/{scope}/instanceTemplates", self._once(request_id, run)
+        )
 
     def _template(self, project: str, region: str, name: str) -> Template:
         tpl = self._templates.get((project, region, name))
@@ -402,7 +422,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                 reason="resourceInUseByAnotherResource",
             )
 
-    def delete_template(self, project: str, region: str, name: str) -> dict[str, Any]:
+    def delete_template(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         scope = f"regions/{region}" if region else "global"
 
         def run() -> dict[str, Any]:
@@ -411,9 +431,13 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             del self._templates[(project, region, name)]
             return self._done_op(project, scope, "delete", tpl.path, tpl.uid)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/{scope}/instanceTemplates/{name}", run)
+        return self._call(
+            "DELETE", f"/compute/v1/projects/{project}/{scope}/instanceTemplates/{name}", self._once(request_id, run)
+        )
 
-    def insert_policy(self, project: str, region: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_policy(
+        self, project: str, region: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, region, name) in self._policies:
@@ -440,7 +464,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             self._policies[(project, region, name)] = pol
             return self._done_op(project, f"regions/{region}", "insert", pol.path, pol.uid)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies", run)
+        return self._call(
+            "POST", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies", self._once(request_id, run)
+        )
 
     def _policy(self, project: str, region: str, name: str) -> Policy:
         pol = self._policies.get((project, region, name))
@@ -467,14 +493,18 @@ class ComputeBackend(FakeBackend[NodeEvent]):
 
         return self._call("GET", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies", run)
 
-    def delete_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
+    def delete_policy(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             pol = self._policy(project, region, name)
             self._in_use("resource_policy", pol.path, [g for g in self._groups.values() if g.policy is pol])
             del self._policies[(project, region, name)]
             return self._done_op(project, f"regions/{region}", "delete", pol.path, pol.uid)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies/{name}", run)
+        return self._call(
+            "DELETE",
+            f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies/{name}",
+            self._once(request_id, run),
+        )
 
     # -- managed instance groups ------------------------------------------------------------------
     def _resolve(self, link: Any, field: str) -> tuple[str, str, str, str]:
@@ -485,7 +515,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             raise exc.InvalidArgument(f"Invalid value for field '{field}': {link!r}", reason="invalid")
         return m.group(1), m.group(4), m.group(3) or "", m.group(5)
 
-    def insert_group(self, project: str, zone: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_group(
+        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, zone, name) in self._groups:
@@ -551,7 +583,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             # BULK: the insert ends before any VM exists; the group creates them as capacity allows.
             return self._done_op(project, f"zones/{zone}", "insert", grp.path, grp.uid)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers", run)
+        return self._call(
+            "POST", f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers", self._once(request_id, run)
+        )
 
     def _group(self, project: str, zone: str, name: str) -> Group:
         grp = self._groups.get((project, zone, name))
@@ -657,7 +691,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         path = f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{name}/listManagedInstances"
         return self._call("POST", path, run)
 
-    def delete_group(self, project: str, zone: str, name: str) -> dict[str, Any]:
+    def delete_group(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             grp = self._group(project, zone, name)
             op = self._new_op(project, f"zones/{zone}", "delete", grp.path, grp.uid)
@@ -667,7 +701,11 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     self._start_delete(inst, "deleted")
             return op.to_json(self.link_base)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{name}", run)
+        return self._call(
+            "DELETE",
+            f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{name}",
+            self._once(request_id, run),
+        )
 
     def _grow(self, grp: Group, now: float) -> bool:
         """Create the group's missing VMs: all at once under BULK (or none), else as many as fit."""
@@ -693,7 +731,12 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             name = f"{base}-{secrets.token_hex(2)}"
             while (grp.project, grp.zone, name) in self._instances:
                 name = f"{base}-{secrets.token_hex(2)}"
-            inst = self._new_instance(grp.project, grp.zone, {**props, "name": name}, group=grp.name)
+            md = dict(props.get("metadata") or {})
+            # As Compute Engine does: a member names its group (how a reaper gets from a VM to its group).
+            md["items"] = [*(md.get("items") or []), {"key": "created-by", "value": grp.path},
+                           {"key": "instance-template", "value": grp.template.path}]  # fmt: skip
+            body = {**props, "name": name, "metadata": md}
+            inst = self._new_instance(grp.project, grp.zone, body, group=grp.name)
             inst.status, inst.ready_at = Status.PROVISIONING, now + self.latency.provision_s
             self._instances[(inst.project, inst.zone, inst.name)] = inst
             grp.instances.append(inst.name)

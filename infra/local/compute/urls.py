@@ -58,6 +58,7 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("POST", r"^/_fake/quotas$", "fake_quotas"),
     ("POST", r"^/_fake/latency$", "fake_latency"),
     ("POST", r"^/_fake/tick$", "fake_tick"),
+    ("GET", r"^/_fake/logs/(?P<zone>[^/]+)/(?P<name>[^/]+)$", "fake_logs"),
 ]
 
 ROUTES: Routes = compile_routes(URL_PATHS)

@@ -222,3 +222,17 @@ def test_control_endpoints_over_http(fake):
     with pytest.raises(urllib.error.HTTPError) as err:
         _post(f"{fake.url}/_fake/capacity", {ZONE: {"spot": 1}})
     assert err.value.code == 400 and "unknown key 'spot'" in json.loads(err.value.read())["error"]["message"]
+
+
+def test_a_retried_insert_with_the_same_request_id_returns_the_first_operation(fake):
+    def insert(request_id: str) -> Op:
+        req = compute_v1.InsertInstanceRequest(
+            project=PROJECT, zone=ZONE, instance_resource=_instance("rq"), request_id=request_id
+        )
+        return fake.instances.insert_unary(request=req)
+
+    first = insert("6f1d0c1e-0000-4000-8000-000000000001")
+    assert insert("6f1d0c1e-0000-4000-8000-000000000001").name == first.name  # not 409: the same request, once
+    with pytest.raises(gexc.Conflict):
+        insert("6f1d0c1e-0000-4000-8000-000000000002")
+    assert fake.backend.state()["instances"] == 1
