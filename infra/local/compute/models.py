@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from infra.local.compute import exceptions as cexc
 from infra.local.compute.capacity import MODELS, Capacity
 from infra.local.compute.filters import compile_filter
 from infra.local.compute.machines import MACHINE_TYPES, MachineType
@@ -64,7 +65,7 @@ class Latency:
 def _seconds(d: Any, field: str) -> float:
     """A Compute Engine ``Duration`` (``{"seconds": "3600", "nanos": 0}``) in seconds."""
     if not isinstance(d, dict) or "seconds" not in d:
-        raise exc.InvalidArgument(f"Invalid value for field '{field}': {d!r}; expected {{seconds}}", reason="invalid")
+        raise cexc.Invalid(f"Invalid value for field '{field}': {d!r}; expected {{seconds}}")
     return float(d["seconds"]) + float(d.get("nanos") or 0) / 1e9
 
 
@@ -72,16 +73,11 @@ def _last(link: str) -> str:
     return link.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _not_found(path: str) -> exc.ApiError:
-    return exc.NotFound(f"The resource '{path}' was not found", reason="notFound")
-
-
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise exc.InvalidArgument(
+        raise cexc.Invalid(
             f"Invalid value for field '{what}': {name!r}. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}"
             "[a-z0-9])?)'",
-            reason="invalid",
         )
     return name
 
@@ -179,16 +175,13 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             used = sum(i.machine.chips for i in self._holding() if i.zone == zone and i.model == model)
             ok = zc.chips[model] - used >= machine.chips * count
         if not ok:
-            return self._exhausted(project, zone, machine, model)
+            return cexc.zone_exhausted(project, zone, machine.name, model)
         region = region_of(zone)
         metric = ("PREEMPTIBLE_" if model == "SPOT" else "") + machine.quota_metric
         limit = self.capacity.quota(region, metric)
         usage = self._quota_usage(region, metric)
         if usage + machine.chips * count > limit:
-            msg = f"Quota '{metric}' exceeded.  Limit: {limit:.1f} in region {region}."
-            return {"errors": [{"code": "QUOTA_EXCEEDED", "message": msg, "errorDetails": [{"quotaInfo": {
-                "metricName": f"compute.googleapis.com/{metric.lower()}", "limitName": metric, "limit": limit,
-                "dimensions": {"region": region}}}]}]}  # fmt: skip
+            return cexc.quota_exceeded(metric, limit, region)
         return None
 
     def _quota_usage(self, region: str, metric: str) -> int:
@@ -199,30 +192,13 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             and ("PREEMPTIBLE_" if i.model == "SPOT" else "") + i.machine.quota_metric == metric
         )
 
-    def _exhausted(self, project: str, zone: str, machine: MachineType, model: str) -> dict[str, Any]:
-        return {"errors": [{
-            "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
-            "message": f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
-                       "fulfill the request.  Try a different zone, or try again later.",
-            "errorDetails": [
-                {"errorInfo": {"reason": "resource_availability", "domain": "compute.googleapis.com",
-                               "metadatas": {"zone": zone, "vmType": machine.name, "provisioningModel": model,
-                                             "attachment": "", "zonesAvailable": ""}}},
-                {"help": {"links": [{"description": "Troubleshooting documentation",
-                                     "url": "https://cloud.google.com/compute/docs/resource-error"}]}},
-                {"localizedMessage": {"locale": "en-US", "message": f"A {machine.name} VM instance ({model}) is "
-                                      f"currently unavailable in the {zone} zone."}},
-            ],
-        }]}  # fmt: skip
-
     # -- instances ---------------------------------------------------------------------------------
     def _machine(self, value: Any, field: str) -> MachineType:
         name = _last(str(value or ""))
         if name not in MACHINE_TYPES:
-            raise exc.InvalidArgument(
+            raise cexc.Invalid(
                 f"Invalid value for field '{field}': {value!r}. Machine type {name!r} is not a TPU machine type "
                 f"this fake serves ({', '.join(sorted(MACHINE_TYPES))})",
-                reason="invalid",
             )
         return MACHINE_TYPES[name]
 
@@ -230,10 +206,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         """Validate an instance body and build the record (not stored)."""
         name = _check_name(body.get("name"), "resource.name")
         if (project, zone, name) in self._instances:
-            raise exc.AlreadyExists(
-                f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists",
-                reason="alreadyExists",
-            )
+            raise cexc.already_exists(f"projects/{project}/zones/{zone}/instances/{name}")
         machine, model, reservation, run_s = self._placement(project, zone, body)
         kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
         block = next(self._ips)
@@ -251,29 +224,25 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         sched = body.get("scheduling") or {}
         model = str(sched.get("provisioningModel") or ("SPOT" if sched.get("preemptible") else "STANDARD"))
         if model not in PROVISIONING_MODELS:
-            raise exc.InvalidArgument(
+            raise cexc.Invalid(
                 f"Invalid value for field 'resource.scheduling.provisioningModel': {model!r}; "
-                f"allowed: {', '.join(PROVISIONING_MODELS)}",
-                reason="invalid",
+                f"allowed: {', '.join(PROVISIONING_MODELS)}"
             )
         action = sched.get("instanceTerminationAction")
         if action not in (None, "STOP", "DELETE"):
-            raise exc.InvalidArgument(
+            raise cexc.Invalid(
                 f"Invalid value for field 'resource.scheduling.instanceTerminationAction': {action!r}; "
-                "allowed: STOP, DELETE",
-                reason="invalid",
+                "allowed: STOP, DELETE"
             )
         if sched.get("onHostMaintenance") not in (None, "TERMINATE"):
-            raise exc.InvalidArgument(
-                "Invalid value for field 'resource.scheduling.onHostMaintenance': TPU VMs must use TERMINATE",
-                reason="invalid",
+            raise cexc.Invalid(
+                "Invalid value for field 'resource.scheduling.onHostMaintenance': TPU VMs must use TERMINATE"
             )
         run_s = _seconds(sched["maxRunDuration"], "resource.scheduling.maxRunDuration") if sched.get(
             "maxRunDuration") else None  # fmt: skip
         if model == "FLEX_START" and run_s is None:
-            raise exc.InvalidArgument(
-                "Invalid value for field 'resource.scheduling.maxRunDuration': FLEX_START needs a maxRunDuration",
-                reason="invalid",
+            raise cexc.Invalid(
+                "Invalid value for field 'resource.scheduling.maxRunDuration': FLEX_START needs a maxRunDuration"
             )
         reservation = ""
         affinity = body.get("reservationAffinity") or {}
@@ -281,19 +250,16 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             values = affinity.get("values") or []
             if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION" or affinity.get(
                 "key") != RESERVATION_KEY or len(values) != 1:  # fmt: skip
-                raise exc.InvalidArgument(
+                raise cexc.Invalid(
                     "Invalid value for field 'resource.reservationAffinity': RESERVATION_BOUND needs "
-                    f"{{consumeReservationType: SPECIFIC_RESERVATION, key: {RESERVATION_KEY}, values: [<name>]}}",
-                    reason="invalid",
+                    f"{{consumeReservationType: SPECIFIC_RESERVATION, key: {RESERVATION_KEY}, values: [<name>]}}"
                 )
             reservation = _last(str(values[0]))
             res = self.capacity.zone(zone).reservations.get(reservation)
             if res is None:
-                raise _not_found(f"projects/{project}/zones/{zone}/reservations/{reservation}")
+                raise cexc.not_found(f"projects/{project}/zones/{zone}/reservations/{reservation}")
             if res.machine_type != machine.name:
-                raise exc.InvalidArgument(
-                    f"Reservation {reservation} is for {res.machine_type}, not {machine.name}", reason="invalid"
-                )
+                raise cexc.Invalid(f"Reservation {reservation} is for {res.machine_type}, not {machine.name}")
         return machine, model, reservation, run_s
 
     def _place(self, inst: Instance, op: Operation | None) -> None:
@@ -325,7 +291,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _instance(self, project: str, zone: str, name: str) -> Instance:
         inst = self._instances.get((project, zone, name))
         if inst is None:
-            raise _not_found(f"projects/{project}/zones/{zone}/instances/{name}")
+            raise cexc.not_found(f"projects/{project}/zones/{zone}/instances/{name}")
         return inst
 
     def get_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
@@ -372,10 +338,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, region, name) in self._templates:
-                raise exc.AlreadyExists(
-                    f"The resource 'projects/{project}/{scope}/instanceTemplates/{name}' already exists",
-                    reason="alreadyExists",
-                )
+                raise cexc.already_exists(f"projects/{project}/{scope}/instanceTemplates/{name}")
             props = body.get("properties") or {}
             self._machine(props.get("machineType"), "resource.properties.machineType")
             tpl = Template(project, region, name, next(self._uids), dict(body), self.clock.now())
@@ -390,7 +353,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         tpl = self._templates.get((project, region, name))
         if tpl is None:
             scope = f"regions/{region}" if region else "global"
-            raise _not_found(f"projects/{project}/{scope}/instanceTemplates/{name}")
+            raise cexc.not_found(f"projects/{project}/{scope}/instanceTemplates/{name}")
         return tpl
 
     def get_template(self, project: str, region: str, name: str) -> dict[str, Any]:
@@ -417,10 +380,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
 
     def _in_use(self, what: str, path: str, users: list[Group]) -> None:
         if users:
-            raise exc.FailedPrecondition(
-                f"The {what} resource '{path}' is already being used by '{users[0].path}'",
-                reason="resourceInUseByAnotherResource",
-            )
+            raise cexc.in_use(what, path, users[0].path)
 
     def delete_template(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         scope = f"regions/{region}" if region else "global"
@@ -441,24 +401,19 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, region, name) in self._policies:
-                raise exc.AlreadyExists(
-                    f"The resource 'projects/{project}/regions/{region}/resourcePolicies/{name}' already exists",
-                    reason="alreadyExists",
-                )
+                raise cexc.already_exists(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
             wp = body.get("workloadPolicy")
             if wp is not None:
                 if wp.get("type") not in ("HIGH_THROUGHPUT", "HIGH_AVAILABILITY"):
-                    raise exc.InvalidArgument(
+                    raise cexc.Invalid(
                         f"Invalid value for field 'resource.workloadPolicy.type': {wp.get('type')!r}; "
-                        "allowed: HIGH_THROUGHPUT, HIGH_AVAILABILITY",
-                        reason="invalid",
+                        "allowed: HIGH_THROUGHPUT, HIGH_AVAILABILITY"
                     )
                 topo = wp.get("acceleratorTopology")
                 if topo is not None and not _TOPOLOGY_RE.match(str(topo)):
-                    raise exc.InvalidArgument(
+                    raise cexc.Invalid(
                         f"Invalid value for field 'resource.workloadPolicy.acceleratorTopology': {topo!r} "
-                        "(expected e.g. 2x2x4 or 8x8)",
-                        reason="invalid",
+                        "(expected e.g. 2x2x4 or 8x8)"
                     )
             pol = Policy(project, region, name, next(self._uids), dict(body), self.clock.now())
             self._policies[(project, region, name)] = pol
@@ -471,7 +426,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _policy(self, project: str, region: str, name: str) -> Policy:
         pol = self._policies.get((project, region, name))
         if pol is None:
-            raise _not_found(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
+            raise cexc.not_found(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
         return pol
 
     def get_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
@@ -512,7 +467,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         m = re.search(r"projects/([^/]+)/(global|regions/([^/]+))/(instanceTemplates|resourcePolicies)/([^/]+)$",
                       str(link or ""))  # fmt: skip
         if not m:
-            raise exc.InvalidArgument(f"Invalid value for field '{field}': {link!r}", reason="invalid")
+            raise cexc.Invalid(f"Invalid value for field '{field}': {link!r}")
         return m.group(1), m.group(4), m.group(3) or "", m.group(5)
 
     def insert_group(
@@ -521,34 +476,28 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, zone, name) in self._groups:
-                raise exc.AlreadyExists(
-                    f"The resource 'projects/{project}/zones/{zone}/instanceGroupManagers/{name}' already exists",
-                    reason="alreadyExists",
-                )
+                raise cexc.already_exists(f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
             _, kind, treg, tname = self._resolve(body.get("instanceTemplate"), "resource.instanceTemplate")
             if kind != "instanceTemplates" or (project, treg, tname) not in self._templates:
-                raise exc.InvalidArgument(
+                raise cexc.Invalid(
                     f"Invalid value for field 'resource.instanceTemplate': {body.get('instanceTemplate')!r}. "
-                    "The template does not exist.",
-                    reason="invalid",
+                    "The template does not exist."
                 )
             tpl = self._templates[(project, treg, tname)]
             machine = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[0]
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
-                raise exc.InvalidArgument(f"Invalid value for field 'resource.targetSize': {size!r}", reason="invalid")
+                raise cexc.Invalid(f"Invalid value for field 'resource.targetSize': {size!r}")
             mode = (body.get("targetSizePolicy") or {}).get("mode")
             if mode not in (None, "BULK", "INDIVIDUAL"):
-                raise exc.InvalidArgument(
-                    f"Invalid value for field 'resource.targetSizePolicy.mode': {mode!r}; allowed: BULK, INDIVIDUAL",
-                    reason="invalid",
+                raise cexc.Invalid(
+                    f"Invalid value for field 'resource.targetSizePolicy.mode': {mode!r}; allowed: BULK, INDIVIDUAL"
                 )
             action = (body.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure")
             if action not in (None, "REPAIR", "DO_NOTHING"):
-                raise exc.InvalidArgument(
+                raise cexc.Invalid(
                     "Invalid value for field 'resource.instanceLifecyclePolicy.defaultActionOnFailure': "
-                    f"{action!r}; allowed: REPAIR, DO_NOTHING",
-                    reason="invalid",
+                    f"{action!r}; allowed: REPAIR, DO_NOTHING"
                 )
             policy = None
             wp_link = (body.get("resourcePolicies") or {}).get("workloadPolicy")
@@ -559,10 +508,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     or preg != region_of(zone)
                     or (project, preg, pname) not in self._policies
                 ):
-                    raise exc.InvalidArgument(
+                    raise cexc.Invalid(
                         f"Invalid value for field 'resource.resourcePolicies.workloadPolicy': {wp_link!r}. The "
-                        f"policy does not exist in region {region_of(zone)}.",
-                        reason="invalid",
+                        f"policy does not exist in region {region_of(zone)}."
                     )
                 policy = self._policies[(project, preg, pname)]
                 topo = (policy.body.get("workloadPolicy") or {}).get("acceleratorTopology")
@@ -571,10 +519,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     for d in str(topo).split("x"):
                         chips *= int(d)
                     if chips != size * machine.chips:
-                        raise exc.InvalidArgument(
+                        raise cexc.Invalid(
                             f"Invalid value for field 'resource.targetSize': {size}. acceleratorTopology {topo} "
-                            f"needs {chips // machine.chips} VMs of {machine.name} ({chips} chips).",
-                            reason="invalid",
+                            f"needs {chips // machine.chips} VMs of {machine.name} ({chips} chips)."
                         )
             kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
             kept.setdefault("baseInstanceName", name)
@@ -590,7 +537,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _group(self, project: str, zone: str, name: str) -> Group:
         grp = self._groups.get((project, zone, name))
         if grp is None:
-            raise _not_found(f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
+            raise cexc.not_found(f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
         return grp
 
     def _members(self, grp: Group) -> list[Instance]:
@@ -746,7 +693,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _op(self, project: str, scope: str, name: str) -> Operation:
         op = self._ops.get((project, scope, name))
         if op is None:
-            raise _not_found(f"projects/{project}/{scope}/operations/{name}")
+            raise cexc.not_found(f"projects/{project}/{scope}/operations/{name}")
         return op
 
     def get_operation(self, project: str, scope: str, name: str) -> dict[str, Any]:
@@ -816,7 +763,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         for key, inst in list(self._instances.items()):
             if inst.status == Status.PENDING:
                 if inst.wait_until is not None and now >= inst.wait_until:
-                    self._failures[inst.path] = self._exhausted(inst.project, inst.zone, inst.machine, inst.model)
+                    self._failures[inst.path] = cexc.zone_exhausted(
+                        inst.project, inst.zone, inst.machine.name, inst.model
+                    )
                     del self._instances[key]
                     changed = True
                 elif self._shortfall(inst.project, inst.zone, inst.machine, inst.model, inst.reservation, 1) is None:
@@ -976,7 +925,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         res = self.capacity.zone(zone).reservations.get(name)
         path = f"projects/{project}/zones/{zone}/reservations/{name}"
         if res is None:
-            raise _not_found(path)
+            raise cexc.not_found(path)
         used = sum(1 for i in self._holding() if i.zone == zone and i.reservation == name)
         return {
             "kind": "compute#reservation",
@@ -1010,7 +959,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def get_region(self, project: str, region: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             if not re.match(r"^[a-z]+-[a-z]+\d+$", region):
-                raise _not_found(f"projects/{project}/regions/{region}")
+                raise cexc.not_found(f"projects/{project}/regions/{region}")
             quotas = []
             for gen in sorted({m.quota_metric for m in MACHINE_TYPES.values()}):
                 for metric in (gen, "PREEMPTIBLE_" + gen):
@@ -1034,7 +983,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def get_zone(self, project: str, zone: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             if not re.match(r"^[a-z]+-[a-z]+\d+-[a-z]$", zone):
-                raise _not_found(f"projects/{project}/zones/{zone}")
+                raise cexc.not_found(f"projects/{project}/zones/{zone}")
             return {"kind": "compute#zone", "id": str(abs(hash(zone)) % 10**12), "name": zone, "status": "UP",
                     "region": f"{self.link_base}projects/{project}/regions/{region_of(zone)}",
                     "selfLink": f"{self.link_base}projects/{project}/zones/{zone}"}  # fmt: skip
@@ -1056,7 +1005,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             m = MACHINE_TYPES.get(name)
             path = f"projects/{project}/zones/{zone}/machineTypes/{name}"
             if m is None:
-                raise _not_found(path)
+                raise cexc.not_found(path)
             return {"kind": "compute#machineType", "id": str(abs(hash(name)) % 10**12), "name": name,
                     "description": f"{m.chips} {m.generation} TPU chips, {m.cpus} vCPUs", "guestCpus": m.cpus,
                     "memoryMb": m.memory_mb, "zone": zone, "selfLink": self.link_base + path}  # fmt: skip
@@ -1072,7 +1021,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             found = [i for (p, z, n), i in self._instances.items()
                      if z == zone and n == name and (project is None or p == project)]  # fmt: skip
             if not found or found[0].status != Status.RUNNING:
-                raise _not_found(f"projects/{project or '*'}/zones/{zone}/instances/{name} (RUNNING)")
+                raise cexc.not_found(f"projects/{project or '*'}/zones/{zone}/instances/{name} (RUNNING)")
             inst = found[0]
             if inst.model != "SPOT":
                 raise exc.FailedPrecondition(f"instance {inst.path} is {inst.model}; only SPOT VMs are preempted")
