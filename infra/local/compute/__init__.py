@@ -7,7 +7,3 @@ bodies), ``filters`` (the list ``filter`` syntax), ``responses`` (HTTP only), ``
 ``server`` (127.0.0.1, in a thread).
 ``google-cloud-compute`` drives it unchanged (REST, ``/compute/v1/projects/...``).
 """
-
-from infra.local.compute.models import ComputeBackend
-
-__all__ = ["ComputeBackend"]
