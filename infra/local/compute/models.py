@@ -112,10 +112,8 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         self._ops: dict[tuple[str, str, str], Operation] = {}
         self._failures: dict[str, dict[str, Any]] = {}  # instance path -> why its insert failed
         self._hosted: set[tuple[str, int]] = set()  # (instance path, uid) whose host runs
-        self._guest: dict[tuple[str, str, str], str] = {}
-        self._requests: dict[
-            str, tuple[str, str, str]
-        ] = {}  # requestId -> its operation  # (instance path, namespace, key) -> value
+        self._guest: dict[tuple[str, str, str], str] = {}  # (instance path, namespace, key) -> value
+        self._requests: dict[str, tuple[str, str, str]] = {}  # requestId -> its operation's key
 
     # -- small helpers -------------------------------------------------------------------------
     def _once(self, request_id: str | None, run: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
@@ -131,9 +129,6 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             return out
 
         return wrapped
-
-    def _link(self, path: str) -> str:
-        return self.link_base + path
 
     def _new_op(self, project: str, scope: str, op_type: str, target: str, target_id: int) -> Operation:
         now = self.clock.now()
@@ -162,9 +157,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _holding(self) -> list[Instance]:
         return [i for i in self._instances.values() if i.status in Status.HOLDS_CAPACITY]
 
-    def _shortfall(self, project: str, zone: str, machine: MachineType, model: str, reservation: str, count: int) -> (
-        dict[str, Any] | None
-    ):  # fmt: skip
+    def _shortfall(
+        self, project: str, zone: str, machine: MachineType, model: str, reservation: str, count: int
+    ) -> dict[str, Any] | None:
         """The operation error if ``count`` VMs cannot be placed now, else None."""
         zc = self.capacity.zone(zone)
         if model == "RESERVATION_BOUND":
@@ -778,6 +773,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                 changed = True
             elif inst.status == Status.STOPPING and inst.deleting and (inst.gone_at or 0) <= now:
                 del self._instances[key]
+                self._end_preemption(inst, now)  # deleted during its preemption notice
                 changed = True
             elif inst.status == Status.STOPPING and inst.preempted and (inst.kill_at or 0) <= now:
                 self._terminate(inst, "preempted", now)
@@ -791,15 +787,18 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _terminate(self, inst: Instance, reason: str, now: float) -> None:
         """The guest is gone: TERMINATED, or deleted if ``instanceTerminationAction`` is DELETE."""
         self._stop_host(inst, reason)
-        for op in self._ops.values():
-            if op.op_type == PREEMPTED and op.target_id == inst.uid:
-                op.finish(now)
+        self._end_preemption(inst, now)
         if inst.termination_action() == "DELETE" and not inst.group:
             del self._instances[(inst.project, inst.zone, inst.name)]
             return
         inst.status, inst.stop_time = Status.TERMINATED, now
         if reason == "preempted":
             inst.status_message = "Instance was preempted."
+
+    def _end_preemption(self, inst: Instance, now: float) -> None:
+        for op in self._ops.values():
+            if op.op_type == PREEMPTED and op.target_id == inst.uid:
+                op.finish(now)
 
     def _advance_group(self, grp: Group, now: float) -> bool:
         if grp.deleting:

@@ -236,3 +236,15 @@ def test_a_retried_insert_with_the_same_request_id_returns_the_first_operation(f
     with pytest.raises(gexc.Conflict):
         insert("6f1d0c1e-0000-4000-8000-000000000002")
     assert fake.backend.state()["instances"] == 1
+
+
+def test_deleting_during_the_preemption_notice_ends_the_preemption(fake):
+    _insert(fake, _instance("n-1"))
+    fake.backend.preempt(ZONE, "n-1")
+    op = fake.instances.delete_unary(project=PROJECT, zone=ZONE, instance="n-1")
+    assert fake.zone_ops.wait(project=PROJECT, zone=ZONE, operation=op.name).status == Op.Status.DONE
+    with pytest.raises(gexc.NotFound):
+        fake.instances.get(project=PROJECT, zone=ZONE, instance="n-1")
+    ops = fake.zone_ops.list(request=compute_v1.ListZoneOperationsRequest(
+        project=PROJECT, zone=ZONE, filter='operationType = "compute.instances.preempted"'))  # fmt: skip
+    assert [o.status for o in ops] == [Op.Status.DONE]
