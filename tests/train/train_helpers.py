@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from infra.local.wheelhouse import reference_setup
 from tpu_ops.cloud.tpu import TpuApi
 from tpu_ops.settings import Settings
 from tpu_ops.specs import TrainJobSpec
@@ -24,6 +25,8 @@ ZONE = "us-central2-b"
 def job_spec(bucket: str, accelerator: str = "v4-8", **train: Any) -> TrainJobSpec:
     """A small, fast job: single-host v4-8 spot, short polls; ``train`` overrides TrainSpec fields."""
     hp = {"step_delay_s": 0.05, **train.pop("hyperparameters", {})}
+    if "command" not in train and "setup" not in train:  # the reference trainer: numpy from the wheelhouse
+        train.update(reference_setup(f"gs://{bucket}/wheelhouse"))
     body = {
         "checkpoint_dir": f"gs://{bucket}/runs", "steps": 30, "checkpoint_every": 5, "hyperparameters": hp,
         "poll_interval": 0.5, "heartbeat_interval": 0.25, "stall_limit": "30s", "term_grace": 1, **train,
