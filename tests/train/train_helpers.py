@@ -99,5 +99,8 @@ def run_reference_locally(env: dict[str, str], checkpoint_dir: str, steps: int, 
     contract = {"TPU_OPS_RUN_ID": "baseline", "TPU_OPS_WORKER": "0", "TPU_OPS_WORKERS": "1",
                 "TPU_OPS_CHECKPOINT_DIR": checkpoint_dir, "TPU_OPS_STEPS": str(steps),
                 "TPU_OPS_CHECKPOINT_EVERY": str(every), "TPU_OPS_HYPERPARAMETERS": hp}  # fmt: skip
+    # A worker's environment has no OPENBLAS_* (the host simulator passes nothing of the host's); this
+    # machine sets OPENBLAS_CORETYPE, which picks other kernels and so other rounding: drop it here too.
+    env = {k: v for k, v in env.items() if not k.startswith("OPENBLAS_")}
     subprocess.run([sys.executable, "-m", "tpu_ops.train.reference"], env={**env, **contract}, check=True,
                    capture_output=True, timeout=120)  # fmt: skip

@@ -94,6 +94,10 @@ class Supervisor:
         self.doc = job_document(job, run_id)
         self.layout = RunLayout(self.doc.run_uri, self.doc.checkpoint_subdir)
         self.wheel, self.notify, self.on_attempt = wheel, notify or (lambda name, payload: None), on_attempt
+        if self.wheel is None:  # every worker needs the agent: an image has only its own python3 (agent hook)
+            from tpu_ops.train.wheel import agent_wheel
+
+            self.wheel = agent_wheel(settings)
         self.poll_s = job.train.poll_interval.total_seconds()
         self.stall_s = job.train.stall_limit.total_seconds()
         self.report = GoodputReport(run_id, "running", job.train.steps, None, time.time())
