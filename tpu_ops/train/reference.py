@@ -43,21 +43,18 @@ from tpu_ops.agent.job import COMMIT_MARKER, JobEnv, job_env
 SEQ_SCALE = 32_000.0
 PART_WAIT_S = 600.0
 _DTYPES = {"I32": np.int32, "I64": np.int64, "U16": np.uint16, "U32": np.uint32, "F32": np.float32,
-           "F64": np.float64, "I16": np.int16, "U8": np.uint8}  # fmt: skip
+           "F64": np.float64, "I16": np.int16, "U8": np.uint8, "F16": np.float16}  # fmt: skip
 
 
-def read_safetensors(raw: bytes) -> dict[str, np.ndarray]:
-    """The tensors of a ``.safetensors`` file (8-byte header length, JSON header, raw little-endian data)."""
+def read_safetensors(raw: bytes, name: str) -> np.ndarray:
+    """Tensor ``name`` of a ``.safetensors`` file (8-byte header length, JSON header, little-endian data)."""
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
-        out[name] = np.frombuffer(raw[8 + n + start : 8 + n + end], dtype=dtype).reshape(info["shape"])
-    return out
+    info = json.loads(raw[8 : 8 + n])[name]
+    if info["dtype"] not in _DTYPES:
+        raise SystemExit(f"reference trainer: tensor {name!r} has dtype {info['dtype']}; it reads {sorted(_DTYPES)}")
+    start, end = info["data_offsets"]
+    dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
+    return np.frombuffer(raw[8 + n + start : 8 + n + end], dtype=dtype).reshape(info["shape"])
 
 
 def load_data(gcs: Gcs, manifest_uri: str | None, hp: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +70,7 @@ def load_data(gcs: Gcs, manifest_uri: str | None, hp: dict[str, Any]) -> tuple[n
         chunks = []
         for key in keys[: int(hp.get("data_shards", 2))]:
             raw = gcs.read(bucket, join(prefix, key) if prefix else key)
-            chunks.append(read_safetensors(raw)["tokens"][:, : features + 1])
+            chunks.append(read_safetensors(raw, "tokens")[:, : features + 1])
         if not chunks:
             raise SystemExit(f"reference trainer: manifest {manifest_uri} names no .safetensors shard")
         tokens = np.concatenate(chunks)
