@@ -127,7 +127,6 @@ class HostSimulator:
             "LANG": "C.UTF-8",
             "PIP_NO_INDEX": "1",
             "PIP_CONFIG_FILE": os.devnull,  # no pip.conf of the host's (its index, find-links, constraints)
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "TPU_OPS_CONSOLE": str(wd / "console.log"),
         })  # fmt: skip
         return env
