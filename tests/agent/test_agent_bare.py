@@ -139,3 +139,16 @@ def test_metadata_forms_worker_id_and_host_name_lists() -> None:
     env = contract_env(Job("r", "gs://b/r", 10, 5, coordinator_port=9000), who, None, Path("p"))
     assert env["TPU_WORKER_ID"] == "1" and env["TPU_WORKER_HOSTNAMES"] == "h-0,h-1"
     assert env["JAX_COORDINATOR_ADDRESS"] == "h-0:9000" and env["JAX_PROCESS_ID"] == "1"
+
+
+def test_the_dry_run_guard_covers_the_trainer_s_environment() -> None:
+    from tpu_ops.agent.loopback import LoopbackError, check_trainer_env
+
+    local = {"TPU_OPS_DRY_RUN": "true", "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9", "GCE_METADATA_HOST": "127.0.0.1:8",
+             "TENSORSTORE_GCS_HTTP_URL": "http://127.0.0.1:9"}  # fmt: skip
+    check_trainer_env(local)
+    with pytest.raises(LoopbackError, match="TENSORSTORE_GCS_HTTP_URL"):
+        check_trainer_env({k: v for k, v in local.items() if k != "TENSORSTORE_GCS_HTTP_URL"})
+    with pytest.raises(LoopbackError, match="AWS_ENDPOINT_URL"):
+        check_trainer_env({**local, "AWS_ENDPOINT_URL": "https://s3.amazonaws.com"})
+    check_trainer_env({**local, "TPU_OPS_DRY_RUN": "false", "AWS_ENDPOINT_URL": "https://s3.amazonaws.com"})

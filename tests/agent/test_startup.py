@@ -118,3 +118,17 @@ def test_rendered_scripts_pass_shellcheck_and_carry_no_credentials(tmp_path: Pat
         lowered = text.lower()
         for word in ("secret", "password", "aws_access_key", "private_key", "begin rsa"):
             assert word not in lowered
+
+
+def test_a_failed_bootstrap_leaves_one_line_with_the_reason_on_the_console(tmp_path: Path) -> None:
+    exe = tmp_path / "py"
+    exe.write_text('#!/bin/bash\nif [ "$1" = "-" ]; then cat >/dev/null; exit 5; fi\nexit 0\n')
+    exe.chmod(0o755)
+    script = render(tmp_path, ["run"], python=str(exe))
+    console = tmp_path / "console.log"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TPU_OPS_CONSOLE": str(console)}
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 5
+    (line,) = console.read_text().splitlines()
+    assert line.startswith("tpu-ops startup for run run-1 failed (exit 5) while fetching the DONE marker")
+    assert line in out.stderr
