@@ -59,7 +59,8 @@ def bare(local_stack: Any, tmp_path: Path) -> Any:
         from dataclasses import asdict
 
         gcs.bucket(bucket).blob("runs/bare/_tpu_ops/job.json").upload_from_string(json.dumps(asdict(job)))
-        code = f"import sys; sys.path.insert(0, {str(lib)!r}); from tpu_ops.agent.__main__ import main; sys.exit(main())"
+        code = f"import sys; sys.path.insert(0, {str(lib)!r}); from tpu_ops.agent.__main__ import main; " \
+            "sys.exit(main())"
         argv = [sys.executable, "-S", "-I", "-c", code, "run", "--job", f"gs://{bucket}/runs/bare/_tpu_ops/job.json",
                 "--incarnation", "0-test"]  # fmt: skip
         p = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -144,8 +145,8 @@ def test_metadata_forms_worker_id_and_host_name_lists() -> None:
 def test_the_dry_run_guard_covers_the_trainer_s_environment() -> None:
     from tpu_ops.agent.loopback import LoopbackError, check_trainer_env
 
-    local = {"TPU_OPS_DRY_RUN": "true", "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9", "GCE_METADATA_HOST": "127.0.0.1:8",
-             "TENSORSTORE_GCS_HTTP_URL": "http://127.0.0.1:9"}  # fmt: skip
+    local = {"TPU_OPS_DRY_RUN": "true", "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9",
+             "GCE_METADATA_HOST": "127.0.0.1:8", "TENSORSTORE_GCS_HTTP_URL": "http://127.0.0.1:9"}  # fmt: skip
     check_trainer_env(local)
     with pytest.raises(LoopbackError, match="TENSORSTORE_GCS_HTTP_URL"):
         check_trainer_env({k: v for k, v in local.items() if k != "TENSORSTORE_GCS_HTTP_URL"})

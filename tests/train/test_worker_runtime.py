@@ -61,7 +61,8 @@ def test_a_worker_and_its_trainer_see_google_s_image_and_nothing_of_the_host(
 def test_a_failing_setup_fails_the_run_within_a_poll_with_its_log_tail(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any
 ) -> None:
-    setup = ["bash", "-c", "echo 'Looking in indexes: (none)'; echo 'ERROR: No matching distribution for jax' >&2; exit 7"]
+    script = "echo 'Looking in indexes: (none)'; echo 'ERROR: No matching distribution for jax' >&2; exit 7"
+    setup = ["bash", "-c", script]
     run = Run(job_spec(ckpt_bucket, setup=setup), "nosetup", train_settings)
     run.thread.join(60)
     assert isinstance(run.error, TrainingError), run.error
