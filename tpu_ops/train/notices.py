@@ -12,7 +12,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tpu_ops.errors import TransientError
 from tpu_ops.train.layout import RunLayout, list_json
+
+# How often the supervisor lists the notices between its full polls (one small listing each time),
+# so it starts recovering well within a second of the SIGTERM whatever the poll interval.
+POLL_S = 0.5
 
 
 def notices(gcs: Any, layout: RunLayout, incarnation_id: str, since: float = 0.0) -> list[dict[str, Any]]:
@@ -21,6 +26,19 @@ def notices(gcs: Any, layout: RunLayout, incarnation_id: str, since: float = 0.0
     if incarnation_id:
         return [d for d in docs if d.get("incarnation") == incarnation_id]
     return [d for d in docs if float(d.get("time") or 0) >= since]
+
+
+def check(gcs: Any, layout: RunLayout, incarnation_id: str, since: float, into: list[dict[str, Any]]) -> str | None:
+    """Between full polls: why the slice is going away if a worker sent its notice, else None.
+
+    ``into`` receives the notices, so recovery knows to give the workers their grace.
+    """
+    try:
+        found = notices(gcs, layout, incarnation_id, since)
+    except TransientError:
+        return None
+    into[:] = found
+    return reason(found) if found else None
 
 
 def reason(found: list[dict[str, Any]]) -> str:

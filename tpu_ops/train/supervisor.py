@@ -172,12 +172,22 @@ class Supervisor:
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
 
+        next_full = 0.0
+
         def check() -> bool | None:
+            nonlocal next_full
+            if time.monotonic() < next_full:  # between polls: only the workers' SIGTERM notices (agent hook)
+                why = notices.check(self.gcs, self.layout, inc.incarnation_id, inc.ready_at, self._notices)
+                if why:
+                    raise _Preempted(why)
+                return None
+            next_full = time.monotonic() + self.poll_s
             return self._check(inc, preemption)
 
         remaining = self.deadline - time.monotonic()
+        every = min(self.poll_s, notices.POLL_S) if self.doc.preemption_notice else self.poll_s
         try:
-            poll(check, timeout_s=max(remaining, 0.01), interval_s=self.poll_s, max_interval_s=self.poll_s,
+            poll(check, timeout_s=max(remaining, 0.01), interval_s=every, max_interval_s=every,
                        what=f"run {self.run_id} to finish")  # fmt: skip
         except TimeoutError:
             raise TrainingError(
