@@ -159,6 +159,7 @@ class JobEnv:
     progress_file: Path | None = None
     coordinator_address: str | None = None
     term_grace_s: float = 30.0
+    incarnation: str = ""
 
 
 class ContractError(ValueError):
@@ -198,5 +199,5 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
         dataset_manifest=env.get("TPU_OPS_DATASET_MANIFEST") or None, hyperparameters=hp,
         progress_file=Path(progress) if progress else None,
         coordinator_address=env.get("TPU_OPS_COORDINATOR_ADDRESS") or None,
-        term_grace_s=float(env.get("TPU_OPS_TERM_GRACE_S") or 30.0),
+        term_grace_s=float(env.get("TPU_OPS_TERM_GRACE_S") or 30.0), incarnation=env.get("TPU_OPS_INCARNATION") or "",
     )  # fmt: skip

@@ -176,21 +176,8 @@ class Agent:
             self._report(1, resume, None, "guard", _tail(self.log))
             print(f"tpu-ops agent: {exc}", file=sys.stderr, flush=True)
             return 1
-        start = f"resuming from step {resume}" if resume is not None else "fresh start"
-        warm = self.warm is not None and self.warm.poll() is None
-        if warm:
-            start += " (trainer imported while the agent started)"
-        print(f"tpu-ops agent: worker {self.who.worker_number}/{self.who.worker_count} of {self.job.run_id}: {start}",
-              flush=True)  # fmt: skip
-        if warm:
-            assert self.warm is not None
-            self.proc = self.warm  # already imported: hand it its environment
-            self._release(env)
-        else:
-            self._release(None)
-            with self.log.open("ab") as out:
-                self.proc = subprocess.Popen(self.job.argv(self.workdir), stdout=out, stderr=subprocess.STDOUT,
-                                             cwd=self.workdir, env=trainer_env)  # fmt: skip
+        self._start_trainer(resume, env, trainer_env)
+        assert self.proc is not None
         if self.term_at is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # the signal came while the trainer was starting
         rc = self._watch(resume, progress)
@@ -203,6 +190,24 @@ class Agent:
         if rc == 0 and self.who.worker_number == 0 and self.term_at is None:
             self._commit_done()
         return rc
+
+    def _start_trainer(self, resume: int | None, env: dict[str, str], trainer_env: dict[str, str]) -> None:
+        """The warm trainer handed its environment, or a new trainer process."""
+        start = f"resuming from step {resume}" if resume is not None else "fresh start"
+        warm = self.warm is not None and self.warm.poll() is None
+        if warm:
+            start += " (trainer imported while the agent started)"
+        print(f"tpu-ops agent: worker {self.who.worker_number}/{self.who.worker_count} of {self.job.run_id}: {start}",
+              flush=True)  # fmt: skip
+        if warm:
+            assert self.warm is not None
+            self.proc = self.warm  # already imported: hand it its environment
+            self._release(env)
+            return
+        self._release(None)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.job.argv(self.workdir), stdout=out, stderr=subprocess.STDOUT,
+                                         cwd=self.workdir, env=trainer_env)  # fmt: skip
 
     def _release(self, env: dict[str, str] | None) -> None:
         if self.warm is not None and self.warm.poll() is None:

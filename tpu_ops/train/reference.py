@@ -155,7 +155,7 @@ def agree_on_step(gcs: Gcs, env: JobEnv, step: int, deadline: float) -> int | No
     if env.workers == 1:
         return step
     bucket, root = split_gs(env.checkpoint_dir)
-    head = join(root, "_preemption", os.environ.get("TPU_OPS_INCARNATION") or "0")
+    head = join(root, "_preemption", env.incarnation or "0")
     gcs.write_json(bucket, join(head, f"worker-{env.worker}.json"), {"worker": env.worker, "step": step})
     while time.monotonic() < deadline:
         steps = [d["step"] for d in gcs.list_json(bucket, head) if isinstance(d, dict) and "step" in d]
