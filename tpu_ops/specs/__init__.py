@@ -5,6 +5,7 @@ from tpu_ops.specs.jobs import ExportSpec, MirrorSpec, PipelineSpec, TrainJobSpe
 from tpu_ops.specs.loader import format_errors, load_spec, parse_spec
 from tpu_ops.specs.slice import (
     CapacityLadder,
+    FlexStartRung,
     OnDemandRung,
     ProvisionSpec,
     ReservationRung,
@@ -20,6 +21,7 @@ __all__ = [
     "GcsUri",
     "MirrorSpec",
     "Name",
+    "FlexStartRung",
     "OnDemandRung",
     "PipelineSpec",
     "ProvisionSpec",

@@ -27,12 +27,12 @@ from typing import Any
 
 from tpu_ops.agent.run import Job
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
 from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
+from tpu_ops.provision.providers import Provider, SliceState, for_spec
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Outcome
 from tpu_ops.provision.teardown import teardown
@@ -82,12 +82,12 @@ class _Preempted(Exception):
 class Supervisor:
     """One training run from first slice to teardown (see the module docstring)."""
 
-    def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, api: TpuApi | None = None,
+    def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, provider: Provider | None = None,
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
         check_command(job, run_id)
-        self.api = api or TpuApi(settings)
+        self.provider = provider or for_spec(job.provision, settings)
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id)
         self.layout = self.doc.layout
@@ -114,7 +114,8 @@ class Supervisor:
             raise
         finally:
             try:
-                teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+                teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones),
+                         providers=[self.provider])
             finally:
                 self._finish(time.monotonic() - t0)
         return self.report
@@ -145,7 +146,7 @@ class Supervisor:
         )  # fmt: skip
         t0 = time.monotonic()
         resume = latest_complete_step(self.gcs, self.layout.steps_uri)
-        s = provision(self.job.provision, self.run_id, self.settings, api=self.api,
+        s = provision(self.job.provision, self.run_id, self.settings, provider=self.provider,
                       metadata={"startup-script": script}, on_attempt=self.on_attempt)  # fmt: skip
         if preemption is not None:
             preemption.reprovision_s = time.monotonic() - t0
@@ -231,14 +232,13 @@ class Supervisor:
         inc.last_step, inc.last_progress_at = top, now
 
     def _slice_lost(self, inc: Incarnation) -> str | None:
-        """Why the slice is gone (queued resource or node state), or None while it is healthy."""
-        qr = self.api.find_queued_resource(inc.zone, inc.queued_resource)
-        if qr is None or qr.state not in QrState.ACTIVE:
-            return f"queued resource {qr.state if qr else 'missing'}"
-        node = self.api.find_node(inc.zone, qr.node_id)
-        if node is None or node.state in NodeState.DEAD or node.state in NodeState.GOING:
-            return f"node {node.state if node else 'missing'}"
-        return None
+        """Why the slice is gone (as its provider describes it), or None while it is healthy."""
+        rec = self.provider.describe(inc.zone, inc.queued_resource)
+        if rec is None:
+            return "slice missing"
+        if rec.state in SliceState.READY or rec.state == SliceState.BOOTING:
+            return None
+        return rec.raw_state
 
     # -- recovery ----------------------------------------------------------------------------
     def _recover(self, inc: Incarnation, reason: str) -> Preemption:
@@ -250,7 +250,8 @@ class Supervisor:
                                                     state=reason, t=detected)  # fmt: skip
         self.notify(PREEMPTED_EVENT, self._event(p))
         t0 = time.monotonic()
-        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones),
+                         providers=[self.provider])
         p.delete_s = time.monotonic() - t0
         # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
         reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
