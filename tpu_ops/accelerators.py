@@ -41,7 +41,8 @@ def _rows() -> dict[str, AcceleratorType]:
 
     # v4, v5p and TPU7x: 4 chips per host, 2 TensorCores per chip, 3-D torus.
     cube = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8"}
-    for gen, prefix, mt in (("v4", "v4", ""), ("v5p", "v5p", "ct5p-hightpu-4t"), ("tpu7x", "tpu7x", "tpu7x-standard-4t")):
+    host4 = (("v4", "v4", ""), ("v5p", "v5p", "ct5p-hightpu-4t"), ("tpu7x", "tpu7x", "tpu7x-standard-4t"))
+    for gen, prefix, mt in host4:
         for chips, topo in cube.items():
             add(gen, prefix, chips * 2, chips, max(1, chips // 4), topo, 2, mt)
     # v5e: 8 chips per host (v5litepod-16 = 2 hosts of 8 chips), 2-D torus.
@@ -88,4 +89,5 @@ def lookup(name: str) -> AcceleratorType:
 
 def known_names() -> list[str]:
     """All accelerator type names, grouped by generation and ordered by size."""
-    return sorted(ACCELERATOR_TYPES, key=lambda n: (ACCELERATOR_TYPES[n].generation, ACCELERATOR_TYPES[n].chips))
+    order = {g: i for i, g in enumerate(GENERATIONS)}
+    return sorted(ACCELERATOR_TYPES, key=lambda n: (order[ACCELERATOR_TYPES[n].generation], ACCELERATOR_TYPES[n].chips))

@@ -11,7 +11,6 @@ and moves on at failure, stockout, quota or timeout after deleting what it aband
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass

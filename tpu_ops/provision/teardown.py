@@ -19,9 +19,7 @@ from tpu_ops.provision.records import Resource, TeardownReport
 from tpu_ops.settings import Settings
 
 
-def find_resources(
-    provider: Provider, zones: Sequence[str] = ALL_ZONES, run_id: str | None = None
-) -> list[Resource]:
+def find_resources(provider: Provider, zones: Sequence[str] = ALL_ZONES, run_id: str | None = None) -> list[Resource]:
     """Resources in ``zones`` that tpu-ops manages through ``provider`` (of ``run_id`` if given)."""
     return provider.resources(zones, run_id)
 

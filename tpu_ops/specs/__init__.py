@@ -18,10 +18,10 @@ from tpu_ops.tiers import Tier
 __all__ = [
     "CapacityLadder",
     "ExportSpec",
+    "FlexStartRung",
     "GcsUri",
     "MirrorSpec",
     "Name",
-    "FlexStartRung",
     "OnDemandRung",
     "PipelineSpec",
     "ProvisionSpec",

@@ -32,8 +32,8 @@ from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
-from tpu_ops.provision.providers import Provider, SliceState, for_spec
 from tpu_ops.provision.prices import load as load_prices
+from tpu_ops.provision.providers import Provider, SliceState, for_spec
 from tpu_ops.provision.records import Outcome
 from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
@@ -114,8 +114,9 @@ class Supervisor:
             raise
         finally:
             try:
-                teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones),
-                         providers=[self.provider])
+                teardown(
+                    self.run_id, self.settings, zones=list(self.job.provision.slice.zones), providers=[self.provider]
+                )
             finally:
                 self._finish(time.monotonic() - t0)
         return self.report
@@ -250,8 +251,7 @@ class Supervisor:
                                                     state=reason, t=detected)  # fmt: skip
         self.notify(PREEMPTED_EVENT, self._event(p))
         t0 = time.monotonic()
-        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones),
-                         providers=[self.provider])
+        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), providers=[self.provider])
         p.delete_s = time.monotonic() - t0
         # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
         reports = self._mine(inc, list_json(self.gcs, self.layout.workers))

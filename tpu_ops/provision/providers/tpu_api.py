@@ -128,7 +128,7 @@ class TpuApiProvider(Provider):
 
     def slice_resources(self, zone: str, slice_id: str) -> list[Resource]:
         # Both names are asked for even when one is missing: a node may outlive its request.
-        return [Resource(QR, zone, slice_id, None, "", "", "", None), Resource(NODE, zone, slice_id, None, "", "", "", None)]
+        return [Resource(kind, zone, slice_id, None, "", "", "", None) for kind in (QR, NODE)]
 
     # -- delete ------------------------------------------------------------------------------
     def request_delete(self, resources: Sequence[Resource]) -> None:
