@@ -183,8 +183,8 @@ class ComputeApi:
         """Names of instances in ``zone`` with a ``compute.instances.preempted`` operation."""
         c = self.client("ZoneOperationsClient")
         flt = f'operationType="{PREEMPTED_OP}"'
-        ops = self._call(lambda: list(c.list(project=self.project, zone=zone, filter=flt,
-                                              timeout=self.call_timeout_s)))  # fmt: skip
+        req = {"project": self.project, "zone": zone, "filter": flt}
+        ops = self._call(lambda: list(c.list(request=req, timeout=self.call_timeout_s)))
         return {_leaf(o.target_link) for o in ops if o.operation_type == PREEMPTED_OP and o.target_link}
 
     # -- templates (global) ------------------------------------------------------------------
@@ -343,7 +343,7 @@ class ComputeApi:
         else:
             c, kw = self.client("GlobalOperationsClient"), {}
         op = self._call(lambda: c.get(project=self.project, operation=ref.name, timeout=self.call_timeout_s, **kw))
-        if op.status != "DONE":
+        if getattr(op.status, "name", op.status) != "DONE":  # an enum in compute_v1's Operation
             return False, None
         lines = _error_lines(op.error) if op.error else ()
         if not lines:
