@@ -1,5 +1,10 @@
 """TPU-VM host simulator: runs a READY node's ``startup-script`` once per worker host, locally.
 
+``variant="compute"`` plays Compute Engine TPU VMs instead: one worker per RUNNING instance (its
+rank is the event's ``workerId``), with Compute Engine's metadata (``worker-id``, host names in
+``worker-network-endpoints``); a ``terminating`` event (spot preemption notice) sends SIGTERM and
+the following ``stopped`` kills at once.
+
 Each worker is ``bash startup-script.sh`` in its own process group and working directory, with
 its own fake metadata server (``GCE_METADATA_HOST``/``GCE_METADATA_IP``) and the stack's endpoint
 environment. When the node is preempted, deleted or the fake is reset, every worker's group gets
@@ -17,13 +22,23 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from infra.local._proc import kill_group, wait_until
-from infra.local.metadata import MetadataServer, tpu_vm_values
-from infra.local.tpu.models import NodeEvent, TpuBackend
+from infra.local.core.backend import NodeEvent
+from infra.local.metadata import MetadataServer, compute_vm_values, tpu_vm_values
+
+
+class HostBackend(Protocol):
+    """What the simulator needs of a fake (the TPU API's or Compute Engine's backend)."""
+
+    def subscribe(self, listener: Callable[[NodeEvent], None]) -> None: ...
+
+    def set_guest_attribute(self, name: str, worker: int, namespace: str, key: str, value: str) -> None: ...
+
 
 # A worker's bash hangs off a lifeline: stdin is a pipe only the simulator's process holds. A
 # background subshell waits on it and kills the worker's whole process group when it closes,
@@ -69,12 +84,20 @@ def _read(path: Path) -> str:
 
 
 class HostSimulator:
-    """Subscribe to a ``TpuBackend`` and play the worker hosts of its nodes."""
+    """Subscribe to a fake's backend and play the worker hosts of its nodes (or instances)."""
 
     def __init__(
-        self, backend: TpuBackend, env: dict[str, str], *, grace_s: float = 5.0, workdir: Path | None = None
+        self,
+        backend: HostBackend,
+        env: dict[str, str],
+        *,
+        grace_s: float = 5.0,
+        workdir: Path | None = None,
+        variant: Literal["tpu-api", "compute"] = "tpu-api",
     ) -> None:
         self.backend = backend
+        self.variant = variant
+        self._terminating: set[tuple[str, str]] = set()  # told to stop (SIGTERM sent), kill comes next
         self.grace_s = grace_s
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tpu-ops-hosts-"))
@@ -89,6 +112,8 @@ class HostSimulator:
     def _on_event(self, event: NodeEvent) -> None:
         if event.kind == "ready":
             self._start_node(event)
+        elif event.kind == "terminating":
+            self._term_node(event.zone, event.node_id)
         elif event.kind == "stopped":
             self._stop_node(event.zone, event.node_id)
 
@@ -107,7 +132,8 @@ class HostSimulator:
             return
         base = self.workdir / event.project / event.zone / f"{event.node_id}-{node.get('id', '0')}"
         workers = []
-        for w in range(hosts):
+        # A Compute Engine instance is one host of its slice; a TPU API node is all of them.
+        for w in [int(node["workerId"])] if self.variant == "compute" else range(hosts):
             workers.append(self._start_worker(event, node, w, base / f"worker-{w}", script))
         with self._lock:
             old = self._nodes.get((event.zone, event.node_id), [])
@@ -122,7 +148,8 @@ class HostSimulator:
         def sink(ns: str, key: str, value: str) -> None:
             self.backend.set_guest_attribute(name, w, ns, key, value)
 
-        md = MetadataServer(tpu_vm_values(node, event.project, event.zone, w), sink).start()
+        values = (compute_vm_values if self.variant == "compute" else tpu_vm_values)(node, event.project, event.zone, w)
+        md = MetadataServer(values, sink).start()
         env = self._base_env()
         env.update({
             "GCE_METADATA_HOST": md.host,
@@ -138,15 +165,28 @@ class HostSimulator:
             )  # fmt: skip
         return Worker(w, wd, proc, md)
 
+    def _term_node(self, zone: str, node_id: str) -> None:
+        """SIGTERM only: the kill comes with the ``stopped`` event, when the fake's notice runs out."""
+        with self._lock:
+            workers = list(self._nodes.get((zone, node_id), []))
+            self._terminating.add((zone, node_id))
+        for wk in workers:
+            if wk.running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(wk.pid, signal.SIGTERM)
+
     def _stop_node(self, zone: str, node_id: str) -> None:
         with self._lock:
             workers = list(self._nodes.get((zone, node_id), []))
-        self._kill(workers)
+            noticed = (zone, node_id) in self._terminating
+            self._terminating.discard((zone, node_id))
+        self._kill(workers, 0.0 if noticed else self.grace_s)
 
-    def _kill(self, workers: list[Worker]) -> None:
+    def _kill(self, workers: list[Worker], grace_s: float | None = None) -> None:
         """SIGTERM now (so the caller's preempt/delete has signalled before it returns), SIGKILL later."""
         if not workers:
             return
+        grace = self.grace_s if grace_s is None else grace_s
         for wk in workers:
             if wk.running:
                 with contextlib.suppress(ProcessLookupError):
@@ -154,7 +194,7 @@ class HostSimulator:
 
         def reap() -> None:
             for wk in workers:
-                kill_group(wk.proc, self.grace_s)
+                kill_group(wk.proc, grace)
                 if wk.proc.stdin:
                     wk.proc.stdin.close()
                 wk.metadata.stop()

@@ -82,7 +82,7 @@ def test_local_up_serves_and_cleans_up(tmp_path):
         assert time.monotonic() - t0 < 15
         env = _parse(env_file)
         for key in ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "TPU_OPS_TPU_ENDPOINT", "TPU_OPS_GCS_ENDPOINT",
-                    "TPU_OPS_STS_ENDPOINT"):  # fmt: skip
+                    "TPU_OPS_STS_ENDPOINT", "TPU_OPS_COMPUTE_ENDPOINT"):  # fmt: skip
             assert is_loopback(env[key]), key
         assert env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"].endswith("/") and env["TPU_OPS_DRY_RUN"] == "true"
         # start worker processes through the fake TPU API, so there is something to clean up

@@ -1,9 +1,10 @@
 """The ``filter`` of Compute Engine list calls, as much of it as a provider uses.
 
 Terms joined by ``AND`` (or juxtaposed in parentheses): ``field = value``, ``field != value``
-(exact; ``*`` in the value is a wildcard), ``field eq regex``, ``field ne regex`` (whole-string
-RE2-like match). ``field`` may be dotted (``labels.run-id``, ``scheduling.provisioningModel``).
-Values may be quoted. Anything else is INVALID_ARGUMENT, never silently ignored.
+(exact; ``*`` in the value is a wildcard), ``field:*`` (the field is set), ``field:value``
+(contains), ``field eq regex``, ``field ne regex`` (whole-string RE2-like match). ``field`` may be
+dotted (``labels.run-id``, ``scheduling.provisioningModel``). Values may be quoted. Anything else
+(``OR``, ``<``, ...) is INVALID_ARGUMENT, never silently ignored.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from infra.local.core import exceptions as exc
 
-_TERM = re.compile(r"""^\(?\s*([A-Za-z][\w.\-]*)\s*(=|!=|\beq\b|\bne\b)\s*("[^"]*"|'[^']*'|[^\s()]+)\s*\)?$""")
+_TERM = re.compile(r"""^\(?\s*([A-Za-z][\w.\-]*)\s*(=|!=|:|\beq\b|\bne\b)\s*("[^"]*"|'[^']*'|[^\s()]+)\s*\)?$""")
 
 
 def _value(obj: Any, dotted: str) -> Any:
@@ -51,6 +52,8 @@ def compile_filter(expr: str | None) -> Callable[[dict[str, Any]], bool]:
         def test(res: dict[str, Any], field: str = field, op: str = op, value: str = value) -> bool:
             got = _value(res, field)
             text = "" if got is None else str(got).lower() if isinstance(got, bool) else str(got)
+            if op == ":":
+                return got is not None and (value == "*" or value in text)
             if op in ("=", "!="):
                 hit = fnmatch.fnmatchcase(text, value) if "*" in value else text == value
                 return hit if op == "=" else not hit

@@ -101,6 +101,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         self.latency = Latency(**vars(self._initial[0]))
         self.preempt_notice_s = preempt_notice_s
         self.link_base = link_base  # the server sets its own URL: links never point off loopback
+        self.wait_s = 2.0  # longest an operations.wait call holds (wall seconds)
         self.capacity = Capacity()
         self._uids = itertools.count(4_000_000_000_000_000_001)
         self._ips = itertools.count(0)
@@ -215,6 +216,19 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                 f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists",
                 reason="alreadyExists",
             )
+        machine, model, reservation, run_s = self._placement(project, zone, body)
+        kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
+        block = next(self._ips)
+        # Loopback addresses (127.x.y.z): realistic per-host IPs that can never reach a real network.
+        ip = f"127.{20 + block // 250 // 250}.{block // 250 % 250}.{block % 250 + 2}"
+        now = self.clock.now()
+        inst = Instance(project, zone, name, next(self._uids), kept, machine, model, reservation, ip, now, group=group)
+        if run_s is not None:
+            inst.run_until = run_s  # relative until RUNNING
+        return inst
+
+    def _placement(self, project: str, zone: str, body: dict[str, Any]) -> tuple[MachineType, str, str, float | None]:
+        """(machine type, provisioning model, reservation, maxRunDuration s) of a valid instance body."""
         machine = self._machine(body.get("machineType"), "resource.machineType")
         sched = body.get("scheduling") or {}
         model = str(sched.get("provisioningModel") or ("SPOT" if sched.get("preemptible") else "STANDARD"))
@@ -262,15 +276,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                 raise exc.InvalidArgument(
                     f"Reservation {reservation} is for {res.machine_type}, not {machine.name}", reason="invalid"
                 )
-        kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
-        block = next(self._ips)
-        # Loopback addresses (127.x.y.z): realistic per-host IPs that can never reach a real network.
-        ip = f"127.{20 + block // 250 // 250}.{block // 250 % 250}.{block % 250 + 2}"
-        now = self.clock.now()
-        inst = Instance(project, zone, name, next(self._uids), kept, machine, model, reservation, ip, now, group=group)
-        if run_s is not None:
-            inst.run_until = run_s  # relative until RUNNING
-        return inst
+        return machine, model, reservation, run_s
 
     def _place(self, inst: Instance, op: Operation | None) -> None:
         """Store ``inst`` if capacity allows (or, FLEX_START, wait); else fail ``op``."""
@@ -495,7 +501,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     reason="invalid",
                 )
             tpl = self._templates[(project, treg, tname)]
-            machine = self._machine((tpl.body.get("properties") or {}).get("machineType"), "template machineType")
+            machine = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[0]
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
                 raise exc.InvalidArgument(f"Invalid value for field 'resource.targetSize': {size!r}", reason="invalid")
@@ -670,20 +676,24 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             return False
         props = dict(grp.template.body.get("properties") or {})
         props.pop("name", None)
-        made = []
-        for _ in range(missing):
-            base = grp.body.get("baseInstanceName") or grp.name
-            body = {**props, "name": f"{base}-{secrets.token_hex(2)}"}
-            made.append(self._new_instance(grp.project, grp.zone, body, group=grp.name))
-        first = made[0]
-        count = len(made) if grp.bulk else 1
-        err = self._shortfall(grp.project, grp.zone, first.machine, first.model, first.reservation, count)
         grp.bulk_check = now
+        try:
+            machine, model, reservation, _ = self._placement(grp.project, grp.zone, props)
+        except exc.ApiError as e:  # e.g. its reservation was removed since: the group keeps trying
+            grp.bulk_error = {"errors": [{"code": e.reason or e.status, "message": e.message}]}
+            return False
+        count = missing if grp.bulk else 1
+        err = self._shortfall(grp.project, grp.zone, machine, model, reservation, count)
         if err is not None:
             grp.bulk_error = err
             return False
         grp.bulk_error = None
-        for inst in made[:count]:
+        base = grp.body.get("baseInstanceName") or grp.name
+        for _ in range(count):
+            name = f"{base}-{secrets.token_hex(2)}"
+            while (grp.project, grp.zone, name) in self._instances:
+                name = f"{base}-{secrets.token_hex(2)}"
+            inst = self._new_instance(grp.project, grp.zone, {**props, "name": name}, group=grp.name)
             inst.status, inst.ready_at = Status.PROVISIONING, now + self.latency.provision_s
             self._instances[(inst.project, inst.zone, inst.name)] = inst
             grp.instances.append(inst.name)
@@ -701,11 +711,11 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         path = f"/compute/v1/projects/{project}/{scope}/operations/{name}"
         return self._call("GET", path, lambda: self._op(project, scope, name).to_json(self.link_base))
 
-    def wait_operation(self, project: str, scope: str, name: str, timeout_s: float = 2.0) -> dict[str, Any]:
-        """Like Google's ``wait``: returns when DONE or after a while (theirs: ~2 min; here ``timeout_s``
+    def wait_operation(self, project: str, scope: str, name: str, timeout_s: float | None = None) -> dict[str, Any]:
+        """Like Google's ``wait``: returns when DONE or after a while (theirs: ~2 min; here ``wait_s``
         of wall time, so a test on a manual clock is never stuck); the caller polls again if not DONE."""
         path = f"/compute/v1/projects/{project}/{scope}/operations/{name}"
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (self.wait_s if timeout_s is None else timeout_s)
         while True:
             op = self._call("POST", path + "/wait", lambda: self._op(project, scope, name).to_json(self.link_base))
             if op["status"] == "DONE" or time.monotonic() >= deadline:
@@ -878,6 +888,45 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         if (inst.path, inst.uid) in self._hosted:
             self._hosted.discard((inst.path, inst.uid))
             self._event("stopped", reason, inst)
+
+    # -- aggregated lists (every zone / region of a project: what a reaper walks) -----------------
+    _AGGREGATED = {
+        "instances": "compute#instanceAggregatedList",
+        "instanceGroupManagers": "compute#instanceGroupManagerAggregatedList",
+        "resourcePolicies": "compute#resourcePolicyAggregatedList",
+        "instanceTemplates": "compute#instanceTemplateAggregatedList",
+    }
+
+    def aggregated_list(self, project: str, collection: str, flt: str | None = None) -> dict[str, Any]:
+        """``{items: {"zones/<z>"|"regions/<r>"|"global": {<collection>: [...]}}}``; scopes with no match
+        are left out; one page (the fake holds few resources)."""
+        if collection not in self._AGGREGATED:
+            raise exc.NotFound(f"no aggregated list of {collection!r}")
+
+        def run() -> dict[str, Any]:
+            pred = compile_filter(flt)
+            scoped: list[tuple[str, dict[str, Any]]] = []
+            if collection == "instances":
+                scoped = [(f"zones/{i.zone}", i.to_json(self.link_base)) for i in self._instances.values()
+                          if i.project == project]  # fmt: skip
+            elif collection == "instanceGroupManagers":
+                scoped = [
+                    (f"zones/{g.zone}", self._group_json(g)) for g in self._groups.values() if g.project == project
+                ]
+            elif collection == "resourcePolicies":
+                scoped = [(f"regions/{p.region}", p.to_json(self.link_base)) for p in self._policies.values()
+                          if p.project == project]  # fmt: skip
+            else:
+                scoped = [(f"regions/{t.region}" if t.region else "global", t.to_json(self.link_base))
+                          for t in self._templates.values() if t.project == project]  # fmt: skip
+            items: dict[str, dict[str, list[dict[str, Any]]]] = {}
+            for scope, res in sorted(scoped, key=lambda sr: (sr[0], sr[1]["name"])):
+                if pred(res):
+                    items.setdefault(scope, {collection: []})[collection].append(res)
+            kind = self._AGGREGATED[collection]
+            return {"kind": kind, "id": kind, "items": items}
+
+        return self._call("GET", f"/compute/v1/projects/{project}/aggregated/{collection}", run)
 
     # -- reservations, regions, machine types ---------------------------------------------------
     def _reservation_json(self, project: str, zone: str, name: str) -> dict[str, Any]:

@@ -106,6 +106,9 @@ class ComputeResponses(ControlMixin, JsonApp):
     def get_region(self, req: Request, project: str, region: str) -> dict[str, Any]:
         return self.backend.get_region(project, region)
 
+    def aggregated_list(self, req: Request, project: str, collection: str) -> dict[str, Any]:
+        return self.backend.aggregated_list(project, collection, req.args.get("filter"))
+
     # -- operations -------------------------------------------------------------------------------
     def list_operations(self, req: Request, project: str, scope: str) -> dict[str, Any]:
         return self.backend.list_operations(project, scope, **self._page(req))

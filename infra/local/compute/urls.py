@@ -40,6 +40,11 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^{_R}/resourcePolicies/{_N}$", "get_policy"),
     ("DELETE", rf"^{_R}/resourcePolicies/{_N}$", "delete_policy"),
     ("GET", rf"^{_R}$", "get_region"),
+    (
+        "GET",
+        rf"^{_P}/aggregated/(?P<collection>instances|instanceGroupManagers|resourcePolicies|instanceTemplates)$",
+        "aggregated_list",
+    ),
     ("GET", rf"^{_SCOPE}/operations$", "list_operations"),
     ("GET", rf"^{_SCOPE}/operations/{_N}$", "get_operation"),
     ("POST", rf"^{_SCOPE}/operations/{_N}/wait$", "wait_operation"),

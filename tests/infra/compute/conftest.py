@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from compute.helpers import loopback_only
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
@@ -16,13 +15,6 @@ from google.cloud import compute_v1
 from infra.local.compute.models import ComputeBackend
 from infra.local.compute.server import ComputeServer
 from infra.local.core.clock import ManualClock
-
-sys.path.insert(0, str(Path(__file__).parent))
-from loopback_guard import loopback_only
-
-PROJECT = "proj"
-ZONE = "us-east5-a"
-REGION = "us-east5"
 
 
 @pytest.fixture(scope="module")

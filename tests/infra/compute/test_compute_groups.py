@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PROJECT, REGION, ZONE
+from compute.helpers import PROJECT, REGION, ZONE
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
@@ -161,3 +161,20 @@ def test_regional_templates(fake):
     assert got.region.endswith(f"/regions/{REGION}") and got.properties.machine_type == "tpu7x-standard-4t"
     assert [t.name for t in fake.region_templates.list(project=PROJECT, region=REGION)] == ["rt"]
     assert list(fake.templates.list(project=PROJECT)) == []  # global templates are another collection
+
+
+def test_aggregated_lists_find_every_part_of_a_slice(fake):
+    """What a reaper walks: groups, templates and policies carry no labels, so it goes by name prefix."""
+    _create_slice(fake)
+    project = PROJECT
+    igms = fake.groups.aggregated_list(request=compute_v1.AggregatedListInstanceGroupManagersRequest(
+        project=project, filter="name eq s32.*"))  # fmt: skip
+    assert {scope: [g.name for g in scoped.instance_group_managers] for scope, scoped in igms} == {
+        f"zones/{ZONE}": ["s32"]
+    }
+    tpls = fake.templates.aggregated_list(request=compute_v1.AggregatedListInstanceTemplatesRequest(project=project))
+    assert {scope: [t.name for t in scoped.instance_templates] for scope, scoped in tpls} == {"global": ["s32-tpl"]}
+    pols = fake.policies.aggregated_list(request=compute_v1.AggregatedListResourcePoliciesRequest(project=project))
+    assert {scope: [p.name for p in scoped.resource_policies] for scope, scoped in pols} == {
+        f"regions/{REGION}": ["s32-wp"]
+    }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PROJECT, REGION, ZONE
+from compute.helpers import PROJECT, REGION, ZONE
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
@@ -162,3 +162,25 @@ def test_operation_result_would_poll_google_and_the_guard_catches_it(fake):
         ext.result(timeout=5)
     assert any("googleapis.com" in b for b in fake.blocked)
     fake.blocked.clear()  # seen and expected here; every other test must leave it empty
+
+
+def test_list_filters_and_the_aggregated_list_across_zones(fake):
+    _insert(fake, _instance("a-1"))
+    _insert(fake, _instance("a-2", model="STANDARD"))
+    _insert(fake, _instance("b-1"), zone="us-east5-b")
+
+    def names(flt: str, zone: str = ZONE) -> list[str]:
+        req = compute_v1.ListInstancesRequest(project=PROJECT, zone=zone, filter=flt)
+        return [i.name for i in fake.instances.list(request=req)]
+
+    assert names('(labels.tpu-ops-run = "run-1") (scheduling.provisioningModel = SPOT)') == ["a-1"]
+    assert names("name eq a-.*") == ["a-1", "a-2"] and names("name ne a-.*") == []
+    assert names("labels.tpu-ops-run:*") == ["a-1", "a-2"] and names("labels.owner:*") == []
+    assert names('name = "a-*" AND status != RUNNING') == []
+    with pytest.raises(gexc.BadRequest, match="filter"):
+        names("name = a-1 OR name = a-2")
+    agg = fake.instances.aggregated_list(
+        request=compute_v1.AggregatedListInstancesRequest(project=PROJECT, filter='labels.tpu-ops-run = "run-1"')
+    )
+    found = {scope: sorted(i.name for i in scoped.instances) for scope, scoped in agg}
+    assert found == {f"zones/{ZONE}": ["a-1", "a-2"], "zones/us-east5-b": ["b-1"]}
