@@ -64,9 +64,12 @@ class MetadataClient:
 
     def identity(self) -> WorkerIdentity:
         """This worker's number, the slice's worker list, node id and zone."""
-        number = int(self.attribute("agent-worker-number").strip())
+        try:
+            number = int(self.attribute("agent-worker-number").strip())
+        except NotFoundError:  # Compute Engine TPU VMs say worker-id instead
+            number = int(self.attribute("worker-id").strip())
         raw = self.attribute("worker-network-endpoints").strip()
-        # The real server gives "id:uid:ip,..." entries; keep the IP (last field) of each.
+        # The TPU API gives "id:uid:ip,..." entries (keep the IP, the last field); Compute Engine host names.
         endpoints = tuple(e.split(":")[-1] for e in raw.split(",") if e)
         env = self.tpu_env()
         zone = env.get("ZONE") or self.get("instance/zone").rsplit("/", 1)[-1]

@@ -207,6 +207,8 @@ class ComputeProvider(Provider):
         ordered = sorted(instances, key=lambda i: (i.worker_id is None, i.worker_id or 0, i.name))
         hosts = tuple(Host(n, i.hostname, i.internal_ip, i.status) for n, i in enumerate(ordered))
         raw = f"group {len(instances)}/{target} hosts" + (f" {'/'.join(statuses)}" if statuses else "")
+        if state == SliceState.LOST:
+            raw += f": {detail}"
         labels = dict(instances[0].labels) if instances else {}
         return SliceRecord(
             backend=self.name, slice_id=slice_id, zone=zone, state=state, raw_state=raw, tier=tier,
