@@ -312,3 +312,15 @@ def test_every_compute_client_stays_on_loopback_and_result_would_not(compute_url
             op.result(timeout=5)
     assert any("googleapis.com" in b for b in blocked), blocked
     assert api.delete_instance(zone, "guard-vm")
+
+
+def test_the_lease_acquires_releases_and_acquires_again(cp: Any) -> None:
+    from tpu_ops.provision import SliceLease
+
+    with SliceLease(cp.spec(["spot"]), "run-lease", cp.settings) as lease:
+        first = lease.acquire({"startup-script": "true"})
+        assert lease.current == first and cp.left() > 0
+        assert lease.release().confirmed_gone and cp.left() == 0 and lease.current is None
+        second = lease.acquire({"startup-script": "true"})
+        assert second.slice_id == first.slice_id and second.hosts == 4
+    assert cp.left() == 0  # released on exit

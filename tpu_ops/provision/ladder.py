@@ -11,8 +11,7 @@ and moves on at failure, stockout, quota or timeout after deleting what it aband
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +32,6 @@ from tpu_ops.provision.naming import attempt_of, check_run_id, resource_id, run_
 from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.providers import Provider, SliceRecord, SliceRequest, SliceState, for_spec
 from tpu_ops.provision.records import Attempt, Outcome, Slice
-from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import FlexStartRung, ProvisionSpec, ReservationRung
 from tpu_ops.tiers import Tier
@@ -315,16 +313,3 @@ class _Ladder:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
-
-
-@contextmanager
-def slice_for(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Iterator[Slice]:
-    """Provision a slice for the body and tear it down afterwards, whatever happens.
-
-    Teardown also runs when provisioning itself fails half-way (an abandoned request may linger).
-    """
-    provider = kw.pop("provider", None) or for_spec(spec, settings)
-    try:
-        yield provision(spec, run_id, settings, provider=provider, **kw)
-    finally:
-        teardown(run_id, settings, zones=list(spec.slice.zones), providers=[provider])

@@ -30,12 +30,11 @@ from tpu_ops.cloud.clients import storage_client
 from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.ladder import provision
+from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.providers import Provider, SliceState, for_spec
 from tpu_ops.provision.records import Outcome
-from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
@@ -87,7 +86,9 @@ class Supervisor:
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
         check_command(job, run_id)
-        self.provider = provider or for_spec(job.provision, settings)
+        self.lease = SliceLease(job.provision, run_id, settings, provider=provider or for_spec(job.provision, settings),
+                                on_attempt=on_attempt)  # fmt: skip
+        self.provider = self.lease.provider
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id)
         self.layout = self.doc.layout
@@ -114,9 +115,7 @@ class Supervisor:
             raise
         finally:
             try:
-                teardown(
-                    self.run_id, self.settings, zones=list(self.job.provision.slice.zones), providers=[self.provider]
-                )
+                self.lease.release()
             finally:
                 self._finish(time.monotonic() - t0)
         return self.report
@@ -147,8 +146,7 @@ class Supervisor:
         )  # fmt: skip
         t0 = time.monotonic()
         resume = latest_complete_step(self.gcs, self.layout.steps_uri)
-        s = provision(self.job.provision, self.run_id, self.settings, provider=self.provider,
-                      metadata={"startup-script": script}, on_attempt=self.on_attempt)  # fmt: skip
+        s = self.lease.acquire(metadata={"startup-script": script})
         if preemption is not None:
             preemption.reprovision_s = time.monotonic() - t0
             preemption.resume_step = resume
@@ -251,7 +249,7 @@ class Supervisor:
                                                     state=reason, t=detected)  # fmt: skip
         self.notify(PREEMPTED_EVENT, self._event(p))
         t0 = time.monotonic()
-        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), providers=[self.provider])
+        self.lease.release()
         p.delete_s = time.monotonic() - t0
         # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
         reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
