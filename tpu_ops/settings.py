@@ -164,7 +164,10 @@ class Settings(BaseSettings):
         ``needed`` names endpoint settings (default: all of them). Outside a dry run an unset
         endpoint means the real cloud, which is the point of production.
         """
-        names = needed or ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint")
+        # Compute Engine is checked by default only when set: a dry run on the TPU API needs none.
+        names = needed or ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint") + (
+            ("compute_endpoint",) if self.compute_endpoint else ()
+        )
         if not self.dry_run:
             return
         for name in names:

@@ -99,3 +99,42 @@ def test_missing_or_remote_compute_endpoint_fails_fast_in_a_dry_run(tmp_path: An
         for_backend("compute", Settings(dry_run=True, state_dir=tmp_path))
     with pytest.raises(ConfigError, match="not on loopback"):
         for_backend("compute", Settings(dry_run=True, compute_endpoint="http://10.1.2.3:8080", state_dir=tmp_path))
+
+
+@pytest.mark.parametrize(("acc", "hosts"), [("v6e-8", 1), ("v5p-32", 4)])
+def test_flex_start_on_compute_engine_asks_for_a_bounded_run(
+    compute_url: str, tmp_path: Any, acc: str, hosts: int
+) -> None:
+    """A flex-start rung becomes provisioningModel FLEX_START with maxRunDuration (and, for a single
+    instance, requestValidForDuration = the queue timeout), on the instance or the group's template."""
+    from google.cloud import compute_v1
+
+    from tpu_ops.cloud.clients import compute_options
+    from tpu_ops.provision import provision, teardown
+
+    settings = Settings(dry_run=True, compute_endpoint=compute_url, poll_interval_s=0.02, state_dir=tmp_path)
+    body = _spec(acc, [{"kind": "flex-start", "max_run_duration": "6h"}], "compute")
+    body.update(queue_timeout="5m")
+    spec = ProvisionSpec.model_validate(body)
+    zone = spec.slice.zones[0]
+    try:
+        s = provision(spec, "run-flex", settings)
+        assert (s.tier, s.hosts, s.backend) == ("flex-start", hosts, "compute")
+        opts = compute_options(settings)
+        project = settings.gcp_project
+        vms = [i for i in compute_v1.InstancesClient(**opts).list(project=project, zone=zone)
+               if i.name.startswith("run-flex-a1")]  # fmt: skip
+        assert len(vms) == hosts
+        for vm in vms:
+            assert vm.scheduling.provisioning_model == "FLEX_START"
+            assert vm.scheduling.max_run_duration.seconds == 6 * 3600
+            assert vm.scheduling.instance_termination_action == "DELETE"
+        if hosts == 1:
+            assert vms[0].params.request_valid_for_duration.seconds == 300
+        else:
+            (tpl,) = [t for t in compute_v1.InstanceTemplatesClient(**opts).list(project=project)
+                      if t.name.startswith("run-flex-a1-t")]  # fmt: skip
+            assert tpl.properties.scheduling.provisioning_model == "FLEX_START"
+            assert tpl.properties.labels["tpu-ops-run"] == "run-flex"
+    finally:
+        teardown("run-flex", settings, zones=[zone])

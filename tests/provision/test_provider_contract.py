@@ -135,19 +135,6 @@ class ComputeHarness(Harness):
         return int(self.state()["operations"])
 
 
-@pytest.fixture(scope="module")
-def compute_url(local_stack: Any) -> Iterator[str]:
-    """The fake Compute Engine of the local stack, or one started here if the stack has none."""
-    url = getattr(local_stack, "compute_endpoint", None)
-    if url:
-        yield str(url)
-        return
-    from infra.local.compute.server import ComputeServer
-
-    with ComputeServer() as server:
-        yield server.url
-
-
 @pytest.fixture(params=["tpu-api", "compute"])
 def cp(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     """Each control plane's harness, reset; after the test nothing of it is left, and no request
