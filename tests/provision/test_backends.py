@@ -138,3 +138,12 @@ def test_flex_start_on_compute_engine_asks_for_a_bounded_run(
             assert tpl.properties.labels["tpu-ops-run"] == "run-flex"
     finally:
         teardown("run-flex", settings, zones=[zone])
+
+
+def test_a_shared_reservation_path_becomes_compute_engines_affinity_value() -> None:
+    from tpu_ops.provision.providers.compute import reservation_value
+
+    assert reservation_value("res-a") == "res-a"
+    assert reservation_value("projects/shared-host/zones/us-east5-a/reservations/big") == (
+        "projects/shared-host/reservations/big"
+    )

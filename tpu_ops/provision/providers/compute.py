@@ -68,6 +68,15 @@ def marker(req: SliceRequest, now: float | None = None) -> str:
     return f"tpu-ops run={req.run_id} attempt={req.attempt} tier={req.tier} accelerator={acc} created={t}"
 
 
+def reservation_value(name: str) -> str:
+    """The ``reservationAffinity`` value: a bare name (this project), or ``projects/P/reservations/N``
+    for a shared reservation given as ``projects/P/zones/Z/reservations/N``."""
+    parts = name.split("/")
+    if len(parts) == 6 and parts[0] == "projects" and parts[2] == "zones":
+        return f"projects/{parts[1]}/reservations/{parts[5]}"
+    return name
+
+
 def policy_name(slice_id: str) -> str:
     return f"{slice_id}-wp"
 
@@ -101,7 +110,7 @@ class ComputeProvider(Provider):
         return VmSpec(
             machine_type=acc.machine_type, image_family=req.runtime_version, image_project=COMPUTE_IMAGE_PROJECT,
             provisioning_model=MODELS[req.tier], labels=labels, metadata=dict(req.metadata),
-            reservation=req.reservation.rsplit("/", 1)[-1] if req.reservation else "",
+            reservation=reservation_value(req.reservation),
             max_run_duration_s=req.max_run_duration_s,
             request_valid_for_s=req.valid_until_s if req.tier == Tier.FLEX_START else None,
             network=req.network, service_account=req.service_account, description=description,
@@ -193,7 +202,7 @@ class ComputeProvider(Provider):
             state = SliceState.LOST
             names = sorted({*(i.name for i in lost), *preempted})
             detail = f"host(s) {', '.join(names)} " + ("preempted" if preempted else "/".join(statuses))
-        elif not instances and bulk_errors:
+        elif not instances and bulk_errors and tier != Tier.FLEX_START:  # flex-start waits in the queue
             err = classify(bulk_errors, zone=zone, tier=tier)
             state, detail, stockout = SliceState.FAILED, str(err), isinstance(err, CapacityError)
         elif 0 < len(instances) < target and not creating:
