@@ -97,7 +97,7 @@ class LocalStack:
                 self.tpu = TpuServer(backend, logs=self._logs).start()
                 latency = ComputeLatency(self._latency.provision_s, self._latency.delete_s)
                 compute = ComputeBackend(latency=latency, preempt_notice_s=self._preempt_notice_s)
-                self.compute = ComputeServer(compute).start()
+                self.compute = ComputeServer(compute, logs=self.compute_worker_logs).start()
             self._started = True
             self.seed_audit()
             if self._tpu_enabled:

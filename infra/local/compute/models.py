@@ -25,9 +25,11 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from infra.local.compute import exceptions as cexc
 from infra.local.compute.capacity import MODELS, Capacity
 from infra.local.compute.filters import compile_filter
 from infra.local.compute.machines import MACHINE_TYPES, MachineType
@@ -63,7 +65,7 @@ class Latency:
 def _seconds(d: Any, field: str) -> float:
     """A Compute Engine ``Duration`` (``{"seconds": "3600", "nanos": 0}``) in seconds."""
     if not isinstance(d, dict) or "seconds" not in d:
-        raise exc.InvalidArgument(f"Invalid value for field '{field}': {d!r}; expected {{seconds}}", reason="invalid")
+        raise cexc.Invalid(f"Invalid value for field '{field}': {d!r}; expected {{seconds}}")
     return float(d["seconds"]) + float(d.get("nanos") or 0) / 1e9
 
 
@@ -71,16 +73,11 @@ def _last(link: str) -> str:
     return link.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _not_found(path: str) -> exc.ApiError:
-    return exc.NotFound(f"The resource '{path}' was not found", reason="notFound")
-
-
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise exc.InvalidArgument(
+        raise cexc.Invalid(
             f"Invalid value for field '{what}': {name!r}. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}"
             "[a-z0-9])?)'",
-            reason="invalid",
         )
     return name
 
@@ -116,10 +113,22 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         self._failures: dict[str, dict[str, Any]] = {}  # instance path -> why its insert failed
         self._hosted: set[tuple[str, int]] = set()  # (instance path, uid) whose host runs
         self._guest: dict[tuple[str, str, str], str] = {}  # (instance path, namespace, key) -> value
+        self._requests: dict[str, tuple[str, str, str]] = {}  # requestId -> its operation's key
 
     # -- small helpers -------------------------------------------------------------------------
-    def _link(self, path: str) -> str:
-        return self.link_base + path
+    def _once(self, request_id: str | None, run: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+        """``requestId``: a retried request returns the first one's operation and does nothing again."""
+
+        def wrapped() -> dict[str, Any]:
+            if request_id and request_id in self._requests:
+                return self._ops[self._requests[request_id]].to_json(self.link_base)
+            out = run()
+            if request_id:
+                parts = str(out["selfLink"]).removeprefix(self.link_base).split("/")
+                self._requests[request_id] = (parts[1], "/".join(parts[2:-2]), parts[-1])
+            return out
+
+        return wrapped
 
     def _new_op(self, project: str, scope: str, op_type: str, target: str, target_id: int) -> Operation:
         now = self.clock.now()
@@ -148,9 +157,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _holding(self) -> list[Instance]:
         return [i for i in self._instances.values() if i.status in Status.HOLDS_CAPACITY]
 
-    def _shortfall(self, project: str, zone: str, machine: MachineType, model: str, reservation: str, count: int) -> (
-        dict[str, Any] | None
-    ):  # fmt: skip
+    def _shortfall(
+        self, project: str, zone: str, machine: MachineType, model: str, reservation: str, count: int
+    ) -> dict[str, Any] | None:
         """The operation error if ``count`` VMs cannot be placed now, else None."""
         zc = self.capacity.zone(zone)
         if model == "RESERVATION_BOUND":
@@ -161,16 +170,13 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             used = sum(i.machine.chips for i in self._holding() if i.zone == zone and i.model == model)
             ok = zc.chips[model] - used >= machine.chips * count
         if not ok:
-            return self._exhausted(project, zone, machine, model)
+            return cexc.zone_exhausted(project, zone, machine.name, model)
         region = region_of(zone)
         metric = ("PREEMPTIBLE_" if model == "SPOT" else "") + machine.quota_metric
         limit = self.capacity.quota(region, metric)
         usage = self._quota_usage(region, metric)
         if usage + machine.chips * count > limit:
-            msg = f"Quota '{metric}' exceeded.  Limit: {limit:.1f} in region {region}."
-            return {"errors": [{"code": "QUOTA_EXCEEDED", "message": msg, "errorDetails": [{"quotaInfo": {
-                "metricName": f"compute.googleapis.com/{metric.lower()}", "limitName": metric, "limit": limit,
-                "dimensions": {"region": region}}}]}]}  # fmt: skip
+            return cexc.quota_exceeded(metric, limit, region)
         return None
 
     def _quota_usage(self, region: str, metric: str) -> int:
@@ -181,30 +187,13 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             and ("PREEMPTIBLE_" if i.model == "SPOT" else "") + i.machine.quota_metric == metric
         )
 
-    def _exhausted(self, project: str, zone: str, machine: MachineType, model: str) -> dict[str, Any]:
-        return {"errors": [{
-            "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
-            "message": f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
-                       "fulfill the request.  Try a different zone, or try again later.",
-            "errorDetails": [
-                {"errorInfo": {"reason": "resource_availability", "domain": "compute.googleapis.com",
-                               "metadatas": {"zone": zone, "vmType": machine.name, "provisioningModel": model,
-                                             "attachment": "", "zonesAvailable": ""}}},
-                {"help": {"links": [{"description": "Troubleshooting documentation",
-                                     "url": "https://cloud.google.com/compute/docs/resource-error"}]}},
-                {"localizedMessage": {"locale": "en-US", "message": f"A {machine.name} VM instance ({model}) is "
-                                      f"currently unavailable in the {zone} zone."}},
-            ],
-        }]}  # fmt: skip
-
     # -- instances ---------------------------------------------------------------------------------
     def _machine(self, value: Any, field: str) -> MachineType:
         name = _last(str(value or ""))
         if name not in MACHINE_TYPES:
-            raise exc.InvalidArgument(
+            raise cexc.Invalid(
                 f"Invalid value for field '{field}': {value!r}. Machine type {name!r} is not a TPU machine type "
                 f"this fake serves ({', '.join(sorted(MACHINE_TYPES))})",
-                reason="invalid",
             )
         return MACHINE_TYPES[name]
 
@@ -212,10 +201,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         """Validate an instance body and build the record (not stored)."""
         name = _check_name(body.get("name"), "resource.name")
         if (project, zone, name) in self._instances:
-            raise exc.AlreadyExists(
-                f"The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists",
-                reason="alreadyExists",
-            )
+            raise cexc.already_exists(f"projects/{project}/zones/{zone}/instances/{name}")
         machine, model, reservation, run_s = self._placement(project, zone, body)
         kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
         block = next(self._ips)
@@ -233,29 +219,25 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         sched = body.get("scheduling") or {}
         model = str(sched.get("provisioningModel") or ("SPOT" if sched.get("preemptible") else "STANDARD"))
         if model not in PROVISIONING_MODELS:
-            raise exc.InvalidArgument(
+            raise cexc.Invalid(
                 f"Invalid value for field 'resource.scheduling.provisioningModel': {model!r}; "
-                f"allowed: {', '.join(PROVISIONING_MODELS)}",
-                reason="invalid",
+                f"allowed: {', '.join(PROVISIONING_MODELS)}"
             )
         action = sched.get("instanceTerminationAction")
         if action not in (None, "STOP", "DELETE"):
-            raise exc.InvalidArgument(
+            raise cexc.Invalid(
                 f"Invalid value for field 'resource.scheduling.instanceTerminationAction': {action!r}; "
-                "allowed: STOP, DELETE",
-                reason="invalid",
+                "allowed: STOP, DELETE"
             )
         if sched.get("onHostMaintenance") not in (None, "TERMINATE"):
-            raise exc.InvalidArgument(
-                "Invalid value for field 'resource.scheduling.onHostMaintenance': TPU VMs must use TERMINATE",
-                reason="invalid",
+            raise cexc.Invalid(
+                "Invalid value for field 'resource.scheduling.onHostMaintenance': TPU VMs must use TERMINATE"
             )
         run_s = _seconds(sched["maxRunDuration"], "resource.scheduling.maxRunDuration") if sched.get(
             "maxRunDuration") else None  # fmt: skip
         if model == "FLEX_START" and run_s is None:
-            raise exc.InvalidArgument(
-                "Invalid value for field 'resource.scheduling.maxRunDuration': FLEX_START needs a maxRunDuration",
-                reason="invalid",
+            raise cexc.Invalid(
+                "Invalid value for field 'resource.scheduling.maxRunDuration': FLEX_START needs a maxRunDuration"
             )
         reservation = ""
         affinity = body.get("reservationAffinity") or {}
@@ -263,19 +245,16 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             values = affinity.get("values") or []
             if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION" or affinity.get(
                 "key") != RESERVATION_KEY or len(values) != 1:  # fmt: skip
-                raise exc.InvalidArgument(
+                raise cexc.Invalid(
                     "Invalid value for field 'resource.reservationAffinity': RESERVATION_BOUND needs "
-                    f"{{consumeReservationType: SPECIFIC_RESERVATION, key: {RESERVATION_KEY}, values: [<name>]}}",
-                    reason="invalid",
+                    f"{{consumeReservationType: SPECIFIC_RESERVATION, key: {RESERVATION_KEY}, values: [<name>]}}"
                 )
             reservation = _last(str(values[0]))
             res = self.capacity.zone(zone).reservations.get(reservation)
             if res is None:
-                raise _not_found(f"projects/{project}/zones/{zone}/reservations/{reservation}")
+                raise cexc.not_found(f"projects/{project}/zones/{zone}/reservations/{reservation}")
             if res.machine_type != machine.name:
-                raise exc.InvalidArgument(
-                    f"Reservation {reservation} is for {res.machine_type}, not {machine.name}", reason="invalid"
-                )
+                raise cexc.Invalid(f"Reservation {reservation} is for {res.machine_type}, not {machine.name}")
         return machine, model, reservation, run_s
 
     def _place(self, inst: Instance, op: Operation | None) -> None:
@@ -293,19 +272,21 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             return
         self._instances[(inst.project, inst.zone, inst.name)] = inst
 
-    def insert_instance(self, project: str, zone: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_instance(
+        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             inst = self._new_instance(project, zone, body)
             op = self._new_op(project, f"zones/{zone}", "insert", inst.path, inst.uid)
             self._place(inst, op)
             return op.to_json(self.link_base)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/zones/{zone}/instances", run)
+        return self._call("POST", f"/compute/v1/projects/{project}/zones/{zone}/instances", self._once(request_id, run))
 
     def _instance(self, project: str, zone: str, name: str) -> Instance:
         inst = self._instances.get((project, zone, name))
         if inst is None:
-            raise _not_found(f"projects/{project}/zones/{zone}/instances/{name}")
+            raise cexc.not_found(f"projects/{project}/zones/{zone}/instances/{name}")
         return inst
 
     def get_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
@@ -330,47 +311,44 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         inst.deleting, inst.status, inst.gone_at = True, Status.STOPPING, now + self.latency.delete_s
         self._stop_host(inst, reason)
 
-    def delete_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
+    def delete_instance(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
-            inst = self._instance(project, zone, name)
-            if inst.group:
-                raise exc.FailedPrecondition(
-                    f"The instance '{inst.path}' is managed by instance group manager '{inst.group}'; delete or "
-                    "resize the group instead",
-                    reason="resourceInUseByAnotherResource",
-                )
+            inst = self._instance(project, zone, name)  # a group's member: the group creates a new one
             op = self._new_op(project, f"zones/{zone}", "delete", inst.path, inst.uid)
             if not inst.deleting:
                 self._start_delete(inst, "deleted")
             return op.to_json(self.link_base)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/zones/{zone}/instances/{name}", run)
+        return self._call(
+            "DELETE", f"/compute/v1/projects/{project}/zones/{zone}/instances/{name}", self._once(request_id, run)
+        )
 
     # -- templates and policies -------------------------------------------------------------------
-    def insert_template(self, project: str, region: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_template(
+        self, project: str, region: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         """``region`` "" = a global template."""
         scope = f"regions/{region}" if region else "global"
 
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, region, name) in self._templates:
-                raise exc.AlreadyExists(
-                    f"The resource 'projects/{project}/{scope}/instanceTemplates/{name}' already exists",
-                    reason="alreadyExists",
-                )
+                raise cexc.already_exists(f"projects/{project}/{scope}/instanceTemplates/{name}")
             props = body.get("properties") or {}
             self._machine(props.get("machineType"), "resource.properties.machineType")
             tpl = Template(project, region, name, next(self._uids), dict(body), self.clock.now())
             self._templates[(project, region, name)] = tpl
             return self._done_op(project, scope, "insert", tpl.path, tpl.uid)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/{scope}/instanceTemplates", run)
+        return self._call(
+            "POST", f"/compute/v1/projects/{project}/{scope}/instanceTemplates", self._once(request_id, run)
+        )
 
     def _template(self, project: str, region: str, name: str) -> Template:
         tpl = self._templates.get((project, region, name))
         if tpl is None:
             scope = f"regions/{region}" if region else "global"
-            raise _not_found(f"projects/{project}/{scope}/instanceTemplates/{name}")
+            raise cexc.not_found(f"projects/{project}/{scope}/instanceTemplates/{name}")
         return tpl
 
     def get_template(self, project: str, region: str, name: str) -> dict[str, Any]:
@@ -397,12 +375,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
 
     def _in_use(self, what: str, path: str, users: list[Group]) -> None:
         if users:
-            raise exc.FailedPrecondition(
-                f"The {what} resource '{path}' is already being used by '{users[0].path}'",
-                reason="resourceInUseByAnotherResource",
-            )
+            raise cexc.in_use(what, path, users[0].path)
 
-    def delete_template(self, project: str, region: str, name: str) -> dict[str, Any]:
+    def delete_template(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         scope = f"regions/{region}" if region else "global"
 
         def run() -> dict[str, Any]:
@@ -411,41 +386,42 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             del self._templates[(project, region, name)]
             return self._done_op(project, scope, "delete", tpl.path, tpl.uid)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/{scope}/instanceTemplates/{name}", run)
+        return self._call(
+            "DELETE", f"/compute/v1/projects/{project}/{scope}/instanceTemplates/{name}", self._once(request_id, run)
+        )
 
-    def insert_policy(self, project: str, region: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_policy(
+        self, project: str, region: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, region, name) in self._policies:
-                raise exc.AlreadyExists(
-                    f"The resource 'projects/{project}/regions/{region}/resourcePolicies/{name}' already exists",
-                    reason="alreadyExists",
-                )
+                raise cexc.already_exists(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
             wp = body.get("workloadPolicy")
             if wp is not None:
                 if wp.get("type") not in ("HIGH_THROUGHPUT", "HIGH_AVAILABILITY"):
-                    raise exc.InvalidArgument(
+                    raise cexc.Invalid(
                         f"Invalid value for field 'resource.workloadPolicy.type': {wp.get('type')!r}; "
-                        "allowed: HIGH_THROUGHPUT, HIGH_AVAILABILITY",
-                        reason="invalid",
+                        "allowed: HIGH_THROUGHPUT, HIGH_AVAILABILITY"
                     )
                 topo = wp.get("acceleratorTopology")
                 if topo is not None and not _TOPOLOGY_RE.match(str(topo)):
-                    raise exc.InvalidArgument(
+                    raise cexc.Invalid(
                         f"Invalid value for field 'resource.workloadPolicy.acceleratorTopology': {topo!r} "
-                        "(expected e.g. 2x2x4 or 8x8)",
-                        reason="invalid",
+                        "(expected e.g. 2x2x4 or 8x8)"
                     )
             pol = Policy(project, region, name, next(self._uids), dict(body), self.clock.now())
             self._policies[(project, region, name)] = pol
             return self._done_op(project, f"regions/{region}", "insert", pol.path, pol.uid)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies", run)
+        return self._call(
+            "POST", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies", self._once(request_id, run)
+        )
 
     def _policy(self, project: str, region: str, name: str) -> Policy:
         pol = self._policies.get((project, region, name))
         if pol is None:
-            raise _not_found(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
+            raise cexc.not_found(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
         return pol
 
     def get_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
@@ -467,14 +443,18 @@ class ComputeBackend(FakeBackend[NodeEvent]):
 
         return self._call("GET", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies", run)
 
-    def delete_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
+    def delete_policy(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             pol = self._policy(project, region, name)
             self._in_use("resource_policy", pol.path, [g for g in self._groups.values() if g.policy is pol])
             del self._policies[(project, region, name)]
             return self._done_op(project, f"regions/{region}", "delete", pol.path, pol.uid)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies/{name}", run)
+        return self._call(
+            "DELETE",
+            f"/compute/v1/projects/{project}/regions/{region}/resourcePolicies/{name}",
+            self._once(request_id, run),
+        )
 
     # -- managed instance groups ------------------------------------------------------------------
     def _resolve(self, link: Any, field: str) -> tuple[str, str, str, str]:
@@ -482,41 +462,37 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         m = re.search(r"projects/([^/]+)/(global|regions/([^/]+))/(instanceTemplates|resourcePolicies)/([^/]+)$",
                       str(link or ""))  # fmt: skip
         if not m:
-            raise exc.InvalidArgument(f"Invalid value for field '{field}': {link!r}", reason="invalid")
+            raise cexc.Invalid(f"Invalid value for field '{field}': {link!r}")
         return m.group(1), m.group(4), m.group(3) or "", m.group(5)
 
-    def insert_group(self, project: str, zone: str, body: dict[str, Any]) -> dict[str, Any]:
+    def insert_group(
+        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             name = _check_name(body.get("name"), "resource.name")
             if (project, zone, name) in self._groups:
-                raise exc.AlreadyExists(
-                    f"The resource 'projects/{project}/zones/{zone}/instanceGroupManagers/{name}' already exists",
-                    reason="alreadyExists",
-                )
+                raise cexc.already_exists(f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
             _, kind, treg, tname = self._resolve(body.get("instanceTemplate"), "resource.instanceTemplate")
             if kind != "instanceTemplates" or (project, treg, tname) not in self._templates:
-                raise exc.InvalidArgument(
+                raise cexc.Invalid(
                     f"Invalid value for field 'resource.instanceTemplate': {body.get('instanceTemplate')!r}. "
-                    "The template does not exist.",
-                    reason="invalid",
+                    "The template does not exist."
                 )
             tpl = self._templates[(project, treg, tname)]
             machine = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[0]
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
-                raise exc.InvalidArgument(f"Invalid value for field 'resource.targetSize': {size!r}", reason="invalid")
+                raise cexc.Invalid(f"Invalid value for field 'resource.targetSize': {size!r}")
             mode = (body.get("targetSizePolicy") or {}).get("mode")
             if mode not in (None, "BULK", "INDIVIDUAL"):
-                raise exc.InvalidArgument(
-                    f"Invalid value for field 'resource.targetSizePolicy.mode': {mode!r}; allowed: BULK, INDIVIDUAL",
-                    reason="invalid",
+                raise cexc.Invalid(
+                    f"Invalid value for field 'resource.targetSizePolicy.mode': {mode!r}; allowed: BULK, INDIVIDUAL"
                 )
             action = (body.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure")
             if action not in (None, "REPAIR", "DO_NOTHING"):
-                raise exc.InvalidArgument(
+                raise cexc.Invalid(
                     "Invalid value for field 'resource.instanceLifecyclePolicy.defaultActionOnFailure': "
-                    f"{action!r}; allowed: REPAIR, DO_NOTHING",
-                    reason="invalid",
+                    f"{action!r}; allowed: REPAIR, DO_NOTHING"
                 )
             policy = None
             wp_link = (body.get("resourcePolicies") or {}).get("workloadPolicy")
@@ -527,10 +503,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     or preg != region_of(zone)
                     or (project, preg, pname) not in self._policies
                 ):
-                    raise exc.InvalidArgument(
+                    raise cexc.Invalid(
                         f"Invalid value for field 'resource.resourcePolicies.workloadPolicy': {wp_link!r}. The "
-                        f"policy does not exist in region {region_of(zone)}.",
-                        reason="invalid",
+                        f"policy does not exist in region {region_of(zone)}."
                     )
                 policy = self._policies[(project, preg, pname)]
                 topo = (policy.body.get("workloadPolicy") or {}).get("acceleratorTopology")
@@ -539,10 +514,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     for d in str(topo).split("x"):
                         chips *= int(d)
                     if chips != size * machine.chips:
-                        raise exc.InvalidArgument(
+                        raise cexc.Invalid(
                             f"Invalid value for field 'resource.targetSize': {size}. acceleratorTopology {topo} "
-                            f"needs {chips // machine.chips} VMs of {machine.name} ({chips} chips).",
-                            reason="invalid",
+                            f"needs {chips // machine.chips} VMs of {machine.name} ({chips} chips)."
                         )
             kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
             kept.setdefault("baseInstanceName", name)
@@ -551,12 +525,14 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             # BULK: the insert ends before any VM exists; the group creates them as capacity allows.
             return self._done_op(project, f"zones/{zone}", "insert", grp.path, grp.uid)
 
-        return self._call("POST", f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers", run)
+        return self._call(
+            "POST", f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers", self._once(request_id, run)
+        )
 
     def _group(self, project: str, zone: str, name: str) -> Group:
         grp = self._groups.get((project, zone, name))
         if grp is None:
-            raise _not_found(f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
+            raise cexc.not_found(f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}")
         return grp
 
     def _members(self, grp: Group) -> list[Instance]:
@@ -657,7 +633,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         path = f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{name}/listManagedInstances"
         return self._call("POST", path, run)
 
-    def delete_group(self, project: str, zone: str, name: str) -> dict[str, Any]:
+    def delete_group(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             grp = self._group(project, zone, name)
             op = self._new_op(project, f"zones/{zone}", "delete", grp.path, grp.uid)
@@ -667,7 +643,11 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                     self._start_delete(inst, "deleted")
             return op.to_json(self.link_base)
 
-        return self._call("DELETE", f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{name}", run)
+        return self._call(
+            "DELETE",
+            f"/compute/v1/projects/{project}/zones/{zone}/instanceGroupManagers/{name}",
+            self._once(request_id, run),
+        )
 
     def _grow(self, grp: Group, now: float) -> bool:
         """Create the group's missing VMs: all at once under BULK (or none), else as many as fit."""
@@ -693,7 +673,12 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             name = f"{base}-{secrets.token_hex(2)}"
             while (grp.project, grp.zone, name) in self._instances:
                 name = f"{base}-{secrets.token_hex(2)}"
-            inst = self._new_instance(grp.project, grp.zone, {**props, "name": name}, group=grp.name)
+            md = dict(props.get("metadata") or {})
+            # As Compute Engine does: a member names its group (how a reaper gets from a VM to its group).
+            md["items"] = [*(md.get("items") or []), {"key": "created-by", "value": grp.path},
+                           {"key": "instance-template", "value": grp.template.path}]  # fmt: skip
+            body = {**props, "name": name, "metadata": md}
+            inst = self._new_instance(grp.project, grp.zone, body, group=grp.name)
             inst.status, inst.ready_at = Status.PROVISIONING, now + self.latency.provision_s
             self._instances[(inst.project, inst.zone, inst.name)] = inst
             grp.instances.append(inst.name)
@@ -703,7 +688,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _op(self, project: str, scope: str, name: str) -> Operation:
         op = self._ops.get((project, scope, name))
         if op is None:
-            raise _not_found(f"projects/{project}/{scope}/operations/{name}")
+            raise cexc.not_found(f"projects/{project}/{scope}/operations/{name}")
         return op
 
     def get_operation(self, project: str, scope: str, name: str) -> dict[str, Any]:
@@ -773,7 +758,9 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         for key, inst in list(self._instances.items()):
             if inst.status == Status.PENDING:
                 if inst.wait_until is not None and now >= inst.wait_until:
-                    self._failures[inst.path] = self._exhausted(inst.project, inst.zone, inst.machine, inst.model)
+                    self._failures[inst.path] = cexc.zone_exhausted(
+                        inst.project, inst.zone, inst.machine.name, inst.model
+                    )
                     del self._instances[key]
                     changed = True
                 elif self._shortfall(inst.project, inst.zone, inst.machine, inst.model, inst.reservation, 1) is None:
@@ -786,6 +773,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
                 changed = True
             elif inst.status == Status.STOPPING and inst.deleting and (inst.gone_at or 0) <= now:
                 del self._instances[key]
+                self._end_preemption(inst, now)  # deleted during its preemption notice
                 changed = True
             elif inst.status == Status.STOPPING and inst.preempted and (inst.kill_at or 0) <= now:
                 self._terminate(inst, "preempted", now)
@@ -799,15 +787,18 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def _terminate(self, inst: Instance, reason: str, now: float) -> None:
         """The guest is gone: TERMINATED, or deleted if ``instanceTerminationAction`` is DELETE."""
         self._stop_host(inst, reason)
-        for op in self._ops.values():
-            if op.op_type == PREEMPTED and op.target_id == inst.uid:
-                op.finish(now)
+        self._end_preemption(inst, now)
         if inst.termination_action() == "DELETE" and not inst.group:
             del self._instances[(inst.project, inst.zone, inst.name)]
             return
         inst.status, inst.stop_time = Status.TERMINATED, now
         if reason == "preempted":
             inst.status_message = "Instance was preempted."
+
+    def _end_preemption(self, inst: Instance, now: float) -> None:
+        for op in self._ops.values():
+            if op.op_type == PREEMPTED and op.target_id == inst.uid:
+                op.finish(now)
 
     def _advance_group(self, grp: Group, now: float) -> bool:
         if grp.deleting:
@@ -933,7 +924,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
         res = self.capacity.zone(zone).reservations.get(name)
         path = f"projects/{project}/zones/{zone}/reservations/{name}"
         if res is None:
-            raise _not_found(path)
+            raise cexc.not_found(path)
         used = sum(1 for i in self._holding() if i.zone == zone and i.reservation == name)
         return {
             "kind": "compute#reservation",
@@ -967,7 +958,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     def get_region(self, project: str, region: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             if not re.match(r"^[a-z]+-[a-z]+\d+$", region):
-                raise _not_found(f"projects/{project}/regions/{region}")
+                raise cexc.not_found(f"projects/{project}/regions/{region}")
             quotas = []
             for gen in sorted({m.quota_metric for m in MACHINE_TYPES.values()}):
                 for metric in (gen, "PREEMPTIBLE_" + gen):
@@ -988,12 +979,32 @@ class ComputeBackend(FakeBackend[NodeEvent]):
 
         return self._call("GET", f"/compute/v1/projects/{project}/regions/{region}", run)
 
+    def get_zone(self, project: str, zone: str) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            if not re.match(r"^[a-z]+-[a-z]+\d+-[a-z]$", zone):
+                raise cexc.not_found(f"projects/{project}/zones/{zone}")
+            return {"kind": "compute#zone", "id": str(abs(hash(zone)) % 10**12), "name": zone, "status": "UP",
+                    "region": f"{self.link_base}projects/{project}/regions/{region_of(zone)}",
+                    "selfLink": f"{self.link_base}projects/{project}/zones/{zone}"}  # fmt: skip
+
+        return self._call("GET", f"/compute/v1/projects/{project}/zones/{zone}", run)
+
+    def get_project(self, project: str) -> dict[str, Any]:
+        """What a health check reads to know the Compute Engine API answers for the project."""
+
+        def run() -> dict[str, Any]:
+            return {"kind": "compute#project", "id": str(abs(hash(project)) % 10**12), "name": project,
+                    "selfLink": f"{self.link_base}projects/{project}",
+                    "defaultServiceAccount": "123456789012-compute@developer.gserviceaccount.com"}  # fmt: skip
+
+        return self._call("GET", f"/compute/v1/projects/{project}", run)
+
     def get_machine_type(self, project: str, zone: str, name: str) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             m = MACHINE_TYPES.get(name)
             path = f"projects/{project}/zones/{zone}/machineTypes/{name}"
             if m is None:
-                raise _not_found(path)
+                raise cexc.not_found(path)
             return {"kind": "compute#machineType", "id": str(abs(hash(name)) % 10**12), "name": name,
                     "description": f"{m.chips} {m.generation} TPU chips, {m.cpus} vCPUs", "guestCpus": m.cpus,
                     "memoryMb": m.memory_mb, "zone": zone, "selfLink": self.link_base + path}  # fmt: skip
@@ -1009,7 +1020,7 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             found = [i for (p, z, n), i in self._instances.items()
                      if z == zone and n == name and (project is None or p == project)]  # fmt: skip
             if not found or found[0].status != Status.RUNNING:
-                raise _not_found(f"projects/{project or '*'}/zones/{zone}/instances/{name} (RUNNING)")
+                raise cexc.not_found(f"projects/{project or '*'}/zones/{zone}/instances/{name} (RUNNING)")
             inst = found[0]
             if inst.model != "SPOT":
                 raise exc.FailedPrecondition(f"instance {inst.path} is {inst.model}; only SPOT VMs are preempted")

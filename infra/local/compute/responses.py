@@ -6,6 +6,7 @@ Google's error JSON with Compute Engine's ``errors: [{reason, domain, message}]`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from werkzeug.wrappers import Request
@@ -14,6 +15,8 @@ from infra.local.compute import urls
 from infra.local.compute.models import ComputeBackend
 from infra.local.core import exceptions as exc
 from infra.local.core.responses import ControlMixin, JsonApp
+
+LogsProvider = Callable[[str, str], dict[str, Any]]  # (zone, instance) -> its simulated host's output
 
 
 def _int(req: Request, key: str) -> int | None:
@@ -32,8 +35,9 @@ class ComputeResponses(ControlMixin, JsonApp):
     routes = urls.ROUTES
     backend: ComputeBackend
 
-    def __init__(self, backend: ComputeBackend) -> None:
+    def __init__(self, backend: ComputeBackend, logs: LogsProvider | None = None) -> None:
         self.backend = backend
+        self.logs = logs
 
     @staticmethod
     def _page(req: Request) -> dict[str, Any]:
@@ -45,13 +49,13 @@ class ComputeResponses(ControlMixin, JsonApp):
         return self.backend.list_instances(project, zone, **self._page(req))
 
     def insert_instance(self, req: Request, project: str, zone: str) -> dict[str, Any]:
-        return self.backend.insert_instance(project, zone, self._body(req))
+        return self.backend.insert_instance(project, zone, self._body(req), req.args.get("requestId"))
 
     def get_instance(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return self.backend.get_instance(project, zone, name)
 
     def delete_instance(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
-        return self.backend.delete_instance(project, zone, name)
+        return self.backend.delete_instance(project, zone, name, req.args.get("requestId"))
 
     def get_machine_type(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return self.backend.get_machine_type(project, zone, name)
@@ -67,13 +71,13 @@ class ComputeResponses(ControlMixin, JsonApp):
         return self.backend.list_groups(project, zone, **self._page(req))
 
     def insert_group(self, req: Request, project: str, zone: str) -> dict[str, Any]:
-        return self.backend.insert_group(project, zone, self._body(req))
+        return self.backend.insert_group(project, zone, self._body(req), req.args.get("requestId"))
 
     def get_group(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return self.backend.get_group(project, zone, name)
 
     def delete_group(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
-        return self.backend.delete_group(project, zone, name)
+        return self.backend.delete_group(project, zone, name, req.args.get("requestId"))
 
     def list_managed_instances(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return self.backend.list_managed_instances(project, zone, name, _int(req, "maxResults"),
@@ -83,28 +87,34 @@ class ComputeResponses(ControlMixin, JsonApp):
         return self.backend.list_templates(project, region, **self._page(req))
 
     def insert_template(self, req: Request, project: str, region: str = "") -> dict[str, Any]:
-        return self.backend.insert_template(project, region, self._body(req))
+        return self.backend.insert_template(project, region, self._body(req), req.args.get("requestId"))
 
     def get_template(self, req: Request, project: str, name: str, region: str = "") -> dict[str, Any]:
         return self.backend.get_template(project, region, name)
 
     def delete_template(self, req: Request, project: str, name: str, region: str = "") -> dict[str, Any]:
-        return self.backend.delete_template(project, region, name)
+        return self.backend.delete_template(project, region, name, req.args.get("requestId"))
 
     def list_policies(self, req: Request, project: str, region: str) -> dict[str, Any]:
         return self.backend.list_policies(project, region, **self._page(req))
 
     def insert_policy(self, req: Request, project: str, region: str) -> dict[str, Any]:
-        return self.backend.insert_policy(project, region, self._body(req))
+        return self.backend.insert_policy(project, region, self._body(req), req.args.get("requestId"))
 
     def get_policy(self, req: Request, project: str, region: str, name: str) -> dict[str, Any]:
         return self.backend.get_policy(project, region, name)
 
     def delete_policy(self, req: Request, project: str, region: str, name: str) -> dict[str, Any]:
-        return self.backend.delete_policy(project, region, name)
+        return self.backend.delete_policy(project, region, name, req.args.get("requestId"))
 
     def get_region(self, req: Request, project: str, region: str) -> dict[str, Any]:
         return self.backend.get_region(project, region)
+
+    def get_zone(self, req: Request, project: str, zone: str) -> dict[str, Any]:
+        return self.backend.get_zone(project, zone)
+
+    def get_project(self, req: Request, project: str) -> dict[str, Any]:
+        return self.backend.get_project(project)
 
     def aggregated_list(self, req: Request, project: str, collection: str) -> dict[str, Any]:
         return self.backend.aggregated_list(project, collection, req.args.get("filter"))
@@ -139,3 +149,8 @@ class ComputeResponses(ControlMixin, JsonApp):
     def fake_tick(self, req: Request) -> dict[str, Any]:
         self.backend.tick()
         return {}
+
+    def fake_logs(self, req: Request, zone: str, name: str) -> dict[str, Any]:
+        if self.logs is None:
+            raise exc.FailedPrecondition("no host simulator attached to this server")
+        return self.logs(zone, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Self
 
 from infra.local.compute.models import ComputeBackend
-from infra.local.compute.responses import ComputeResponses
+from infra.local.compute.responses import ComputeResponses, LogsProvider
 from infra.local.core.server import LoopbackServer
 
 
@@ -16,9 +16,15 @@ class ComputeServer(LoopbackServer):
 
     name = "fake-compute"
 
-    def __init__(self, backend: ComputeBackend | None = None, port: int = 0, tick_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        backend: ComputeBackend | None = None,
+        port: int = 0,
+        tick_s: float = 0.02,
+        logs: LogsProvider | None = None,
+    ) -> None:
         self.backend = backend or ComputeBackend()
-        super().__init__(ComputeResponses(self.backend), port, tick=self.backend.tick, tick_s=tick_s)
+        super().__init__(ComputeResponses(self.backend, logs), port, tick=self.backend.tick, tick_s=tick_s)
 
     def start(self) -> Self:
         super().start()

@@ -40,6 +40,8 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^{_R}/resourcePolicies/{_N}$", "get_policy"),
     ("DELETE", rf"^{_R}/resourcePolicies/{_N}$", "delete_policy"),
     ("GET", rf"^{_R}$", "get_region"),
+    ("GET", rf"^{_Z}$", "get_zone"),
+    ("GET", rf"^{_P}$", "get_project"),
     (
         "GET",
         rf"^{_P}/aggregated/(?P<collection>instances|instanceGroupManagers|resourcePolicies|instanceTemplates)$",
@@ -56,6 +58,7 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("POST", r"^/_fake/quotas$", "fake_quotas"),
     ("POST", r"^/_fake/latency$", "fake_latency"),
     ("POST", r"^/_fake/tick$", "fake_tick"),
+    ("GET", r"^/_fake/logs/(?P<zone>[^/]+)/(?P<name>[^/]+)$", "fake_logs"),
 ]
 
 ROUTES: Routes = compile_routes(URL_PATHS)

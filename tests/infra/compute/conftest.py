@@ -41,6 +41,8 @@ def fake(server: ComputeServer) -> Iterator[SimpleNamespace]:
             groups=compute_v1.InstanceGroupManagersClient(**kw),
             reservations=compute_v1.ReservationsClient(**kw),
             regions=compute_v1.RegionsClient(**kw),
+            zones=compute_v1.ZonesClient(**kw),
+            projects=compute_v1.ProjectsClient(**kw),
             zone_ops=compute_v1.ZoneOperationsClient(**kw),
             region_ops=compute_v1.RegionOperationsClient(**kw),
             global_ops=compute_v1.GlobalOperationsClient(**kw),

@@ -115,6 +115,8 @@ def test_every_response_fits_the_discovery_document(url):
         ("ReservationList", f"{Z}/reservations"),
         ("Reservation", f"{Z}/reservations/res"),
         ("MachineType", f"{Z}/machineTypes/tpu7x-standard-4t"),
+        ("Zone", Z),
+        ("Project", f"/compute/v1/projects/{PROJECT}"),
         ("OperationList", f"{Z}/operations"),
         ("OperationList", f"{R}/operations"),
         ("OperationList", f"{G}/operations"),

@@ -178,3 +178,16 @@ def test_aggregated_lists_find_every_part_of_a_slice(fake):
     assert {scope: [p.name for p in scoped.resource_policies] for scope, scoped in pols} == {
         f"regions/{REGION}": ["s32-wp"]
     }
+
+
+def test_a_member_deleted_by_hand_is_recreated_and_names_its_group(fake):
+    _create_slice(fake)
+    victim = sorted(m.name for m in _managed(fake))[0]
+    vm = fake.instances.get(project=PROJECT, zone=ZONE, instance=victim)
+    meta = {i.key: i.value for i in vm.metadata.items}
+    assert meta["created-by"] == f"projects/{PROJECT}/zones/{ZONE}/instanceGroupManagers/s32"
+    assert meta["instance-template"].endswith("/global/instanceTemplates/s32-tpl") and "startup-script" in meta
+    op = fake.instances.delete_unary(project=PROJECT, zone=ZONE, instance=victim)
+    assert _wait_zone(fake, op).status == Op.Status.DONE
+    after = _managed(fake)
+    assert len(after) == 4 and victim not in {m.name for m in after}  # the group keeps its target size

@@ -25,6 +25,7 @@ worker, endpoints, hostname, tpu_env = sys.argv[1:]
 json.dump({"worker": worker, "endpoints": endpoints, "hostname": hostname, "tpu_env": tpu_env},
           open("seen.json", "w"))
 PY
+touch looping  # from here on a SIGTERM only runs the trap
 while true; do sleep 0.05 || :; done
 """
 
@@ -60,7 +61,7 @@ def test_four_hosts_see_compute_engine_metadata_and_preemption_kills_after_30_fa
     names = _slice(backend)
     workers = {n: hosts.wait_workers(ZONE, n, 1)[0] for n in names}
     seen_files = {n: w.workdir / "seen.json" for n, w in workers.items()}
-    wait_until(lambda: all(f.exists() and f.stat().st_size for f in seen_files.values()), 15, what="seen.json x4")
+    wait_until(lambda: all((w.workdir / "looping").exists() for w in workers.values()), 15, what="4 scripts looping")
     seen = {n: json.loads(f.read_text()) for n, f in seen_files.items()}
     assert [seen[n]["worker"] for n in names] == ["0", "1", "2", "3"]  # rank = order of the names
     hostnames = [f"{n}.{ZONE}.c.{PROJECT}.internal" for n in names]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
+
 import pytest
 from compute.helpers import PROJECT, REGION, ZONE
 from google.api_core import exceptions as gexc
@@ -135,6 +139,8 @@ def test_regional_tpu_quota(fake):
     quotas = {q.metric: (q.limit, q.usage) for q in fake.regions.get(project=PROJECT, region=REGION).quotas}
     assert quotas["PREEMPTIBLE_TPU_PODSLICE_V6E"] == (4.0, 4.0)
     assert quotas["TPU_PODSLICE_V5P"] == (4096.0, 0.0)
+    assert fake.zones.get(project=PROJECT, zone=ZONE).region.endswith(f"/regions/{REGION}")
+    assert fake.projects.get(project=PROJECT).name == PROJECT  # the API answers for the project
 
 
 def test_bad_input_is_refused_naming_the_field(fake):
@@ -184,3 +190,61 @@ def test_list_filters_and_the_aggregated_list_across_zones(fake):
     )
     found = {scope: sorted(i.name for i in scoped.instances) for scope, scoped in agg}
     assert found == {f"zones/{ZONE}": ["a-1", "a-2"], "zones/us-east5-b": ["b-1"]}
+
+
+def _post(url: str, body: object) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_control_endpoints_over_http(fake):
+    """What a dry run in another process uses: capacity, latency, preempt, faults, state, reset."""
+    caps = _post(f"{fake.url}/_fake/capacity", {ZONE: {"SPOT": 0}, "*": {"STANDARD": 8}})
+    assert caps["zones"][ZONE]["SPOT"] == 0 and caps["zones"]["*"]["STANDARD"] == 8
+    assert [e.code for e in _insert(fake, _instance("h-1")).error.errors] == ["ZONE_RESOURCE_POOL_EXHAUSTED"]
+    _post(f"{fake.url}/_fake/capacity", {ZONE: {"SPOT": 64}})
+    assert not _insert(fake, _instance("h-1")).error.errors
+    assert _post(f"{fake.url}/_fake/latency", {"preempt_notice_s": 5})["preempt_notice_s"] == 5
+    assert _post(f"{fake.url}/_fake/zones/{ZONE}/instances/h-1:preempt", {})["status"] == "STOPPING"
+    fake.clock.advance(5)
+    _post(f"{fake.url}/_fake/tick", {})
+    assert fake.instances.get(project=PROJECT, zone=ZONE, instance="h-1").status == "TERMINATED"
+    assert _post(f"{fake.url}/_fake/faults", {"path": "/instances/h-1$", "status": 429})["faults_pending"] == 1
+    with pytest.raises(gexc.TooManyRequests):
+        fake.instances.get(project=PROJECT, zone=ZONE, instance="h-1")
+    with urllib.request.urlopen(f"{fake.url}/_fake/state", timeout=10) as resp:
+        state = json.loads(resp.read())
+    assert state["instance_states"] == {f"projects/{PROJECT}/zones/{ZONE}/instances/h-1": "TERMINATED"}
+    _post(f"{fake.url}/_fake/reset", {})
+    assert fake.backend.state()["instances"] == 0 and fake.backend.capacity.zone(ZONE).chips["SPOT"] == 4096
+    with pytest.raises(urllib.error.HTTPError) as err:
+        _post(f"{fake.url}/_fake/capacity", {ZONE: {"spot": 1}})
+    assert err.value.code == 400 and "unknown key 'spot'" in json.loads(err.value.read())["error"]["message"]
+
+
+def test_a_retried_insert_with_the_same_request_id_returns_the_first_operation(fake):
+    def insert(request_id: str) -> Op:
+        req = compute_v1.InsertInstanceRequest(
+            project=PROJECT, zone=ZONE, instance_resource=_instance("rq"), request_id=request_id
+        )
+        return fake.instances.insert_unary(request=req)
+
+    first = insert("6f1d0c1e-0000-4000-8000-000000000001")
+    assert insert("6f1d0c1e-0000-4000-8000-000000000001").name == first.name  # not 409: the same request, once
+    with pytest.raises(gexc.Conflict):
+        insert("6f1d0c1e-0000-4000-8000-000000000002")
+    assert fake.backend.state()["instances"] == 1
+
+
+def test_deleting_during_the_preemption_notice_ends_the_preemption(fake):
+    _insert(fake, _instance("n-1"))
+    fake.backend.preempt(ZONE, "n-1")
+    op = fake.instances.delete_unary(project=PROJECT, zone=ZONE, instance="n-1")
+    assert fake.zone_ops.wait(project=PROJECT, zone=ZONE, operation=op.name).status == Op.Status.DONE
+    with pytest.raises(gexc.NotFound):
+        fake.instances.get(project=PROJECT, zone=ZONE, instance="n-1")
+    ops = fake.zone_ops.list(request=compute_v1.ListZoneOperationsRequest(
+        project=PROJECT, zone=ZONE, filter='operationType = "compute.instances.preempted"'))  # fmt: skip
+    assert [o.status for o in ops] == [Op.Status.DONE]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 
 from compute.helpers import loopback_only
 from google.cloud import compute_v1
@@ -15,7 +16,8 @@ SCRIPT = r"""
 trap 'echo got-term; exit 0' TERM
 curl -sf -H 'Metadata-Flavor: Google' \
   "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/attributes/worker-id" > worker-id
-echo "{\"dry_run\": \"$TPU_OPS_DRY_RUN\", \"compute\": \"$TPU_OPS_COMPUTE_ENDPOINT\"}" > env.json
+echo "{\"dry_run\": \"$TPU_OPS_DRY_RUN\", \"compute\": \"$TPU_OPS_COMPUTE_ENDPOINT\"}" > env.tmp
+mv env.tmp env.json  # whole or absent: the test reads it as soon as it exists
 while true; do sleep 0.05 || :; done
 """
 
@@ -44,6 +46,8 @@ def test_stack_exports_the_endpoint_and_runs_an_instances_startup_script(stack):
         op = instances.delete_unary(project=stack.project, zone=ZONE, instance="stack-vm")
         assert ops.wait(project=stack.project, zone=ZONE, operation=op.name).status == compute_v1.Operation.Status.DONE
         stack.compute_hosts.wait_exited(ZONE, "stack-vm", timeout=15)
-        assert "got-term" in stack.compute_worker_logs(ZONE, "stack-vm")["workers"][0]["stdout"]
+        with urllib.request.urlopen(f"{stack.compute_endpoint}/_fake/logs/{ZONE}/stack-vm", timeout=10) as resp:
+            logs = json.loads(resp.read())  # the host's output, served by the fake
+        assert "got-term" in logs["workers"][0]["stdout"] and logs["workers"][0]["returncode"] == 0
     assert blocked == []
     assert stack.state()["compute"]["instances"] == 0
