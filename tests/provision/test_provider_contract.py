@@ -311,3 +311,28 @@ def test_the_lease_acquires_releases_and_acquires_again(cp: Any) -> None:
         second = lease.acquire({"startup-script": "true"})
         assert second.slice_id == first.slice_id and second.hosts == 4
     assert cp.left() == 0  # released on exit
+
+
+def test_a_single_host_slice_recreated_under_its_name_is_not_taken_for_the_preempted_one(
+    compute_url: str, tmp_path: Path
+) -> None:
+    """Compute Engine keeps the ``compute.instances.preempted`` operation of a deleted instance; the
+    new instance of the same name (the same slice id after recovery) must read as running."""
+    h = ComputeHarness(compute_url, tmp_path)
+    h.accelerator = "v5p-8"
+    h.reset()
+    provider = h.provider()
+    spec = h.spec(["spot"])
+    with loopback_only() as blocked:
+        try:
+            first = provision(spec, "run-one", h.settings, provider=provider)
+            h._req("POST", f"/_fake/zones/{first.zone}/instances/{first.slice_id}:preempt")
+            lost = provider.describe(first.zone, first.slice_id)
+            assert lost is not None and lost.state in SliceState.DEAD
+            second = provision(spec, "run-one", h.settings, provider=provider)
+            assert second.slice_id == first.slice_id and second.attempts[-1].outcome == Outcome.ACTIVE
+            again = provider.describe(second.zone, second.slice_id)
+            assert again is not None and again.state in SliceState.READY, again
+        finally:
+            teardown("run-one", h.settings, zones=list(h.zones))
+    assert blocked == [] and h.left() == 0

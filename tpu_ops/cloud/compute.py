@@ -137,7 +137,7 @@ class ComputeApi:
             machine_type=_leaf(i.machine_type), internal_ip=nics[0].network_i_p if nics else "",
             hostname=i.hostname or i.name, created_at=_ts(i.creation_timestamp),
             provisioning_model=i.scheduling.provisioning_model if i.scheduling else "",
-            worker_id=int(wid) if wid.isdigit() else None, status_message=i.status_message,
+            worker_id=int(wid) if wid.isdigit() else None, status_message=i.status_message, id=str(i.id or ""),
         )  # fmt: skip
 
     def get_instance(self, zone: str, name: str) -> InstanceRecord | None:
@@ -180,12 +180,13 @@ class ComputeApi:
         return True
 
     def preempted(self, zone: str) -> set[str]:
-        """Names of instances in ``zone`` with a ``compute.instances.preempted`` operation."""
+        """Ids of instances in ``zone`` with a ``compute.instances.preempted`` operation (ids, not
+        names: a slice recreated under the same name must not inherit its predecessor's preemption)."""
         c = self.client("ZoneOperationsClient")
         flt = f'operationType="{PREEMPTED_OP}"'
         req = {"project": self.project, "zone": zone, "filter": flt}
         ops = self._call(lambda: list(c.list(request=req, timeout=self.call_timeout_s)))
-        return {_leaf(o.target_link) for o in ops if o.operation_type == PREEMPTED_OP and o.target_link}
+        return {str(o.target_id) for o in ops if o.operation_type == PREEMPTED_OP and o.target_id}
 
     # -- templates (global) ------------------------------------------------------------------
     def insert_template(self, name: str, spec: VmSpec) -> OpRef:

@@ -45,6 +45,7 @@ class InstanceRecord:
     provisioning_model: str
     worker_id: int | None
     status_message: str = ""
+    id: str = ""  # the instance's numeric id: a recreated instance of the same name has a new one
 
 
 @dataclass(frozen=True)

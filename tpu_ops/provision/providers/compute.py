@@ -176,7 +176,7 @@ class ComputeProvider(Provider):
             state = SliceState.WAITING
         else:
             state = SliceState.BOOTING
-        if state != SliceState.LOST and inst.name in self._preempted(inst.zone):
+        if state != SliceState.LOST and inst.id and inst.id in self._preempted(inst.zone):
             state = SliceState.LOST
         return SliceRecord(
             backend=self.name, slice_id=inst.name, zone=inst.zone, state=state, raw_state=f"instance {status}",
@@ -194,7 +194,8 @@ class ComputeProvider(Provider):
         members = self.api.managed_instances(zone, slice_id)
         instances = [i for i in (self.api.get_instance(zone, mi.name) for mi in members if mi.status) if i]
         statuses = sorted({i.status for i in instances})
-        preempted = self._preempted(zone) & {mi.name for mi in members} if members else set()
+        gone = self._preempted(zone) if members else set()
+        preempted = {i.name for i in instances if i.id and i.id in gone}
         creating = any(mi.action in ("CREATING", "RECREATING", "VERIFYING") for mi in members)
         detail, stockout = "", False
         lost = [i for i in instances if i.status in InstanceStatus.LOST]
