@@ -76,7 +76,7 @@ class PreemptOnce(threading.Thread):
                 if latest_complete_step(gcs, self.layout.steps_uri) is None:
                     continue
                 for rec in self.provider.slices(list(self.spec.provision.slice.zones), self.run_id):
-                    if rec.state not in SliceState.READY:
+                    if rec.state not in SliceState.RUNNING:
                         continue
                     if self.provider.name == "tpu-api":
                         self.stack.preempt(rec.zone, rec.slice_id)

@@ -223,11 +223,11 @@ def test_preempted_slice_is_deleted_whole_and_recreated(cp: Any) -> None:
         first = provision(spec, "run-pre", cp.settings, provider=provider)
         cp.preempt(first.zone, first.slice_id)
         rec = provider.describe(first.zone, first.slice_id)
-        assert rec is not None and rec.state in SliceState.DEAD, rec
+        assert rec is not None and rec.state in SliceState.LOST, rec
         second = provision(spec, "run-pre", cp.settings, provider=provider)
         assert second.slice_id == first.slice_id and second.hosts == 4
         again = provider.describe(second.zone, second.slice_id)
-        assert again is not None and again.state in SliceState.READY
+        assert again is not None and again.state in SliceState.RUNNING
         if cp.backend == "compute":  # a new group of new hosts, not a repaired one
             assert not set(second.host_names) & set(first.host_names)
         events = [e["kind"] for e in Ledger(cp.settings, "run-pre").events()]
@@ -328,11 +328,11 @@ def test_a_single_host_slice_recreated_under_its_name_is_not_taken_for_the_preem
             first = provision(spec, "run-one", h.settings, provider=provider)
             h._req("POST", f"/_fake/zones/{first.zone}/instances/{first.slice_id}:preempt")
             lost = provider.describe(first.zone, first.slice_id)
-            assert lost is not None and lost.state in SliceState.DEAD
+            assert lost is not None and lost.state in SliceState.LOST
             second = provision(spec, "run-one", h.settings, provider=provider)
             assert second.slice_id == first.slice_id and second.attempts[-1].outcome == Outcome.ACTIVE
             again = provider.describe(second.zone, second.slice_id)
-            assert again is not None and again.state in SliceState.READY, again
+            assert again is not None and again.state in SliceState.RUNNING, again
         finally:
             teardown("run-one", h.settings, zones=list(h.zones))
     assert blocked == [] and h.left() == 0

@@ -30,7 +30,7 @@ from tpu_ops.provision import ledger as L
 from tpu_ops.provision.cost import check_budget
 from tpu_ops.provision.naming import attempt_of, check_run_id, resource_id, run_labels
 from tpu_ops.provision.prices import PriceTable, load
-from tpu_ops.provision.providers import Provider, SliceRecord, SliceRequest, SliceState, for_spec
+from tpu_ops.provision.providers import Phase, Provider, SliceRecord, SliceRequest, SliceState, for_spec
 from tpu_ops.provision.records import Attempt, Outcome, Slice
 from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import FlexStartRung, ProvisionSpec, ReservationRung
@@ -143,7 +143,7 @@ class _Ladder:
         waiting: list[tuple[int, SliceRecord]] = []
         for rec in self.provider.slices(self._zones(), self.run_id):
             n = attempt_of(self.run_id, rec.slice_id) or 0
-            if rec.state in SliceState.READY:
+            if rec.state in SliceState.RUNNING:
                 want = self.spec.slice.accelerator_type
                 if rec.accelerator_type and rec.accelerator_type != want:
                     raise ProvisioningError(
@@ -157,9 +157,9 @@ class _Ladder:
                 return self._slice(rec), 0
             if rec.state in SliceState.PENDING:
                 waiting.append((n, rec))
-            elif rec.state in SliceState.DEAD:
+            elif rec.state in SliceState.LOST:
                 self._dead(rec)
-            elif rec.state == SliceState.FAILED:  # never granted: nothing to recreate, just clean up
+            elif rec.state == Phase.FAILED:  # never granted: nothing to recreate, just clean up
                 self.provider.delete_slice(rec.zone, rec.slice_id, self._remaining())
         if not waiting:
             return None, 0
@@ -259,13 +259,13 @@ class _Ladder:
     @staticmethod
     def _settled(rec: SliceRecord) -> tuple[str, str, SliceRecord | None] | None:
         """The outcome once a request left the queue for good; None while it still waits."""
-        if rec.state in SliceState.READY:
+        if rec.state in SliceState.RUNNING:
             return Outcome.ACTIVE, "", rec
-        if rec.state == SliceState.FAILED:
+        if rec.state == Phase.FAILED:
             return (Outcome.STOCKOUT if rec.stockout else Outcome.FAILED), rec.detail or "FAILED", None
-        if rec.state in SliceState.DEAD:
+        if rec.state in SliceState.LOST:
             return Outcome.SUSPENDED, rec.detail or rec.raw_state, None
-        if rec.state == SliceState.DELETING:
+        if rec.state == Phase.DELETING:
             return Outcome.ERROR, "deleted by someone else while waiting", None
         return None
 

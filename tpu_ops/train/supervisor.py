@@ -33,7 +33,7 @@ from tpu_ops.provision import ledger as L
 from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.provision.providers import Provider, SliceState, for_spec
+from tpu_ops.provision.providers import Phase, Provider, SliceState, for_spec
 from tpu_ops.provision.records import Outcome
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
@@ -235,7 +235,7 @@ class Supervisor:
         rec = self.provider.describe(inc.zone, inc.queued_resource)
         if rec is None:
             return "slice missing"
-        if rec.state in SliceState.READY or rec.state == SliceState.BOOTING:
+        if rec.state in SliceState.RUNNING or rec.state == Phase.BOOTING:
             return None
         return rec.raw_state
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from tpu_ops.provision.providers.base import Host, Provider, SliceRecord, SliceRequest, SliceState
+from tpu_ops.provision.providers.base import Host, Phase, Provider, SliceRecord, SliceRequest, SliceState
 from tpu_ops.settings import Settings
 from tpu_ops.tiers import Backend
 
@@ -25,6 +25,7 @@ ALL_ZONES: Final = ("-",)
 __all__ = [
     "ALL_ZONES",
     "Host",
+    "Phase",
     "Provider",
     "SliceRecord",
     "SliceRequest",

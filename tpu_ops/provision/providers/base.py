@@ -5,7 +5,7 @@ The ladder, teardown, the reaper and the supervisor speak only this interface (S
 ``SliceRequest`` into cloud resources and reports them back as ``SliceRecord`` and ``Resource``;
 no SDK object, raw operation or API dict crosses it.
 
-Slice states are named sets, not strings compared at call sites::
+A slice is in one ``Phase``; callers ask which named set it is in, not for strings::
 
     SliceState.PENDING   waiting for capacity or booting
     SliceState.RUNNING   every host up: hand it out
@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import ClassVar, Final
 
 from tpu_ops.accelerators import AcceleratorType
@@ -25,20 +26,24 @@ from tpu_ops.provision.records import Resource
 from tpu_ops.tiers import Tier
 
 
+class Phase(StrEnum):
+    """A slice's phase as the ladder sees it, whatever the control plane calls it."""
+
+    WAITING = "waiting"  # queued for capacity
+    BOOTING = "booting"  # granted, hosts not all up yet
+    RUNNING = "running"  # every host up
+    LOST = "lost"  # granted and then lost: delete it, maybe make a new one
+    FAILED = "failed"  # never granted (capacity, a FAILED request)
+    DELETING = "deleting"
+
+
 class SliceState:
-    """A slice's state as the ladder sees it, whatever the control plane calls it."""
+    """Phases grouped by what the caller does about them."""
 
-    WAITING: Final = "waiting"  # queued for capacity
-    BOOTING: Final = "booting"  # granted, hosts not all up yet
-    RUNNING: Final = "running"
-    LOST: Final = "lost"  # granted and then lost: delete it, maybe make a new one
-    FAILED: Final = "failed"  # never granted (capacity, a FAILED request)
-    DELETING: Final = "deleting"
-
-    PENDING: Final = frozenset({WAITING, BOOTING})
-    READY: Final = frozenset({RUNNING})
-    DEAD: Final = frozenset({LOST})
-    TERMINAL: Final = frozenset({LOST, FAILED, DELETING})
+    PENDING: Final = frozenset({Phase.WAITING, Phase.BOOTING})
+    RUNNING: Final = frozenset({Phase.RUNNING})
+    LOST: Final = frozenset({Phase.LOST})
+    TERMINAL: Final = frozenset({Phase.LOST, Phase.FAILED, Phase.DELETING})
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class SliceRecord:
     backend: str
     slice_id: str
     zone: str
-    state: str  # a SliceState value
+    state: Phase
     raw_state: str  # what the control plane said, for messages
     tier: str
     accelerator_type: str

@@ -37,7 +37,7 @@ from tpu_ops.errors import (
     TransientError,
 )
 from tpu_ops.provision.naming import RUN_LABEL, TIER_LABEL, attempt_of, created_at, run_of
-from tpu_ops.provision.providers.base import Host, Provider, SliceRecord, SliceRequest, SliceState
+from tpu_ops.provision.providers.base import Host, Phase, Provider, SliceRecord, SliceRequest
 from tpu_ops.provision.records import Resource
 from tpu_ops.settings import Settings
 from tpu_ops.tiers import BACKEND_TIERS, Backend, Tier
@@ -169,21 +169,21 @@ class ComputeProvider(Provider):
     def _single(self, inst: InstanceRecord) -> SliceRecord:
         status = inst.status
         if status in InstanceStatus.RUNNING and inst.internal_ip:
-            state = SliceState.RUNNING
+            state = Phase.RUNNING
         elif status in InstanceStatus.LOST:
-            state = SliceState.LOST
+            state = Phase.LOST
         elif status == "PENDING":
-            state = SliceState.WAITING
+            state = Phase.WAITING
         else:
-            state = SliceState.BOOTING
-        if state != SliceState.LOST and inst.id and inst.id in self._preempted(inst.zone):
-            state = SliceState.LOST
+            state = Phase.BOOTING
+        if state != Phase.LOST and inst.id and inst.id in self._preempted(inst.zone):
+            state = Phase.LOST
         return SliceRecord(
             backend=self.name, slice_id=inst.name, zone=inst.zone, state=state, raw_state=f"instance {status}",
             tier=inst.labels.get(TIER_LABEL, ""), accelerator_type=inst.labels.get(ACCEL_LABEL, ""),
             hosts=(Host(0, inst.hostname, inst.internal_ip, status),) if inst.internal_ip else (),
             labels=dict(inst.labels), created_at=created_at(dict(inst.labels)) or inst.created_at,
-            detail=inst.status_message if state == SliceState.LOST else "",
+            detail=inst.status_message if state == Phase.LOST else "",
         )  # fmt: skip
 
     def _multi(self, zone: str, slice_id: str, target: int, description: str, created: float | None,
@@ -200,24 +200,24 @@ class ComputeProvider(Provider):
         detail, stockout = "", False
         lost = [i for i in instances if i.status in InstanceStatus.LOST]
         if lost or preempted:
-            state = SliceState.LOST
+            state = Phase.LOST
             names = sorted({*(i.name for i in lost), *preempted})
             detail = f"host(s) {', '.join(names)} " + ("preempted" if preempted else "/".join(statuses))
         elif not instances and bulk_errors and tier != Tier.FLEX_START:  # flex-start waits in the queue
             err = classify(bulk_errors, zone=zone, tier=tier)
-            state, detail, stockout = SliceState.FAILED, str(err), isinstance(err, CapacityError)
+            state, detail, stockout = Phase.FAILED, str(err), isinstance(err, CapacityError)
         elif 0 < len(instances) < target and not creating:
-            state, detail = SliceState.LOST, f"{len(instances)} of {target} hosts left"
+            state, detail = Phase.LOST, f"{len(instances)} of {target} hosts left"
         elif len(instances) == target and all(i.status in InstanceStatus.RUNNING and i.internal_ip for i in instances):
-            state = SliceState.RUNNING
+            state = Phase.RUNNING
         elif instances:
-            state = SliceState.BOOTING
+            state = Phase.BOOTING
         else:
-            state = SliceState.WAITING
+            state = Phase.WAITING
         ordered = sorted(instances, key=lambda i: (i.worker_id is None, i.worker_id or 0, i.name))
         hosts = tuple(Host(n, i.hostname, i.internal_ip, i.status) for n, i in enumerate(ordered))
         raw = f"group {len(instances)}/{target} hosts" + (f" {'/'.join(statuses)}" if statuses else "")
-        if state == SliceState.LOST:
+        if state == Phase.LOST:
             raw += f": {detail}"
         labels = dict(instances[0].labels) if instances else {}
         return SliceRecord(

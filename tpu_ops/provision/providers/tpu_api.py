@@ -15,7 +15,7 @@ from tpu_ops.cloud.tpu import NodeRecord, NodeState, QrState, QueuedResourceReco
 from tpu_ops.errors import TpuOpsError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision.naming import TIER_LABEL, belongs_to, created_at, run_of
-from tpu_ops.provision.providers.base import Host, Provider, SliceRecord, SliceRequest, SliceState
+from tpu_ops.provision.providers.base import Host, Phase, Provider, SliceRecord, SliceRequest
 from tpu_ops.provision.records import Resource
 from tpu_ops.settings import Settings
 from tpu_ops.tiers import Tier
@@ -30,22 +30,22 @@ def slice_record(qr: QueuedResourceRecord, node: NodeRecord | None) -> SliceReco
     detail, stockout = qr.detail, False
     if qr.state in QrState.ACTIVE:
         if node is not None and node.state in NodeState.READY:
-            state, raw = SliceState.RUNNING, "ACTIVE"
+            state, raw = Phase.RUNNING, "ACTIVE"
         elif node is not None and node.state in NodeState.PENDING:
-            state, raw = SliceState.BOOTING, f"ACTIVE, node {node.state}"
+            state, raw = Phase.BOOTING, f"ACTIVE, node {node.state}"
         else:
-            state, raw = SliceState.LOST, f"node {node.state if node else 'missing'}"
+            state, raw = Phase.LOST, f"node {node.state if node else 'missing'}"
             detail = detail or f"{raw} at ACTIVE"
     elif qr.state in QrState.SUSPENDED:
-        state, raw = SliceState.LOST, f"queued resource {qr.state}"
+        state, raw = Phase.LOST, f"queued resource {qr.state}"
     elif qr.state in QrState.FAILED:
-        state, raw = SliceState.FAILED, f"queued resource {qr.state}"
+        state, raw = Phase.FAILED, f"queued resource {qr.state}"
         stockout = any(w in qr.detail.lower() for w in _STOCK_WORDS)
         detail = qr.detail or "FAILED"
     elif qr.state in QrState.DELETING:
-        state, raw = SliceState.DELETING, f"queued resource {qr.state}"
+        state, raw = Phase.DELETING, f"queued resource {qr.state}"
     else:
-        state, raw = SliceState.WAITING, f"queued resource {qr.state}"
+        state, raw = Phase.WAITING, f"queued resource {qr.state}"
     hosts = tuple(Host(i, f"{qr.node_id}-w-{i}", ip) for i, ip in enumerate(node.endpoints)) if node else ()
     return SliceRecord(
         backend=TpuApiProvider.name, slice_id=qr.qr_id, zone=qr.zone, state=state, raw_state=raw, tier=qr.tier,
