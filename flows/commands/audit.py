@@ -76,8 +76,11 @@ def _items(source: str | None, settings: Any, history: bool = False) -> tuple[li
             raise SpecError(f"SOURCE: {exc}") from None
         store = S3Store(audit_clients(settings)[0], trail, 1)
         with aws_errors("s3"):
-            items = [item_from_object(k, b) for k, b in store.read_all()]
-            return items, store.history() if history else []
+            if not history:
+                return [item_from_object(k, b) for k, b in store.read_all()], []
+            # parallel, bounded, and from the seals' bundles where S3 still holds exactly those versions
+            objects, problems = store.read_verified()
+            return [item_from_object(k, b) for k, b in objects], problems
     path = Path(src)
     if not path.is_file():
         raise SpecError(f"SOURCE {src!r} is neither an s3:// prefix nor a JSONL file")

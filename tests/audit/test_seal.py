@@ -91,3 +91,27 @@ def test_versions_and_delete_markers_under_the_trail_are_evidence(
     assert main(["audit", "verify", str(trail.store.trail)]) == 1
     err = capsys.readouterr().err
     assert f"non-current version of {key2}" in err and f"delete marker on {key3}" in err, err
+
+
+def test_verify_reads_sealed_records_from_bundles_yet_sees_every_change(
+    trail: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(4):
+        trail.record("run-b", "train.step", params={"i": i})
+    ref = trail.seal().record["params"]["bundles"]
+    assert [(b["chain"], b["first"], b["last"], b["records"]) for b in ref] == [("run-b", 1, 4, 4)]
+    trail.record("run-b", "train.step", params={"i": 4})  # after the seal: read from its own object
+    objects, problems = trail.store.read_verified()
+    assert [json.loads(b)["seq"] for k, b in objects if "/run-b/" in k] == [1, 2, 3, 4, 5] and not problems
+    assert main(["audit", "verify", str(trail.store.trail)]) == 0
+    capsys.readouterr()
+
+    s3, bucket = trail.store.s3, trail.store.trail.bucket
+    edited = json.loads(s3.get_object(Bucket=bucket, Key=trail.store.key("run-b", 2))["Body"].read())
+    edited["params"] = {"i": 99}
+    s3.put_object(Bucket=bucket, Key=trail.store.key("run-b", 2), Body=json.dumps(edited).encode())
+    s3.put_object(Bucket=bucket, Key=ref[0]["key"], Body=b"{}\n")  # a new version over the locked bundle
+    assert main(["audit", "verify", str(trail.store.trail)]) == 1
+    err = capsys.readouterr().err
+    assert "first bad record: " in err and "edited: chain run-b seq 2 " in err, err  # the edit, not the bundle's copy
+    assert "this bundle does not match the sha256 its seal names" in err

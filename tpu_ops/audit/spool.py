@@ -99,14 +99,6 @@ class Spool:
             fh.seek(0)
             return sum(1 for line in fh if line.strip())
 
-    def chains(self) -> set[str]:
-        """The chains that have entries waiting."""
-        if not self.path.exists():
-            return set()
-        with self._locked() as fh:
-            fh.seek(0)
-            return {e["event"]["chain"] for line in fh if (e := _entry(line))}
-
     def drain(self, send: Callable[[dict[str, Any]], Any], unreachable: Callable[[BaseException], bool]) -> Drained:
         """Send entries oldest first. A line that is not an entry is quarantined. An entry whose ``send``
         fails holds back the rest of its chain; if ``unreachable(error)``, everything stops and the

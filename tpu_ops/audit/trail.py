@@ -97,10 +97,18 @@ class AuditTrail:
         return self._submit({"kind": "digest", "event": body})
 
     def seal(
-        self, actor: Actor | None = None, *, interval_s: int | None = None, now: datetime | None = None
+        self,
+        actor: Actor | None = None,
+        *,
+        interval_s: int | None = None,
+        now: datetime | None = None,
+        bundle: bool = True,
     ) -> Written:
         """The scheduled seal: one KMS-signed digest naming every chain's head, written even when nothing
         happened, so a trail cut off at its end shows within one interval (``tpu-ops audit seal``).
+
+        With ``bundle``, each chain's records since its last bundle are copied into a locked bundle the
+        seal names by sha256, so verify reads a chain in one GET instead of one per record.
 
         Never spooled: a seal S3 did not take is a gap in the schedule, and verify says so.
         """
@@ -109,12 +117,15 @@ class AuditTrail:
         with self._lock:
             self._drain()  # spooled records first, so the seal names them
             heads: dict[str, dict[str, Any]] = {}
+            bundles: list[dict[str, Any]] = []
             for chain in sorted(c for c in self.store.chains() if c != DIGEST_CHAIN):
                 head = self.store.head(chain, self._heads.get(chain))
                 self._heads[chain] = head
                 if head.sealed_seq:
                     heads[chain] = {"seq": head.sealed_seq, "hash": head.hash}
-            params = {"interval_s": interval_s, "heads": heads}
+                    if bundle and (ref := self.store.write_bundle(chain, head.sealed_seq)):
+                        bundles.append(ref)
+            params = {"interval_s": interval_s, "heads": heads, "bundles": bundles}
             body = new_event(DIGEST_CHAIN, SEAL_EVENT, actor or self.actor(), params=params, now=now)
             return Written(self._send({"kind": "seal", "event": body}))
 
