@@ -73,3 +73,21 @@ def test_a_cut_upload_is_a_one_line_error(
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in err, err  # (audit warnings about the spool may precede it)
     assert "s3" in errors[0].lower(), err
+
+
+def test_a_garbage_object_and_a_torn_spool_line_block_no_export(
+    local_stack: Any, env_on_stack: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flows.audit import trail_for
+    from tpu_ops.settings import Settings
+
+    a, b = make_run(local_stack, tmp_path), make_run(local_stack, tmp_path)
+    trail = trail_for(Settings())
+    trail.store.s3.put_object(Bucket=trail.store.trail.bucket, Key=trail.store.key(a.run_id, 1), Body=b"\xff{torn")
+    trail.spool.path.parent.mkdir(parents=True, exist_ok=True)
+    trail.spool.path.write_bytes(b'{"kind": "record", "event": {"chain": "x"')  # a crash mid-append
+    for run in (a, b):
+        rc, out, err = _export(run, capsys, "--json")
+        assert rc == 0 and "Traceback" not in err, err
+        assert json.loads(out)["package_created"]
+    assert trail.spool.pending() == 0 and trail.spool.quarantine_path.exists()
