@@ -206,22 +206,23 @@ class S3Store:
         last = self.last_bundled(chain)
         if head_seq <= last:
             return None
-        current, _ = self.versions(self.chain_prefix(chain))
-        wanted = []
-        for key, vid in sorted(current.items()):
-            m = _RECORD_KEY.search(key)
-            if m and last < int(m.group(2)) <= head_seq and vid != "null":
-                wanted.append((key, vid))
+        wanted = [k for k in self.keys(chain, self.key(chain, last) if last else None) if _seq_of(k) <= head_seq]
+
+        def fetch(key: str) -> tuple[str, str, bytes]:
+            resp = self.s3.get_object(Bucket=self.trail.bucket, Key=key)  # the version read is the version bundled
+            return key, str(resp.get("VersionId") or "null"), bytes(resp["Body"].read())
+
         lines: list[bytes] = []
+        first = 0
         with ThreadPoolExecutor(workers) as pool:
-            for (key, vid), body in zip(wanted, pool.map(lambda kv: self.get_bytes(*kv), wanted), strict=True):
+            for key, vid, body in pool.map(fetch, wanted):
                 record, _ = parse_record(body)
-                if record is not None and record.get("chain") == chain:
+                if record is not None and record.get("chain") == chain and vid != "null":
                     lines.append(canonical({"k": key, "v": vid, "b": body.decode()}))
+                    first = first or _seq_of(key)
         if not lines:
             return None
         data = b"\n".join(lines) + b"\n"
-        first = int(_RECORD_KEY.search(wanted[0][0]).group(2))  # type: ignore[union-attr]
         key = f"{self.bundle_prefix(chain)}{first:0{SEQ_WIDTH}d}-{head_seq:0{SEQ_WIDTH}d}.jsonl"
         try:
             until = datetime.now(UTC) + self.retention
@@ -335,6 +336,12 @@ def _window(pool: ThreadPoolExecutor, fn: Callable[[str], T], keys: Iterable[str
     finally:
         for f in pending:
             f.cancel()
+
+
+def _seq_of(key: str) -> int:
+    """The seq a record key names (a huge number for any other name, so it sorts and filters last)."""
+    m = _RECORD_KEY.search(key)
+    return int(m.group(2)) if m else 10**SEQ_WIDTH
 
 
 def _bundle_refs(body: bytes, refs: dict[str, list[dict[str, Any]]]) -> None:
