@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from flows.cli import main
+from tpu_ops.audit.records import record_hash
 from tpu_ops.audit.verify import Item, items_from_objects, verify
 
 HOUR = 3600
@@ -40,6 +41,14 @@ def test_a_scheduled_seal_names_every_chain_even_when_nothing_happened(
         assert {c: h["seq"] for c, h in heads.items()} == {"run-1": 1, "run-2": 2}
         assert s["params"]["interval_s"] == HOUR and s["signature"]
     assert verify(_items(_all(trail)), seal_interval_s=HOUR).ok
+    key = trail._key_arn()
+    assert verify(_items(_all(trail)), trail.kms, key).ok  # seals sign their SHA-256 (KMS's RAW limit is 4 KiB)
+    forged = _all(trail)
+    last = next(r for r in forged if r["chain"] == "_digests" and r["seq"] == 2)
+    last["params"]["heads"]["run-2"]["seq"] = 1  # a seal rewritten to hide run-2's seq 2
+    last["hash"] = record_hash(last)
+    report = verify(_items(forged), trail.kms, key)
+    assert [(d.kind, d.seq) for d in report.damage][:1] == [("forged-digest", 2)], report.damage
 
 
 def test_cutting_off_the_newest_records_and_digests_is_detected_within_one_interval(trail: Any) -> None:

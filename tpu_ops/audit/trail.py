@@ -12,6 +12,7 @@ global ``_digests`` chain is ordered the same way, each digest naming the previo
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -191,8 +192,8 @@ class AuditTrail:
                     head = self._note_foreign(chain, head)
                 if entry["kind"] == "digest":
                     record = self._sealed_digest(event, head)
-                elif entry["kind"] == "seal":
-                    record = self._signed(dict(event), head)
+                elif entry["kind"] == "seal":  # names every chain: over KMS's 4 KiB RAW limit, so sign its SHA-256
+                    record = self._signed(dict(event), head, "DIGEST")
                 else:
                     record = seal(event, head.seq + 1, head.hash)
                 self.store.put_new(record)
@@ -232,13 +233,16 @@ class AuditTrail:
             body["links"] = [{"chain": chain, "seq": target.sealed_seq, "hash": target.hash}]
         return self._signed(body, head)
 
-    def _signed(self, body: dict[str, Any], head: Head) -> dict[str, Any]:
+    def _signed(self, body: dict[str, Any], head: Head, message_type: str = "RAW") -> dict[str, Any]:
         body["key_id"] = self._key_arn()
         body["signing_algorithm"] = SIGNING_ALGORITHM
+        if message_type != "RAW":
+            body["message_type"] = message_type
         unsigned = seal(body, head.seq + 1, head.hash)
         resp = self.kms.sign(
-            KeyId=body["key_id"], Message=signed_bytes(unsigned), MessageType="RAW", SigningAlgorithm=SIGNING_ALGORITHM
-        )
+            KeyId=body["key_id"], Message=signed_message(unsigned), MessageType=message_type,
+            SigningAlgorithm=SIGNING_ALGORITHM,
+        )  # fmt: skip
         body["signature"] = base64.b64encode(resp["Signature"]).decode()
         return seal(body, head.seq + 1, head.hash)
 
@@ -258,13 +262,16 @@ def verify_signature(kms: Any, record: dict[str, Any], key_id: str | None = None
         return False
     if not sig:
         return False
+    message_type = record.get("message_type", "RAW")
+    if record.get("signing_algorithm", SIGNING_ALGORITHM) != SIGNING_ALGORITHM or message_type not in ("RAW", "DIGEST"):
+        return False  # the algorithm is pinned too: a record may not choose a weaker one
     try:
         resp = kms.verify(
             KeyId=key_id or record["key_id"],
-            Message=signed_bytes(record),
-            MessageType="RAW",
+            Message=signed_message(record),
+            MessageType=message_type,
             Signature=sig,
-            SigningAlgorithm=record.get("signing_algorithm", SIGNING_ALGORITHM),
+            SigningAlgorithm=SIGNING_ALGORITHM,
         )
     except Exception as exc:
         code = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code", ""))
@@ -275,6 +282,12 @@ def verify_signature(kms: Any, record: dict[str, Any], key_id: str | None = None
 
 
 _INVALID_SIGNATURE = ("KMSInvalidSignatureException", "InvalidSignatureException")
+
+
+def signed_message(record: dict[str, Any]) -> bytes:
+    """What KMS signs for ``record``: its signed bytes, or their SHA-256 when it says ``message_type: DIGEST``."""
+    data = signed_bytes(record)
+    return hashlib.sha256(data).digest() if record.get("message_type") == "DIGEST" else data
 
 
 __all__ = ["AuditTrail", "Written", "audit_clients", "link_to", "verify_signature"]

@@ -220,6 +220,13 @@ def parse_time(text: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
+def _time_of(record: dict[str, Any]) -> datetime | None:
+    try:
+        return parse_time(str(record.get("time")))
+    except ValueError:
+        return None
+
+
 # -- the walk ---------------------------------------------------------------------------------------
 Sealed = dict[str, dict[int, tuple[str, int]]]  # chain -> seq -> (hash, digest seq that sealed it)
 
@@ -447,12 +454,7 @@ def _schedule(report: Report, digests: list[dict[str, Any]], items: list[Item], 
     """``stale`` if the newest digest is older than the interval allows; ``gap`` between scheduled seals."""
     grace = interval / 10  # a scheduler starts a little late; a cut-off still shows within one interval
     report.seal_interval_s = interval
-    times = []
-    for d in digests:
-        try:
-            times.append((parse_time(str(d.get("time"))), d))
-        except ValueError:
-            continue
+    times = [(t, d) for d in digests if (t := _time_of(d)) is not None]
     if times:
         newest, d = max(times, key=lambda t: t[0])
         age = (now - newest).total_seconds()
@@ -462,12 +464,11 @@ def _schedule(report: Report, digests: list[dict[str, Any]], items: list[Item], 
             why = (f"the newest digest ({d['time']}) is {age:.0f} s old, but seals are due every {interval} s: "
                    "records and digests after it may have been cut off")  # fmt: skip
             report.damage.append(Damage("stale", DIGEST_CHAIN, d["seq"], f"digest seq {d['seq']}", why))
-    elif any(it.record for it in items):
-        oldest = min(parse_time(str(it.record["time"])) for it in items if it.record and "time" in it.record)
+    elif stamps := [t for it in items if it.record and (t := _time_of(it.record)) is not None]:
+        oldest = min(stamps)
         if (now - oldest).total_seconds() > interval + grace:
-            report.damage.append(Damage("stale", DIGEST_CHAIN, None, "no digest",
-                                        f"records since {oldest.isoformat()} but no digest: seals are due every "
-                                        f"{interval} s (tpu-ops audit seal)"))  # fmt: skip
+            why = f"records since {oldest.isoformat()} but no digest: seals are due every {interval} s"
+            report.damage.append(Damage("stale", DIGEST_CHAIN, None, "no digest", why))
     seals = [(t, d) for t, d in times if d.get("event") == SEAL_EVENT]
     for (t0, _), (t1, d) in itertools.pairwise(seals):
         if (t1 - t0).total_seconds() > interval + grace:
