@@ -76,6 +76,12 @@ def rss_mib() -> float:
         return int(fh.read().split()[1]) * 4096 / 2**20
 
 
+def hwm_mib() -> float:
+    """This process's peak RSS (``VmHWM``: unlike ``ru_maxrss``, not inherited across fork and exec)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
+
+
 def measured(fn: Callable[[], Report]) -> tuple[Report, float, float, float]:
     """(report, seconds, peak RSS MiB, RSS before MiB), RSS sampled every 5 ms while ``fn`` runs."""
     before, peak, done = rss_mib(), [0.0], threading.Event()
@@ -162,21 +168,19 @@ def main() -> int:
 
 def reader(key_arn: str) -> int:
     """``--reader``: read and verify the trail the environment names; print seconds and peak RSS as JSON."""
-    import resource
-
     from tpu_ops.settings import Settings
 
     settings = Settings()
     s3, kms = audit_clients(settings)
     store = S3Store(s3, parse_s3(settings.audit_uri), 1)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = hwm_mib()  # peak so far: the interpreter and its imports
     t0 = time.perf_counter()
     objects, problems = store.read_verified()
     items = [item_from_object(k, b) for k, b in objects]
     report = verify(items, kms, key_arn, seal_interval_s=3600, history=problems)
     seconds = time.perf_counter() - t0
     assert report.ok, report.damage
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = hwm_mib()
     print(json.dumps({"seconds": seconds, "records": report.records, "peak_mib": peak, "base_mib": base}))
     return 0
 
