@@ -213,3 +213,30 @@ def test_no_credentials_or_unreachable_kms_is_reported_as_such_not_as_forgery(
     assert main(["audit", "verify", str(path), "--key", "alias/tpu-ops-audit"]) == UNCHECKED
     err = capsys.readouterr().err
     assert "forged" not in err and "unreachable" in err, err
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [("KMSInvalidSignatureException", 400, False), ("AccessDeniedException", 400, "AccessDeniedError"),
+     ("InvalidSignatureException", 400, "AccessDeniedError"), ("DisabledException", 400, "CloudError"),
+     ("InternalException", 500, "TransientError")],
+)  # fmt: skip
+def test_only_kms_saying_invalid_makes_a_signature_invalid(
+    written: list[dict[str, Any]], code: str, status: int, expected: Any
+) -> None:
+    # KMS's answers that moto cannot give (it enforces no key policy and no SigV4), from botocore's Stubber
+    from botocore.session import get_session
+    from botocore.stub import Stubber
+
+    from tpu_ops.audit.trail import verify_signature
+
+    kms = get_session().create_client("kms", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    digest = written[_at(written, "_digests", 1)]
+    with Stubber(kms) as stub:
+        stub.add_client_error("verify", service_error_code=code, http_status_code=status)
+        if expected is False:
+            assert verify_signature(kms, digest) is False
+        else:
+            with pytest.raises(Exception) as exc:
+                verify_signature(kms, digest)
+            assert type(exc.value).__name__ == expected

@@ -32,7 +32,7 @@ from tpu_ops.audit.records import (
 )
 from tpu_ops.audit.spool import Drained, Spool
 from tpu_ops.audit.store import CLAIM_ATTEMPTS, Conflict, Head, S3Store, is_unreachable
-from tpu_ops.errors import ConfigError, IntegrityError
+from tpu_ops.errors import AccessDeniedError, ConfigError, IntegrityError
 from tpu_ops.settings import Settings
 from tpu_ops.uris import parse_s3
 
@@ -275,13 +275,20 @@ def verify_signature(kms: Any, record: dict[str, Any], key_id: str | None = None
         )
     except Exception as exc:
         code = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code", ""))
-        if code in _INVALID_SIGNATURE:
+        if code == "KMSInvalidSignatureException":  # KMS's own word that this signature is not valid
             return False
+        if code in _DENIED:  # KMS answers these with HTTP 400: still "could not ask", never "forged"
+            raise AccessDeniedError(f"kms: {exc}", service="kms", status=403) from exc
         raise translate_boto(exc, "kms") from exc
     return bool(resp.get("SignatureValid"))
 
 
-_INVALID_SIGNATURE = ("KMSInvalidSignatureException", "InvalidSignatureException")
+# Not about the digest: the caller's credentials or permissions. ("InvalidSignatureException" is a
+# request whose SigV4 signature is wrong, i.e. bad credentials, not a bad digest signature.)
+_DENIED = (
+    "AccessDeniedException", "AccessDenied", "UnrecognizedClientException", "InvalidSignatureException",
+    "ExpiredTokenException", "InvalidClientTokenId", "MissingAuthenticationToken",
+)  # fmt: skip
 
 
 def signed_message(record: dict[str, Any]) -> bytes:
