@@ -271,7 +271,7 @@ class S3Store:
                     fetched = _window(pool, fetch, [k for k in keys if k not in held], window)
                     for key in keys:
                         body = held.pop(key) if key in held else next(fetched)
-                        if chain == DIGEST_CHAIN:
+                        if chain == DIGEST_CHAIN and _RECORD_KEY.search(key):  # seals at record keys only
                             _bundle_refs(body, refs)
                         yield key, body
 
