@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from tpu_ops.audit.reading import parse_record
 from tpu_ops.audit.records import DIGEST_CHAIN, GENESIS, SEAL_EVENT, canonical, check_chain
-from tpu_ops.audit.verify import Damage, parse_record
+from tpu_ops.audit.verify import Damage
 from tpu_ops.errors import CloudError
 from tpu_ops.uris import ObjectUri
 
