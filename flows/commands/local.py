@@ -54,8 +54,11 @@ def run_seed(args: argparse.Namespace) -> int:
     settings = Settings()
     settings.check_safe()  # seeding is for local stacks only, whatever TPU_OPS_DRY_RUN says
     if not settings.dry_run:
-        print("error: seed only runs against the local stack (TPU_OPS_DRY_RUN=true)", file=sys.stderr)
-        return 2
+        from tpu_ops.errors import ConfigError
+
+        refused = ConfigError("seed only runs against the local stack (TPU_OPS_DRY_RUN=true)")
+        refused.fix = "load the file `tpu-ops local up --env-file FILE` wrote: set -a; . FILE; set +a"
+        raise refused
     seeded = seed_pipeline(settings, spec)
     # A run started from the UI exports too, as the dry run does: its model bucket must exist.
     ensure_model_bucket(settings, spec.export.destination)
