@@ -48,7 +48,6 @@ def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | 
 
     logger = get_run_logger()
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
-
     def on_attempt(a: Any) -> None:
         logger.info("attempt %s", a.describe())
         audit_event("slice.provision_attempt", run_id, params={"attempt": a.describe(), "outcome": a.outcome,
@@ -60,13 +59,8 @@ def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | 
     try:
         with audited("train.finished", run_id, params=params, settings=settings) as rec:
             report = sup.run()
-            rec["params"].update(
-                {
-                    k: v
-                    for k, v in report.to_json().items()
-                    if k in ("outcome", "final_step", "wall_s", "productive_s", "goodput", "recoveries")
-                }
-            )
+            rec["params"].update({k: v for k, v in report.to_json().items()
+                                  if k in ("outcome", "final_step", "wall_s", "productive_s", "goodput", "recoveries")})
             rec["subjects"].append({"uri": str(RunLayout.of(job.train.checkpoint_dir, run_id).goodput),
                                     "kind": "goodput-report"})  # fmt: skip
     finally:

@@ -197,7 +197,7 @@ def test_no_import_cycle_in_the_library() -> None:
     def visit(node: str, path: list[str]) -> None:
         for dep in graph[node]:
             if dep in path:
-                cycles.append([*path[path.index(dep) :], dep])
+                cycles.append([*path[path.index(dep):], dep])
             elif len(path) < 30:
                 visit(dep, [*path, dep])
 
