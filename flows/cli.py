@@ -83,13 +83,13 @@ def _call(args: argparse.Namespace) -> int:
     naming what is missing and the fix (exit 1), whatever SDK raised it; anything else is one
     line too. ``--debug`` (or ``TPU_OPS_DEBUG=1``) prints the traceback first.
     """
-    from flows.failures import check_endpoints, quiet_library_tracebacks
+    from flows.failures import check_endpoints, quiet_library_tracebacks, reads_files_only
 
     debug = _debug(args)
-    command = " ".join(str(getattr(args, a, "")) for a in ("command", "local_command") if getattr(args, a, None))
     try:
         with quiet_library_tracebacks(not debug):
-            check_endpoints(command)
+            if not reads_files_only(args):
+                check_endpoints()
             code = args.handler(args)
     except SpecError as exc:
         if debug:

@@ -130,7 +130,18 @@ def quiet_library_tracebacks(quiet: bool = True) -> Iterator[None]:
 NO_ENDPOINTS = frozenset({"validate", "dry-run", "doctor", "cost", "local up"})
 
 
-def check_endpoints(command: str, timeout_s: float = 2.0) -> None:
+def reads_files_only(args: Any) -> bool:
+    """True for a command line that reads local files only (a dry run's trail, a ledger)."""
+    command = " ".join(str(getattr(args, a)) for a in ("command", "local_command", "audit_command")
+                       if getattr(args, a, None))  # fmt: skip
+    if command in NO_ENDPOINTS:
+        return True
+    if command == "audit verify":
+        return bool(args.source) and not str(args.source).startswith("s3://") and bool(args.no_signatures)
+    return command == "audit lineage" and bool(getattr(args, "trail", None))
+
+
+def check_endpoints(timeout_s: float = 2.0) -> None:
     """Refuse at once, naming it, an endpoint setting where nothing listens.
 
     The SDKs retry a refused connection for up to two minutes (google-cloud-storage's default
@@ -143,8 +154,6 @@ def check_endpoints(command: str, timeout_s: float = 2.0) -> None:
     from tpu_ops.errors import UnreachableError
     from tpu_ops.settings import Settings, env_name
 
-    if command in NO_ENDPOINTS:
-        return
     settings = Settings()
     for field, url in settings.model_dump().items():
         if "endpoint" not in field or not isinstance(url, str) or not url:

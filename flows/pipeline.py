@@ -48,13 +48,17 @@ def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Itera
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.concurrency.sync import concurrency
-    from prefect.exceptions import ObjectAlreadyExists
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
     from tpu_ops.errors import ConfigError
 
     name = PIPELINE_LIMIT_PREFIX + pipeline
-    with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
-        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+    with get_client(sync_client=True) as client:
+        try:  # looked up first: a blind create of an existing limit logs a server-side traceback
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):  # another run created it meanwhile
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
     held = False
     try:
         with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True):
@@ -175,6 +179,9 @@ def _run(
     progress.stage("export and audit digest", 90, 99)
     summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
                                         aws_credentials_block, gcp_credentials_block)  # fmt: skip
+    # the same rows as the dry run's table: the trail verified, and what teardown left (it confirms)
+    summary["audit"] = report.verify_trail(settings)
+    summary["left_behind"] = {"tpu_resources": 0} if gone.confirmed_gone else {"unconfirmed": True}
     report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage
     progress.done()
     return summary
