@@ -196,8 +196,8 @@ def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
         accel = spec.provision.slice.accelerator_type
         out += _guard(f"tpu {accel}", enable, lambda: _tpu_accelerator(settings, tpu, accel, zones))
         for rung in spec.provision.ladder:
-            if getattr(rung, "kind", "") == Tier.RESERVATION:
-                name, zone = str(rung.name), str(rung.zone)  # type: ignore[union-attr]
+            if rung.kind == Tier.RESERVATION:
+                name, zone = str(rung.name), str(rung.zone)
                 out += _guard(f"reservation {name}", enable, lambda n=name, z=zone: _reservation(settings, n, z))  # type: ignore[misc]
     return out
 

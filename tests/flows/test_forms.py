@@ -14,7 +14,7 @@ from prefect import Flow
 from prefect.utilities.callables import parameter_schema
 
 from tpu_ops.errors import SpecError
-from tpu_ops.specs import PipelineSpec, parse_spec
+from tpu_ops.specs import PipelineSpec, Tier, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,16 +48,28 @@ def test_every_parameter_of_every_flow_has_a_description() -> None:
     assert {k: v for k, v in missing.items() if v} == {}
 
 
-def test_ladder_rungs_are_typed_choices_in_the_form() -> None:
+def test_ladder_rungs_are_one_typed_model_with_a_kind_choice() -> None:
     schema = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()
     items = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]["items"]["anyOf"]
     refs = [i.get("$ref", "").rsplit("/", 1)[-1] for i in items]
-    assert refs[:3] == ["ReservationRung", "SpotRung", "OnDemandRung"]  # one flat choice each: typed fields
-    assert items[3]["type"] == "string"  # and the shorthand, still accepted by the server's check
-    titles = [schema["definitions"][r]["title"] for r in refs[:3]]
-    assert titles == ["Reservation", "Spot", "On-demand"]
-    reservation = schema["definitions"]["ReservationRung"]["properties"]
-    assert {"name", "zone", "kind"} <= set(reservation)
+    assert refs[0] == "Rung"  # one model: typed fields in the form, not a union of JSON objects
+    assert items[1]["type"] == "string"  # and the shorthand, still accepted by the server's check
+    rung = schema["definitions"]["Rung"]
+    assert set(rung["properties"]) == {"kind", "name", "zone"} and not rung.get("required")
+    kind_ref = rung["properties"]["kind"]["$ref"].rsplit("/", 1)[-1]
+    assert schema["definitions"][kind_ref]["enum"] == [t.value for t in Tier]  # a choice, every tier in it
+
+
+def test_a_new_tier_is_one_enum_value_and_optional_fields() -> None:
+    """Each tier's fields come from one table: a tier with no row is a plain choice that takes no field."""
+    from tpu_ops.specs.slice import TIER_FIELDS, Rung
+
+    assert Rung.model_validate({"kind": "spot"}).short_name == ""
+    with pytest.raises(ValueError, match="name is not used by a spot rung"):
+        Rung.model_validate({"kind": "spot", "name": "res"})
+    with pytest.raises(ValueError, match="a reservation rung needs its name"):
+        Rung.model_validate({"kind": "reservation", "zone": "us-central2-b"})
+    assert set(TIER_FIELDS) <= set(Tier)
 
 
 @pytest.mark.parametrize(

@@ -154,7 +154,7 @@ def test_the_ladder_table_says_which_incarnation_each_attempt_was_for() -> None:
     assert incarnations(walks) == [0, 0, 0, 1, 1, 1, 2]
     rows = ladder_rows([{**a, "tier": "spot"} for a in walks])
     assert [r["incarnation"] for r in rows][2:4] == ["0 (first)", "1 (after preemption 1)"]
-    assert list(rows[0])[0] == "incarnation"
+    assert next(iter(rows[0])) == "incarnation"
 
 
 def test_recovery_is_one_log_line_per_step() -> None:

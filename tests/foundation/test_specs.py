@@ -83,7 +83,7 @@ BAD: list[tuple[str, str, Any, str, str]] = [
     ("empty ladder", "provision.ladder", [], "provision.ladder", "at least 1"),
     ("duplicate rung", "provision.ladder", ["spot", "spot"], "provision.ladder", "duplicate rung spot"),
     ("unknown rung", "provision.ladder", ["cheap"], "provision.ladder[0]", "'spot' or 'on-demand'"),
-    ("unknown rung kind", "provision.ladder", [{"kind": "preemptible"}], "provision.ladder[0]", "rung kind must be"),
+    ("unknown rung kind", "provision.ladder", [{"kind": "preemptible"}], "provision.ladder[0].kind", "'on-demand'"),
     ("bucket uppercase", "mirror.source", "s3://Acme-Data/x", "mirror.source", "invalid S3 bucket name"),
     ("bucket with ..", "mirror.destination", "gs://acme..data/x", "mirror.destination", "no '..'"),
     ("bucket is an IP", "mirror.source", "s3://192.168.1.1/x", "mirror.source", "not an IP address"),

@@ -42,7 +42,7 @@ from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.records import Attempt, Outcome, Slice
 from tpu_ops.provision.teardown import delete_and_confirm, teardown
 from tpu_ops.settings import Settings
-from tpu_ops.specs.slice import ProvisionSpec, ReservationRung
+from tpu_ops.specs.slice import ProvisionSpec
 from tpu_ops.tiers import Tier
 
 
@@ -60,8 +60,8 @@ def plan(spec: ProvisionSpec) -> list[Step]:
     """The attempts in order: each rung over its zones (a reservation lives in one zone)."""
     steps: list[Step] = []
     for rung in spec.ladder:
-        if isinstance(rung, ReservationRung):
-            assert rung.zone is not None
+        if rung.kind == Tier.RESERVATION:
+            assert rung.zone is not None and rung.name is not None  # the rung checked both
             steps.append(Step(len(steps) + 1, Tier.RESERVATION, rung.zone, rung.name))
         else:
             for zone in spec.slice.zones:
