@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import State, flow, get_run_logger, task
+from prefect.states import Failed
 
 from flows import report
 from flows.export import export_and_seal
@@ -22,11 +23,12 @@ from flows.mirror import mirror_dataset
 from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
 from flows.settings import resolve_settings
 from flows.train import supervise_task
+from tpu_ops.errors import SpecError
 from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Attempt
 from tpu_ops.runs import collect_reports
-from tpu_ops.specs import PipelineSpec, TrainJobSpec
+from tpu_ops.specs import PipelineSpec, TrainJobSpec, parse_spec
 from tpu_ops.train.layout import RunLayout
 
 
@@ -107,12 +109,14 @@ def _training_poll(run_uri: str, steps: int, settings: Any, ledger: Ledger) -> A
     return poll
 
 
-@flow(name="retraining-pipeline", log_prints=True, **HOOKS)
+# validate_parameters=False: the spec is checked below instead, so a cross-field rule the form's JSON
+# schema cannot express (checkpoint_every > steps) fails the run with one line, not a traceback.
+@flow(name="retraining-pipeline", log_prints=True, validate_parameters=False, **HOOKS)
 def retraining_pipeline(
     spec: PipelineSpec,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | State:
     """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down.
 
     Args:
@@ -122,6 +126,12 @@ def retraining_pipeline(
         aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
     """
+    try:
+        spec = spec if isinstance(spec, PipelineSpec) else parse_spec(PipelineSpec, spec, what="spec")
+    except SpecError as exc:
+        get_run_logger().error("%s", exc)
+        problems = "; ".join(f"spec.{e['field']}: {e['message']}" for e in exc.errors) or str(exc)
+        return Failed(message=f"invalid spec: {problems}")
     with one_run_at_a_time(spec.name):
         return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
 

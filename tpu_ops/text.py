@@ -53,3 +53,15 @@ def usd_by(amounts: Mapping[str, Any], digits: int = 4) -> str:
 def amounts_by(amounts: Mapping[str, Any], unit: str, digits: int = 4) -> str:
     """``running 0.0168 chip-h, deleting 0.0020 chip-h`` (``-`` when empty)."""
     return ", ".join(f"{k} {float(v):,.{digits}f} {unit}" for k, v in amounts.items()) or "-"
+
+
+def human_duration(seconds: float) -> str:
+    """``45s``, ``1m30s``, ``2h``, ``7d``, ``1d2h``: a duration as a person writes it (no ``0:00:01``)."""
+    if seconds < 60:
+        return f"{seconds:g}s"
+    out, rest = "", round(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        n, rest = divmod(rest, size)
+        if n:
+            out += f"{n}{unit}"
+    return out

@@ -190,7 +190,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         injector = PreemptOnce(stack, settings, spec, run_id)
         injector.start()
         try:
-            summary: dict[str, Any] = retraining_pipeline(fixed)
+            result = retraining_pipeline(fixed)
+            assert isinstance(result, dict)  # a spec already checked is never refused by the flow
+            summary: dict[str, Any] = result
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted

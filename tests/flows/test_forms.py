@@ -103,3 +103,32 @@ def test_run_id_appears_once_in_the_pipeline_form() -> None:
     schema = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()
     assert "run_id" not in schema["properties"]  # not a second, top-level one
     assert "run_id" in schema["definitions"]["PipelineSpec"]["properties"]
+
+
+def test_descriptions_show_ranges_formats_and_angle_brackets() -> None:
+    """The form renders descriptions as markdown: `<run_id>` would vanish as a tag, so it is escaped."""
+    import jsonschema
+
+    defs = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()["definitions"]
+    assert defs["MirrorSpec"]["properties"]["concurrency"]["description"].endswith("Range: 1 to 64.")
+    timeout = defs["ProvisionSpec"]["properties"]["queue_timeout"]
+    assert "Format: a duration like 90s, 30m, 2h or 1d; from 1s to 7d." in timeout["description"]
+    with pytest.raises(jsonschema.ValidationError) as bad:  # one schema: the error names the format
+        jsonschema.validate("ten minutes", timeout)
+    assert "does not match" in bad.value.message
+    subdir = defs["TrainSpec"]["properties"]["checkpoint_subdir"]["description"]
+    assert "below &lt;checkpoint_dir&gt;/&lt;run_id&gt;" in subdir and "<" not in subdir
+    schedule = defs["PipelineSpec"]["properties"]["schedule"]["description"]
+    assert schedule.startswith("Used only by `tpu-ops serve`")
+
+
+def test_a_cross_field_rule_fails_the_run_on_one_line(prefect_api: None) -> None:
+    """checkpoint_every > steps cannot be said in JSON schema: the run fails before any step, in one line."""
+    from flows.pipeline import retraining_pipeline
+
+    doc = yaml.safe_load((ROOT / "flows" / "dryrun.yaml").read_text())
+    doc["train"].update(steps=100, checkpoint_every=500)
+    state = retraining_pipeline(spec=doc, return_state=True)  # as the UI sends it: JSON, not a model
+    assert state.is_failed()
+    assert state.message is not None and "\n" not in state.message
+    assert state.message.startswith("invalid spec: spec.train.checkpoint_every:"), state.message
