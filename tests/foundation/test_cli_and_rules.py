@@ -272,3 +272,12 @@ def test_mirror_flags_are_the_spec_fields_and_leave_defaults_to_the_spec() -> No
     assert (spec.concurrency, spec.allowed_locations, spec.require_schema) == (3, ["EU", "US"], True)
     mirror_help = parser._subparsers._group_actions[0].choices["mirror"].format_help()  # type: ignore[union-attr]
     assert f"(default: {MirrorSpec.model_fields['concurrency'].default})" in mirror_help
+
+
+def test_durations_and_amounts_read_as_people_write_them() -> None:
+    from tpu_ops.text import amounts_by, human_duration, usd_by
+
+    assert [human_duration(s) for s in (1, 45.5, 90, 3600, 86400 * 7, 93600)] == ["1s", "45.5s", "1m30s", "1h", "7d",
+                                                                                    "1d2h"]  # fmt: skip
+    assert usd_by({"spot": 0.1074, "on-demand": 0.01}) == "on-demand $0.0100, spot $0.1074" and usd_by({}) == "-"
+    assert amounts_by({"running": 0.0168}, "chip-h") == "running 0.0168 chip-h"
