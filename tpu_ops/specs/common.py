@@ -53,8 +53,12 @@ def _range_of(prop: dict[str, Any]) -> str:
         return ""
     if low is not None and high is not None:
         above = "above " if "exclusiveMinimum" in prop else ""
-        return f"Range: {above}{low:g} to {high:g}."
-    return f"At least {low:g}." if high is None else f"At most {high:g}."
+        return f"Range: {above}{_num(low)} to {_num(high)}."
+    return f"At least {_num(low)}." if high is None else f"At most {_num(high)}."
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:,}"
 
 
 class StrictModel(BaseModel):

@@ -144,7 +144,15 @@ def _ladder_schema(schema: dict[str, Any]) -> None:
         shorthand = {"type": "string", "pattern": _shorthand_pattern(),
                      "title": f"shorthand: {' | '.join(t.value for t in Tier if t != Tier.RESERVATION)} | "
                      f"{Tier.RESERVATION}:NAME@ZONE"}  # fmt: skip
-        schema["items"] = {"anyOf": [items, shorthand]}
+        bounds = {k: schema.pop(k) for k in ("minItems", "maxItems") if k in schema}
+        schema.pop("type", None)
+        # The form renders the first choice (rungs as typed fields; a union inside the items would be
+        # a raw JSON editor); the second keeps the shorthand valid for parameters sent as JSON.
+        schema["anyOf"] = [
+            {"type": "array", "items": items, "title": "Rungs", **bounds},
+            {"type": "array", "items": {"anyOf": [items, shorthand]}, "title": "Rungs or shorthand", **bounds},
+        ]
+        schema.pop("items")
 
 
 CapacityLadder = Annotated[
