@@ -83,10 +83,10 @@ def one_line(exc: BaseException, debug: bool = False) -> str:
         return f"error: cannot reach {what}: nothing answers there — fix: {fix}"
     if isinstance(why, CredentialsError) or why.fix:
         return f"error: {_flat(str(why))} — fix: {why.fix}"
-    known = isinstance(exc, TpuOpsError)
-    name = type(why).__name__
-    text = f"error: {name}: {_flat(str(why), 600)}"
-    return text if known or debug else text + " (run with --debug for the traceback)"
+    if why is exc and isinstance(exc, TpuOpsError):  # our own message, as written (a log tail has lines)
+        return f"error: {type(exc).__name__}: {exc}"
+    text = f"error: {type(why).__name__}: {_flat(str(why), 600)}"
+    return text if debug else text + " (run with --debug for the traceback)"
 
 
 def _is_settings_error(exc: BaseException) -> bool:
