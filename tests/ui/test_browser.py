@@ -178,7 +178,7 @@ def _add_a_reservation_rung(page: Any) -> None:
         name = page.locator(".schema-form-property__label", has_text=re.compile(rf"^{field}\b"))
         prop = rung.locator(".schema-form-property", has=name)
         prop.get_by_role("button", name="str", exact=True).click()  # optional: from None to a string
-        prop.locator("input").first.fill(ADDED_RUNG[field.lower()])
+        prop.locator("input, textarea").first.fill(ADDED_RUNG[field.lower()])
     rung.scroll_into_view_if_needed()
 
 
