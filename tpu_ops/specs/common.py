@@ -57,8 +57,8 @@ def _range_of(prop: dict[str, Any]) -> str:
     return f"At least {_num(low)}." if high is None else f"At most {_num(high)}."
 
 
-def _num(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() else f"{x:,}"
+def _num(x: Any) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{float(x):,}"
 
 
 class StrictModel(BaseModel):
