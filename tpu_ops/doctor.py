@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpu_ops.errors import ConfigError
-from tpu_ops.settings import Settings
+from tpu_ops.settings import Settings, env_name
 from tpu_ops.tiers import Tier
 from tpu_ops.uris import parse_uri
 
@@ -58,9 +58,15 @@ def _missing(name: str, detail: str, fix: str) -> Check:
 
 def _guard(name: str, fix: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
     """Run one check; any error becomes a MISSING line naming it (the report goes on)."""
+    from tpu_ops.cloud.translate import explain
+    from tpu_ops.errors import CredentialsError
+
     try:
         out = fn()
     except Exception as exc:  # a doctor reports every failure; it never stops at the first
+        why = explain(exc)
+        if isinstance(why, CredentialsError):  # the check's own fix would mislead: nothing was asked
+            return [_missing(name, str(why), why.fix)]
         return [_missing(name, f"{type(exc).__name__}: {_short(exc)}", fix)]
     return out if isinstance(out, list) else [out]
 
@@ -218,7 +224,7 @@ def compute_checks(settings: Settings, spec: PipelineSpec) -> list[Check]:
                       lambda: _compute_quota(api, sl.region, acc.generation, acc.chips, True))  # fmt: skip
     for rung in spec.provision.ladder:
         if getattr(rung, "kind", "") == Tier.RESERVATION:
-            name, zone = str(rung.short_name), str(rung.zone)  # type: ignore[union-attr]
+            name, zone = str(rung.short_name), str(rung.zone)
             label = f"reservation {name} in {zone}"
 
             def res(n: str = name, z: str = zone, label: str = label) -> Check:
@@ -252,8 +258,8 @@ def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
         accel = spec.provision.slice.accelerator_type
         out += _guard(f"tpu {accel}", enable, lambda: _tpu_accelerator(settings, tpu, accel, zones))
         for rung in spec.provision.ladder:
-            if getattr(rung, "kind", "") == Tier.RESERVATION:
-                name, zone = str(rung.name), str(rung.zone)  # type: ignore[union-attr]
+            if rung.kind == Tier.RESERVATION:
+                name, zone = str(rung.name), str(rung.zone)
                 out += _guard(f"reservation {name}", enable, lambda n=name, z=zone: _reservation(settings, n, z))  # type: ignore[misc]
     return out
 
@@ -392,13 +398,31 @@ def run_checks(settings: Settings, spec: PipelineSpec | None = None, kms_key_id:
     except ConfigError as exc:
         return [_missing("endpoints", str(exc), "source the file `tpu-ops local up --env-file` wrote")]
     dead = [
-        _missing(f"endpoint {name}", f"{url} does not answer ({why})", f"start it, or unset {name} for the real cloud")
+        _missing(
+            f"endpoint {name}",
+            f"{url} does not answer ({why})",
+            f"start it (`tpu-ops local up`), or unset {env_name(name)} for the real cloud",
+        )
         for name, url, why in _unanswered(settings)
     ]
     if dead:  # nothing else can be checked against an endpoint that is not there
         return dead
     settings = settings.model_copy(update={"retry_attempts": min(settings.retry_attempts, 2)})  # fail fast
-    return google_checks(settings, spec) + aws_checks(settings, spec, kms_key_id)
+    return _cloud(google_checks, settings, spec) + _cloud(aws_checks, settings, spec, kms_key_id)
+
+
+def _cloud(checks: Callable[..., list[Check]], settings: Settings, *args: Any) -> list[Check]:
+    """One cloud's checks; credentials that cannot be found or are refused are one MISSING line."""
+    from tpu_ops.cloud.translate import explain
+    from tpu_ops.errors import CredentialsError
+
+    try:
+        return checks(settings, *args)
+    except Exception as exc:
+        why = explain(exc)
+        if not isinstance(why, CredentialsError):
+            raise
+        return [_missing(f"{why.service} credentials", str(why), why.fix)]
 
 
 def failed(checks: list[Check]) -> list[Check]:
