@@ -6,10 +6,16 @@ rank is the event's ``workerId``), with Compute Engine's metadata (``worker-id``
 the following ``stopped`` kills at once.
 
 Each worker is ``bash startup-script.sh`` in its own process group and working directory, with
-its own fake metadata server (``GCE_METADATA_HOST``/``GCE_METADATA_IP``) and the stack's endpoint
-environment. When the node is preempted, deleted or the fake is reset, every worker's group gets
-SIGTERM and, after ``grace_s``, SIGKILL. stdout/stderr go to files in the worker's directory and
-stay readable after the worker ends (``logs``). ``stop()`` ends everything it started.
+its own fake metadata server (``GCE_METADATA_HOST``/``GCE_METADATA_IP``). Like Google's TPU
+images, a worker sees a bare interpreter: ``python3`` is a virtual environment of the host's
+base Python without pip or any third-party package, pip finds no index (``PIP_NO_INDEX=1``, no
+config file), and the environment is rebuilt from scratch: only the endpoints a VM would know
+(metadata server, GCS emulator and what TensorStore needs to reach it) and the dry-run flag pass
+through, never the host's ``PATH``, virtual environment or credentials. When the node is
+preempted, deleted or the fake is reset, every worker's group gets SIGTERM (the notice) and, after
+``grace_s``, SIGKILL. stdout/stderr go to files in the worker's directory and stay readable after
+the worker ends (``logs``); ``console.log`` stands in for the serial console. ``stop()`` ends
+everything it started.
 """
 
 from __future__ import annotations
@@ -39,6 +45,13 @@ class HostBackend(Protocol):
 
     def set_guest_attribute(self, name: str, worker: int, namespace: str, key: str, value: str) -> None: ...
 
+
+# The only variables of the stack's environment a worker inherits: what a VM knows (on Google's
+# cloud these point at Google; here at the emulators) and the dry-run flag.
+WORKER_ENV = frozenset({
+    "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "TPU_OPS_DRY_RUN",
+    "TPU_OPS_LOGGING_ENDPOINT", "GOOGLE_CLOUD_PROJECT",
+})  # fmt: skip
 
 # A worker's bash hangs off a lifeline: stdin is a pipe only the simulator's process holds. A
 # background subshell waits on it and kills the worker's whole process group when it closes,
@@ -106,6 +119,7 @@ class HostSimulator:
         self._nodes: dict[tuple[str, str], list[Worker]] = {}  # (zone, node id) -> latest incarnation
         self._reapers: list[threading.Thread] = []
         self._closed = False
+        self._bare: Path | None = None
         backend.subscribe(self._on_event)
 
     # -- events from the fake TPU API ----------------------------------------------------------
@@ -117,11 +131,29 @@ class HostSimulator:
         elif event.kind == "stopped":
             self._stop_node(event.zone, event.node_id)
 
-    def _base_env(self) -> dict[str, str]:
-        env = {**os.environ, **self._env}
-        venv_bin = str(Path(sys.executable).parent)
-        env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
-        env.setdefault("VIRTUAL_ENV", str(Path(sys.executable).parent.parent))
+    def _bare_python(self) -> Path:
+        """A pip-less virtual environment of the host's base interpreter: the image's ``python3``."""
+        with self._lock:
+            if self._bare is None:
+                bare = self.workdir / "image-python"
+                base = getattr(sys, "_base_executable", None) or sys.executable
+                if not (bare / "bin" / "python3").exists():
+                    subprocess.run([base, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120,
+                                   env={"PATH": "/usr/bin:/bin"}, capture_output=True)  # fmt: skip
+                self._bare = bare
+            return self._bare
+
+    def _base_env(self, wd: Path) -> dict[str, str]:
+        """What a worker's startup script sees: a VM's environment, nothing of the host's."""
+        env = {k: v for k, v in self._env.items() if k in WORKER_ENV}
+        env.update({
+            "PATH": f"{self._bare_python() / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(wd),
+            "LANG": "C.UTF-8",
+            "PIP_NO_INDEX": "1",
+            "PIP_CONFIG_FILE": os.devnull,  # no pip.conf of the host's (its index, find-links, constraints)
+            "TPU_OPS_CONSOLE": str(wd / "console.log"),
+        })  # fmt: skip
         return env
 
     def _start_node(self, event: NodeEvent) -> None:
@@ -150,14 +182,8 @@ class HostSimulator:
 
         values = (compute_vm_values if self.variant == "compute" else tpu_vm_values)(node, event.project, event.zone, w)
         md = MetadataServer(values, sink).start()
-        env = self._base_env()
-        env.update({
-            "GCE_METADATA_HOST": md.host,
-            "GCE_METADATA_IP": md.host,
-            "TPU_WORKER_ID": str(w),
-            "TPU_OPS_WORKER_DIR": str(wd),
-            "HOME": str(wd),
-        })  # fmt: skip
+        env = self._base_env(wd)
+        env.update({"GCE_METADATA_HOST": md.host, "GCE_METADATA_IP": md.host, "TPU_OPS_WORKER_DIR": str(wd)})
         with open(wd / "stdout.log", "wb") as out, open(wd / "stderr.log", "wb") as err:
             proc = subprocess.Popen(
                 ["bash", "-c", _LIFELINE, str(wd / "startup-script.sh")],

@@ -181,6 +181,10 @@ class LocalStack:
             "AWS_DEFAULT_REGION": AWS_REGION,
             **FAKE_AWS_KEYS,
             "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
+            # TensorStore (Orbax's storage layer) ignores STORAGE_EMULATOR_HOST: without these an Orbax save
+            # to gs:// goes to Google's host and hangs. Any token will do for the emulator.
+            "TENSORSTORE_GCS_HTTP_URL": self.gcs_endpoint,
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "fake-local-token",
             "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
             "CLOUDSDK_CORE_PROJECT": self.project,
             "GOOGLE_CLOUD_PROJECT": self.project,

@@ -41,7 +41,8 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
     assert summary["injected_preemption"] and summary["training"]["recoveries"] == 1
     assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
     (p,) = summary["preemptions"]
-    assert p["resume_step"] is not None and p["resume_step"] % 10 == 0 and 0 <= p["steps_lost"] <= 10
+    # the workers' SIGTERM notice lets them agree on and save the step in hand (so not only multiples of 10)
+    assert p["resume_step"] is not None and p["resume_step"] >= 10 and 0 <= p["steps_lost"] <= 10
     assert summary["objects_copied"] == 17  # 16 shards + the schema file
     assert summary["snapshot_id"].startswith("ds-")
     assert summary["left_behind"] == {"tpu_resources": 0, "worker_processes": 0}

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tpu_ops.agent.run import Job
+from tpu_ops.agent.job import Job
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
 from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
@@ -39,6 +39,7 @@ from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
+from tpu_ops.train import notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport, Incarnation, Preemption
 from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
@@ -69,7 +70,8 @@ def job_document(job: TrainJobSpec, run_id: str) -> Job:
         command=list(t.command) if t.command else None, trainer=t.trainer, checkpoint_subdir=t.checkpoint_subdir,
         dataset_manifest=t.dataset_manifest, hyperparameters=dict(t.hyperparameters),
         heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
-        coordinator_port=t.coordinator_port,
+        coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
+        preemption_notice=t.preemption_notice,
     )  # fmt: skip
 
 
@@ -90,13 +92,18 @@ class Supervisor:
         self.api = api or TpuApi(settings)
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id)
-        self.layout = self.doc.layout
+        self.layout = RunLayout(self.doc.run_uri, self.doc.checkpoint_subdir)
         self.wheel, self.notify, self.on_attempt = wheel, notify or (lambda name, payload: None), on_attempt
+        if self.wheel is None:  # every worker needs the agent: an image has only its own python3 (agent hook)
+            from tpu_ops.train.wheel import agent_wheel
+
+            self.wheel = agent_wheel(settings)
         self.poll_s = job.train.poll_interval.total_seconds()
         self.stall_s = job.train.stall_limit.total_seconds()
         self.report = GoodputReport(run_id, "running", job.train.steps, None, time.time())
         self.deadline = time.monotonic() + job.train.max_duration.total_seconds()
         self.stalls: dict[int | None, int] = {}
+        self._notices: list[dict[str, Any]] = []
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> GoodputReport:
@@ -165,12 +172,22 @@ class Supervisor:
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
 
+        next_full = 0.0
+
         def check() -> bool | None:
+            nonlocal next_full
+            if time.monotonic() < next_full:  # between polls: only the workers' SIGTERM notices (agent hook)
+                why = notices.check(self.gcs, self.layout, inc.incarnation_id, inc.ready_at, self._notices)
+                if why:
+                    raise _Preempted(why)
+                return None
+            next_full = time.monotonic() + self.poll_s
             return self._check(inc, preemption)
 
         remaining = self.deadline - time.monotonic()
+        every = min(self.poll_s, notices.POLL_S) if self.doc.preemption_notice else self.poll_s
         try:
-            poll(check, timeout_s=max(remaining, 0.01), interval_s=self.poll_s, max_interval_s=self.poll_s,
+            poll(check, timeout_s=max(remaining, 0.01), interval_s=every, max_interval_s=every,
                        what=f"run {self.run_id} to finish")  # fmt: skip
         except TimeoutError:
             raise TrainingError(
@@ -183,7 +200,8 @@ class Supervisor:
             self._heartbeats(inc, preemption)
             if exists(self.gcs, self.layout.done):
                 return True
-            lost = self._slice_lost(inc)
+            self._notices = notices.notices(self.gcs, self.layout, inc.incarnation_id, inc.ready_at)  # agent hook
+            lost = notices.reason(self._notices) if self._notices else self._slice_lost(inc)
         except TransientError:
             return None  # this poll failed; the next one tries again
         if lost:
@@ -249,6 +267,8 @@ class Supervisor:
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
         self.notify(PREEMPTED_EVENT, self._event(p))
+        # A notice: the workers are saving; give them their grace before the slice is deleted (agent hook).
+        notices.wait_for_exit_reports(self.gcs, self.layout, inc.incarnation_id, self._slice.hosts, self._notices)
         t0 = time.monotonic()
         teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
         p.delete_s = time.monotonic() - t0
