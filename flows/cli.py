@@ -32,6 +32,7 @@ from tpu_ops.errors import SpecError, TpuOpsError
 COMMANDS: dict[str, str] = {
     "approve": "flows.commands.approve",
     "audit": "flows.commands.audit",
+    "capacity": "flows.commands.capacity",
     "cost": "flows.commands.cost",
     "deploy": "flows.commands.deploy",
     "doctor": "flows.commands.doctor",

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES, RUNTIME_VERSIONS, AcceleratorType, known_names, lookup
+from tpu_ops.specs.choose import ChooseSpec, expand_auto
 from tpu_ops.specs.common import Duration, Labels, StrictModel, Usd
 from tpu_ops.tiers import Tier
 
@@ -211,6 +212,11 @@ class ProvisionSpec(StrictModel):
     quota_limit: str | None = Field(
         None, pattern=r"^[a-z][-a-z0-9_]{0,62}$", description="Prefect global concurrency limit held in chips."
     )
+    choose: ChooseSpec | None = Field(
+        None, description="Rank the rungs by expected $ per kept step (`ladder: auto` sets it); none: written order."
+    )
+
+    _auto = model_validator(mode="before")(expand_auto)  # `ladder: auto` (tpu_ops/specs/choose.py)
 
     @model_validator(mode="after")
     def _check(self) -> ProvisionSpec:
