@@ -37,7 +37,7 @@ STATE = {
             "ended_at": 8720.0 + 3600,
             "queued_resource": "r1-a2",
         },
-    ],  # fmt: skip
+    ],
     "preemptions": [
         {
             "number": 1,
@@ -52,7 +52,7 @@ STATE = {
             "restore_s": 30.0,
             "steps_lost": 40,
         },
-    ],  # fmt: skip
+    ],
 }
 IDENT = {"accelerator_type": "v5p-32", "backend": "compute", "chips": 16}
 A = ("v5p-32", "us-east5-a", "spot", "compute")
@@ -80,14 +80,14 @@ REPORT = {
             "restore_s": None,
             "steps_lost": 40,
         },
-    ],  # fmt: skip
+    ],
 }
 
 
 def test_fold_run_state() -> None:
     got = fold_run(STATE, IDENT)
     assert got[A] == History(hours=2.0, preemptions=1, obtained=1, obtain_s_total=300.0, recoveries=1,
-                             recovery_s_total=60.0, steps_lost_total=40)  # fmt: skip
+                             recovery_s_total=60.0, steps_lost_total=40)
     assert got[B] == History(hours=1.0, obtained=1, obtain_s_total=120.0)
 
 
@@ -116,7 +116,7 @@ def test_fold_sums_runs_and_stats_report_means() -> None:
         "accelerator_type": "v5p-32", "zone": "us-east5-a", "tier": "spot", "backend": "compute", "hours": 4.0,
         "preemptions": 2, "preemptions_per_hour": 0.5, "slices_obtained": 2, "obtain_s_mean": 300.0,
         "recovery_s_mean": 60.0, "steps_lost_mean": 40.0,
-    }  # fmt: skip
+    }
     assert rows["us-east5-b"]["preemptions_per_hour"] == 0.0
     assert rows["us-east5-b"]["recovery_s_mean"] is None and rows["us-east5-b"]["steps_lost_mean"] is None
 
