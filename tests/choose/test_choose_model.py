@@ -11,7 +11,17 @@ import math
 import pytest
 
 from tpu_ops.provision import choose as C
-from tpu_ops.provision.choose import Belief, History, Rung, RunModel, believe, expect, poisson_cdf, rank
+from tpu_ops.provision.choose import (
+    Belief,
+    History,
+    Rung,
+    RunModel,
+    believe,
+    expect,
+    held_time,
+    poisson_cdf,
+    rank,
+)
 
 EXACT = {"rel": 1e-12, "abs": 1e-12}
 
@@ -44,61 +54,84 @@ def test_history_is_shrunk_towards_the_prior() -> None:
     assert believe("spot", History(hours=1000.0, preemptions=100)).rate_per_hour == pytest.approx(102 / 1004, **EXACT)
 
 
+def ref(work: float, c: float, lam: float, r: float) -> tuple[float, float]:
+    """The segment model written out independently: (held seconds, preemptions)."""
+    k = work / c
+    p = 1 - math.exp(-lam * c)  # a segment is hit
+    retry = (math.exp(lam * (r + c)) - 1) / lam  # held time of a retry that needs r + c
+    return k * (p / lam + p * retry), k * p * math.exp(lam * (r + c))
+
+
 def test_expectation_with_history() -> None:
     e = expect(SPOT, RUN, SEEN)
-    # λ = 0.45/h = 0.000125/s; per preemption 180 s lost (c/2 > 25 steps x 3.6 = 90) + 140 s recovery.
-    waste = 0.000125 * (180 + 140)  # 0.04
-    assert e.held_s == pytest.approx(3600 / (1 - waste), **EXACT)  # 3750
-    assert e.held_s == pytest.approx(3750.0, **EXACT)
-    assert e.preemptions == pytest.approx(0.000125 * 3750, **EXACT)  # 0.46875
-    assert e.wall_s == pytest.approx(300 + 3750 + 0.46875 * 300, **EXACT)  # 4190.625
-    assert e.usd == pytest.approx(3750 / 3600 * 96, **EXACT)  # 100
-    assert e.usd_per_step == pytest.approx(0.1, **EXACT)
+    # λ = 0.45/h = 0.000125/s; 10 segments of 360 s; 140 s recovery; 300 s to obtain.
+    held, n = ref(3600, 360, 0.000125, 140)
+    assert e.held_s == pytest.approx(held, **EXACT)
+    assert e.held_s == pytest.approx(3747.2349413678, rel=1e-12)
+    assert e.preemptions == pytest.approx(n, **EXACT)
+    assert e.preemptions == pytest.approx(0.4684043676710, rel=1e-12)
+    assert e.wall_s == pytest.approx(300 + held + n * 300, **EXACT)
+    assert e.usd == pytest.approx(held / 3600 * 96, **EXACT)
+    assert e.usd_per_step == pytest.approx(held / 3600 * 96 / 1000, **EXACT)
     assert e.miss_probability == 0.0  # no deadline
 
 
 def test_expectation_from_the_prior_alone() -> None:
     e = expect(SPOT, RUN)
-    # λ = 0.5/h; per preemption 180 + 300 s: waste = 480/7200 = 1/15.
-    assert e.held_s == pytest.approx(3600 * 15 / 14, **EXACT)
-    assert e.preemptions == pytest.approx(3600 * 15 / 14 / 7200, **EXACT)
-    assert e.wall_s == pytest.approx(300 + 3600 * 15 / 14 * (1 + 300 / 7200), **EXACT)
-    assert e.usd_per_step == pytest.approx(3600 * 15 / 14 / 3600 * 96 / 1000, **EXACT)
+    held, n = ref(3600, 360, 0.5 / 3600, 300)
+    assert e.held_s == pytest.approx(held, **EXACT)
+    assert e.preemptions == pytest.approx(n, **EXACT)
+    assert e.wall_s == pytest.approx(300 + held + n * 300, **EXACT)
+    assert e.usd_per_step == pytest.approx(held / 3600 * 96 / 1000, **EXACT)
 
 
-def test_recorded_steps_lost_count_when_worse_than_half_an_interval() -> None:
-    worse = History(hours=36.0, preemptions=16, steps_lost_total=1600)  # 100 steps = 360 s each
+def test_steps_lost_are_shown_not_priced() -> None:
+    worse = History(hours=36.0, preemptions=16, steps_lost_total=1600)  # 100 steps each
     e = expect(SPOT, RUN, worse)
-    lam = (16 + 2) / 40 / 3600
-    assert e.held_s == pytest.approx(3600 / (1 - lam * (360 + 300)), **EXACT)
+    assert e.belief.steps_lost == 100.0
+    assert e.held_s == pytest.approx(ref(3600, 360, 18 / 40 / 3600, 300)[0], **EXACT)
 
 
-def test_a_rung_that_loses_more_than_it_gains_never_finishes() -> None:
-    # A checkpoint every 5000 steps (18000 s): λ (9000 + 300) = 9300 / 7200 > 1.
-    e = expect(SPOT, RunModel(1000, 3.6, 5000, deadline_s=1e9))
-    assert math.isinf(e.held_s) and math.isinf(e.usd_per_step) and math.isinf(e.wall_s)
-    assert math.isinf(e.preemptions) and math.isinf(e.usd)
-    assert e.miss_probability == 1.0
-    # just inside the edge it finishes, at a price: 0.5/h x (6800 + 300) s = 7100/7200
-    near = expect(SPOT, RunModel(1000, 1.0, 13600))
-    assert near.held_s == pytest.approx(1000 / (1 - 7100 / 7200), **EXACT)
+def test_edges_of_the_segment_model() -> None:
+    # never preempted: exactly the work, no preemption
+    assert held_time(3600.0, 360.0, 0.0, 300.0) == (3600.0, 0.0)
+    # a trainer that saves on the notice (c = 0): W e^{λr}, λ W e^{λr}
+    held, n = held_time(3600.0, 0.0, 0.001, 300.0)
+    assert held == pytest.approx(3600 * math.exp(0.3), **EXACT)
+    assert n == pytest.approx(0.001 * 3600 * math.exp(0.3), **EXACT)
+    # a checkpoint every 5000 steps (18000 s) on the spot prior: ruinous, not merely worse
+    e = expect(SPOT, RunModel(1000, 3.6, 5000))
+    assert e.held_s == pytest.approx(ref(3600, 18000, 0.5 / 3600, 300)[0], **EXACT)
+    assert e.usd_per_step > 4 * expect(SPOT, RUN).usd_per_step
+    # beyond floating point: never finishes
+    inf = expect(SPOT, RunModel(1000, 3.6, 10**7, deadline_s=1e12))
+    assert math.isinf(inf.held_s) and math.isinf(inf.usd_per_step) and math.isinf(inf.wall_s)
+    assert math.isinf(inf.preemptions) and math.isinf(inf.usd) and inf.miss_probability == 1.0
 
 
 def test_deadline_miss_probability() -> None:
-    # slack = 4600 - 300 - 3600 = 700 s; each preemption costs 180 + 140 + 300 = 620 s: one allowed.
     e = expect(SPOT, RunModel(1000, 3.6, 100, deadline_s=4600.0), SEEN)
-    assert e.miss_probability == pytest.approx(1 - math.exp(-0.46875) * (1 + 0.46875), **EXACT)
-    assert e.miss_probability == pytest.approx(0.0809, abs=1e-4)
-    # 1239 s of slack: still one (2 x 620 = 1240); 1240 s: two.
-    two = expect(SPOT, RunModel(1000, 3.6, 100, deadline_s=300 + 3600 + 1240.0), SEEN)
-    assert two.miss_probability == pytest.approx(1 - math.exp(-0.46875) * (1 + 0.46875 + 0.46875**2 / 2), **EXACT)
-    one = expect(SPOT, RunModel(1000, 3.6, 100, deadline_s=300 + 3600 + 1239.0), SEEN)
+    held, n = ref(3600, 360, 0.000125, 140)
+    per = (held - 3600) / n + 300  # 614.33 s of wall time per preemption
+    assert per == pytest.approx(614.332981350914, rel=1e-12)
+    # slack = 4600 - 300 - 3600 = 700 s: one preemption allowed
+    assert e.miss_probability == pytest.approx(1 - math.exp(-n) * (1 + n), **EXACT)
+    assert e.miss_probability == pytest.approx(0.0807784, abs=1e-7)
+    two = expect(SPOT, RunModel(1000, 3.6, 100, deadline_s=3900 + 2 * per + 0.01), SEEN)
+    assert two.miss_probability == pytest.approx(1 - math.exp(-n) * (1 + n + n * n / 2), **EXACT)
+    one = expect(SPOT, RunModel(1000, 3.6, 100, deadline_s=3900 + 2 * per - 0.01), SEEN)
     assert one.miss_probability == pytest.approx(e.miss_probability, **EXACT)
     # no slack at all: exactly enough for a run without preemptions
     assert expect(SPOT, RunModel(1000, 3.6, 100, deadline_s=3900.0), SEEN).miss_probability == pytest.approx(
-        1 - math.exp(-0.46875), **EXACT
+        1 - math.exp(-n), **EXACT
     )
     assert expect(SPOT, RunModel(1000, 3.6, 100, deadline_s=3899.0), SEEN).miss_probability == 1.0
+    # a rung never preempted meets any deadline it has the slack for
+    od = Rung("v5p-32", "us-east5-a", "on-demand", "compute", 192.0)
+    never = History(hours=1e9)
+    assert expect(od, RunModel(1000, 3.6, 100, deadline_s=3900.0), never).miss_probability == pytest.approx(
+        1 - math.exp(-ref(3600, 360, 0.08 / (1e9 + 4) / 3600, 300)[1]), rel=1e-6
+    )
 
 
 def test_poisson_cdf() -> None:
@@ -133,24 +166,24 @@ def test_without_history_the_written_order_stands_and_says_so() -> None:
 
 
 def test_ranking_by_cost_per_kept_step() -> None:
-    hist = {FLAKY.key: History(hours=10.0, preemptions=61), STEADY.key: History(hours=100.0, preemptions=0)}
+    hist = {FLAKY.key: History(hours=10.0, preemptions=96), STEADY.key: History(hours=100.0, preemptions=0)}
     c = rank([FLAKY, STEADY, OD], RUN, hist)
     assert c.method == "cost"
     assert [r.expectation.rung for r in c.ranked] == [STEADY, OD, FLAKY]
     assert [r.position for r in c.ranked] == [1, 2, 3]
     assert c.ranked[0].why == "cheapest per kept step"
     steady = c.ranked[0].expectation.usd_per_step
-    assert steady == pytest.approx(3600 / (1 - 2 / 104 / 3600 * 480) / 3600 * 96 / 1000, **EXACT)
-    od = 3600 / (1 - 0.02 / 3600 * 480) / 3600 * 192 / 1000  # no history: the on-demand prior
+    assert steady == pytest.approx(ref(3600, 360, 2 / 104 / 3600, 300)[0] / 3600 * 96 / 1000, **EXACT)
+    od = ref(3600, 360, 0.02 / 3600, 300)[0] / 3600 * 192 / 1000  # no history: the on-demand prior
     assert c.ranked[1].expectation.usd_per_step == pytest.approx(od, **EXACT)
     assert c.ranked[1].why == "2.00x the cost per kept step of spot in us-east5-a"
-    # flaky: λ = 63/14 = 4.5/h, 480 s per preemption: waste 0.6
-    assert c.ranked[2].expectation.held_s == pytest.approx(3600 / 0.4, **EXACT)
+    # flaky: λ = 98/14 = 7/h
+    assert c.ranked[2].expectation.held_s == pytest.approx(ref(3600, 360, 7 / 3600, 300)[0], **EXACT)
     assert c.to_json()["rungs"][0]["zone"] == "us-east5-a"
 
 
 def test_a_rung_that_misses_the_deadline_goes_last() -> None:
-    hist = {FLAKY.key: History(hours=10.0, preemptions=61), STEADY.key: History(hours=100.0, preemptions=0)}
+    hist = {FLAKY.key: History(hours=10.0, preemptions=96), STEADY.key: History(hours=100.0, preemptions=0)}
     run = RunModel(1000, 3.6, 100, deadline_s=4500.0)
     c = rank([FLAKY, STEADY, OD], run, hist, max_miss=0.05)
     by = {r.expectation.rung: r for r in c.ranked}
@@ -167,7 +200,8 @@ def test_a_rung_that_misses_the_deadline_goes_last() -> None:
 
 def test_rows_render_infinite_rungs() -> None:
     hist = {FLAKY.key: History(hours=1.0, preemptions=100)}
-    rows = rank([FLAKY, OD], RUN, hist).rows()
+    rows = rank([FLAKY, OD], RunModel(1000, 3.6, 10**7), hist).rows()
     assert rows[-1]["$/kept step"] == "never" and rows[-1]["completion"] == "never"
     assert rows[0]["rung"] == "on-demand in us-east5-a (compute)"
-    assert rows[0]["$/kept step"].startswith("$0.19")
+    assert rows[0]["$/kept step"].startswith("$") and rows[0]["#"] == 1
+    assert rows[-1]["preempt/h"] == "20.400 (1.0 h seen)"

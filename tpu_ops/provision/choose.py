@@ -5,16 +5,18 @@ all rank with them.
 The model (every figure per rung, times in seconds):
 
 - work ``W = steps x s`` (``s`` seconds per step); checkpoint interval ``c = checkpoint_every x s``.
-- preemptions arrive as a Poisson process of rate ``λ`` per second of held slice. Each one throws
-  away the work since the last checkpoint, ``c/2`` on average (or what history saw, if more), and
-  costs ``r`` seconds of held-slice recovery (restore, warm-up) plus ``o`` seconds to obtain the
-  next slice (not billed: no slice is held while asking).
-- held time ``H = W / (1 - λ (c/2 + r))`` (the renewal solution of ``H = W + λ H (c/2 + r)``); a
-  rung with ``λ (c/2 + r) ≥ 1`` never finishes on average and is infinitely expensive.
-- expected wall time ``T = o + H + λ H o``; expected cost ``H x price``; $ per kept step ``cost / steps``.
-- miss probability: with ``n`` preemptions the wall time is ``o + W + n (c/2 + r + o)``; the
-  deadline ``D`` allows ``n_max = floor((D - o - W) / (c/2 + r + o))`` of them, so
-  ``P(miss) = 1 - PoissonCDF(n_max; λ H)`` (1 when even a run without preemption cannot make it).
+- preemptions arrive as a Poisson process of rate ``λ`` per second of held slice; each throws away
+  the work since the last checkpoint and costs ``r`` seconds of held-slice recovery (detect, delete,
+  restore) plus ``o`` seconds to obtain the next slice (not billed: no slice is held while asking).
+- held time ``H`` and expected preemptions ``n`` from the exact segment model of
+  :func:`held_time` (checkpointed work under Poisson failures: the cost grows like ``e^{λ(r+c)}``,
+  so a long checkpoint interval on a flaky rung is ruinous, not merely worse).
+- expected wall time ``T = o + H + n o``; expected cost ``H x price``; $ per kept step ``cost / steps``.
+- miss probability: each preemption costs ``(H - W)/n + o`` of wall time on average; the deadline
+  ``D`` allows ``n_max = floor((D - o - W) / that)`` of them, so ``P(miss) = 1 - PoissonCDF(n_max; n)``
+  (1 when even a run without preemption cannot make it).
+- steps lost per preemption are recorded and shown, but the cost derives the loss from the run's
+  own checkpoint interval: other runs' losses reflect their intervals, not this one's.
 
 History is thin at first, so every rate is shrunk towards a **conservative prior** (``PRIORS``):
 the posterior mean of a Gamma prior worth ``PRIOR_HOURS`` hours of observation, i.e.
@@ -191,21 +193,37 @@ class Expectation:
         }
 
 
+def held_time(work_s: float, checkpoint_s: float, rate_per_s: float, recovery_s: float) -> tuple[float, float]:
+    """Expected (held seconds, preemptions) to get ``work_s`` of work checkpointed every ``checkpoint_s``.
+
+    The work is ``k = W / c`` segments. A segment needs ``c`` seconds without a preemption; after one,
+    each retry needs ``r + c`` (restore first). With ``X ~ Exp(λ)``: ``T(x) = E[min(X, x)] + P(X < x) T(r+c)``
+    gives ``T(c) = p/λ + p (e^{λ(r+c)} - 1)/λ`` with ``p = 1 - e^{-λc}``, and ``p e^{λ(r+c)}``
+    preemptions per segment. At ``c = 0`` (a trainer that saves on the preemption notice) the limits
+    are ``W e^{λr}`` and ``λ W e^{λr}``.
+    """
+    lam, r, c = rate_per_s, recovery_s, checkpoint_s
+    if lam <= 0:
+        return work_s, 0.0
+    try:
+        if c <= 0:
+            grow = math.exp(lam * r)
+            return work_s * grow, lam * work_s * grow
+        k = work_s / c
+        p = -math.expm1(-lam * c)
+        retry = math.expm1(lam * (r + c)) / lam
+        return k * (p / lam + p * retry), k * p * math.exp(lam * (r + c))
+    except OverflowError:
+        return math.inf, math.inf
+
+
 def expect(rung: Rung, run: RunModel, history: History | None = None) -> Expectation:
     """Expected held time, wall time, cost and deadline miss probability of ``run`` on ``rung``."""
     b = believe(rung.tier, history or History())
-    lam = b.rate_per_hour / 3600.0
-    lost = run.checkpoint_s / 2
-    if b.steps_lost is not None:
-        lost = max(lost, b.steps_lost * run.seconds_per_step)  # conservative: the worse of model and record
-    per_preemption = lost + b.recovery_s  # held-slice seconds each preemption costs
-    waste = lam * per_preemption
-    if waste >= 1.0:
-        held = wall = usd = math.inf
-        n = math.inf
+    held, n = held_time(run.work_s, run.checkpoint_s, b.rate_per_hour / 3600.0, b.recovery_s)
+    if math.isinf(held):
+        wall = usd = math.inf
     else:
-        held = run.work_s / (1.0 - waste)
-        n = lam * held
         wall = b.obtain_s + held + n * b.obtain_s
         usd = held / 3600.0 * rung.usd_per_hour
     per_step = usd / run.steps if run.steps > 0 else 0.0
@@ -214,9 +232,9 @@ def expect(rung: Rung, run: RunModel, history: History | None = None) -> Expecta
         slack = run.deadline_s - b.obtain_s - run.work_s
         if slack < 0 or math.isinf(held):
             miss = 1.0
-        else:
-            n_max = math.floor(slack / (per_preemption + b.obtain_s))
-            miss = 1.0 - poisson_cdf(n_max, n)
+        elif n > 0:
+            per_preemption = (held - run.work_s) / n + b.obtain_s  # wall time each one costs, on average
+            miss = 1.0 - poisson_cdf(math.floor(slack / per_preemption), n)
     return Expectation(rung, b, held, wall, n, usd, per_step, max(0.0, miss))
 
 
