@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     aws_endpoint_url: str | None = Field(None, validation_alias=_env("aws_endpoint_url", "AWS_ENDPOINT_URL"))
     gcs_endpoint: str | None = Field(None, validation_alias=_env("gcs_endpoint", "STORAGE_EMULATOR_HOST"))
     tpu_endpoint: str | None = Field(None, validation_alias=_env("tpu_endpoint"))
+    compute_endpoint: str | None = Field(
+        None,
+        validation_alias=_env("compute_endpoint"),
+        description="Compute Engine API (a local fake in a dry run), e.g. http://127.0.0.1:PORT.",
+    )
     sts_endpoint: str | None = Field(
         None, validation_alias=_env("sts_endpoint"), description="Storage Transfer Service (a local fake in a dry run)."
     )
@@ -148,6 +153,7 @@ class Settings(BaseSettings):
             "aws_endpoint_url": self.aws_endpoint_url,
             "gcs_endpoint": self.gcs_endpoint,
             "tpu_endpoint": self.tpu_endpoint,
+            "compute_endpoint": self.compute_endpoint,
             "sts_endpoint": self.sts_endpoint,
             "metadata_host": self.metadata_host,
         }
@@ -158,7 +164,10 @@ class Settings(BaseSettings):
         ``needed`` names endpoint settings (default: all of them). Outside a dry run an unset
         endpoint means the real cloud, which is the point of production.
         """
-        names = needed or ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint")
+        # Compute Engine is checked by default only when set: a dry run on the TPU API needs none.
+        names = needed or ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint") + (
+            ("compute_endpoint",) if self.compute_endpoint else ()
+        )
         if not self.dry_run:
             return
         for name in names:

@@ -27,15 +27,14 @@ from typing import Any
 
 from tpu_ops.agent.job import Job
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
 from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.ladder import provision
+from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
+from tpu_ops.provision.providers import Phase, Provider, SliceState, for_spec
 from tpu_ops.provision.records import Outcome
-from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
@@ -84,12 +83,14 @@ class _Preempted(Exception):
 class Supervisor:
     """One training run from first slice to teardown (see the module docstring)."""
 
-    def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, api: TpuApi | None = None,
+    def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, provider: Provider | None = None,
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
         check_command(job, run_id)
-        self.api = api or TpuApi(settings)
+        self.lease = SliceLease(job.provision, run_id, settings, provider=provider or for_spec(job.provision, settings),
+                                on_attempt=on_attempt)  # fmt: skip
+        self.provider = self.lease.provider
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id)
         self.layout = RunLayout(self.doc.run_uri, self.doc.checkpoint_subdir)
@@ -121,7 +122,7 @@ class Supervisor:
             raise
         finally:
             try:
-                teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+                self.lease.release()
             finally:
                 self._finish(time.monotonic() - t0)
         return self.report
@@ -152,8 +153,7 @@ class Supervisor:
         )  # fmt: skip
         t0 = time.monotonic()
         resume = latest_complete_step(self.gcs, self.layout.steps_uri)
-        s = provision(self.job.provision, self.run_id, self.settings, api=self.api,
-                      metadata={"startup-script": script}, on_attempt=self.on_attempt)  # fmt: skip
+        s = self.lease.acquire(metadata={"startup-script": script})
         if preemption is not None:
             preemption.reprovision_s = time.monotonic() - t0
             preemption.resume_step = resume
@@ -249,14 +249,13 @@ class Supervisor:
         inc.last_step, inc.last_progress_at = top, now
 
     def _slice_lost(self, inc: Incarnation) -> str | None:
-        """Why the slice is gone (queued resource or node state), or None while it is healthy."""
-        qr = self.api.find_queued_resource(inc.zone, inc.queued_resource)
-        if qr is None or qr.state not in QrState.ACTIVE:
-            return f"queued resource {qr.state if qr else 'missing'}"
-        node = self.api.find_node(inc.zone, qr.node_id)
-        if node is None or node.state in NodeState.DEAD or node.state in NodeState.GOING:
-            return f"node {node.state if node else 'missing'}"
-        return None
+        """Why the slice is gone (as its provider describes it), or None while it is healthy."""
+        rec = self.provider.describe(inc.zone, inc.queued_resource)
+        if rec is None:
+            return "slice missing"
+        if rec.state in SliceState.RUNNING or rec.state == Phase.BOOTING:
+            return None
+        return rec.raw_state
 
     # -- recovery ----------------------------------------------------------------------------
     def _recover(self, inc: Incarnation, reason: str) -> Preemption:
@@ -270,7 +269,7 @@ class Supervisor:
         # A notice: the workers are saving; give them their grace before the slice is deleted (agent hook).
         notices.wait_for_exit_reports(self.gcs, self.layout, inc.incarnation_id, self._slice.hosts, self._notices)
         t0 = time.monotonic()
-        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+        self.lease.release()
         p.delete_s = time.monotonic() - t0
         # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
         reports = self._mine(inc, list_json(self.gcs, self.layout.workers))

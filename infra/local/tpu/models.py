@@ -303,6 +303,7 @@ class TpuBackend(BackendCore):
                     "acceleratorConfigs": [{"type": ACCEL_CONFIG_TYPE[a.generation], "topology": a.topology}],
                 }
                 for a in sorted(ACCELERATOR_TYPES.values(), key=lambda a: a.name)
+                if a.generation in ACCEL_CONFIG_TYPE  # TPU7x is Compute Engine only
             ]
         versions = sorted({v for vs in RUNTIME_VERSIONS.values() for v in vs})
         return [{"name": f"{parent}/runtimeVersions/{v}", "version": v} for v in versions]
