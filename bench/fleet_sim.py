@@ -38,14 +38,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.local.compute.models import RESERVATION_KEY, ComputeBackend  # noqa: E402
-from infra.local.core.clock import ManualClock  # noqa: E402
-from tpu_ops.provision import history as H  # noqa: E402
-from tpu_ops.provision import ranking  # noqa: E402
-from tpu_ops.provision.choose import History, RunModel  # noqa: E402
-from tpu_ops.provision.ladder import Step, plan  # noqa: E402
-from tpu_ops.provision.prices import shipped  # noqa: E402
-from tpu_ops.specs.slice import ProvisionSpec  # noqa: E402
+from infra.local.compute.models import RESERVATION_KEY, ComputeBackend
+from infra.local.core.clock import ManualClock
+from tpu_ops.provision import history as H
+from tpu_ops.provision import ranking
+from tpu_ops.provision.choose import History, RunModel
+from tpu_ops.provision.ladder import Step, plan
+from tpu_ops.provision.prices import shipped
+from tpu_ops.specs.slice import ProvisionSpec
 
 PROJECT = "fleet-sim"
 MACHINE = "ct5p-hightpu-4t"  # a v5p-8 slice: one 4-chip host
@@ -165,7 +165,9 @@ class Fleet:
         self.t0 = self.clock.now()
         self.api = ComputeBackend(clock=self.clock, preempt_notice_s=30.0)
         cap = {z: dict(c) for z, c in SCENARIO["capacity_chips"].items()}
-        cap["us-east5-a"]["reservations"] = {RESERVATION: {"count": SCENARIO["reservation_vms"], "machineType": MACHINE}}
+        cap["us-east5-a"]["reservations"] = {
+            RESERVATION: {"count": SCENARIO["reservation_vms"], "machineType": MACHINE}
+        }
         self.api.configure_capacity(cap)
         self.api.set_latency(provision_s=SCENARIO["boot_s"], delete_s=0.0)
         self.history: dict[H.Key, History] = {}
@@ -243,7 +245,9 @@ class Fleet:
         rate = SCENARIO["spot_preemptions_per_hour"][st.step.zone] if st.step.tier == "spot" else 0.0
         lose_at = math.inf
         if rate > 0:
-            lose_at = t + trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number]).expovariate(rate / 3600)
+            lose_at = t + trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number]).expovariate(
+                rate / 3600
+            )
         if lose_at < done_at:
             self.at(lose_at, "preempt", st.spec.idx)
         else:
@@ -326,10 +330,21 @@ class Fleet:
             "api_calls_per_run": sum(s.api_calls for s in sts) / len(sts),
             "preemptions": sum(s.recoveries for s in sts),
             "slice_hours": {k: round(v, 1) for k, v in sorted(self.held.items())},
-            "hit_by_class": {c: round(sum(1 for s in sts if s.spec.cls == c and not s.failed and s.finished_at is not None
-                                          and s.finished_at <= s.spec.deadline)
-                                      / max(1, sum(1 for s in sts if s.spec.cls == c)), 3)
-                             for c in SCENARIO["classes"]},
+            "hit_by_class": {
+                c: round(
+                    sum(
+                        1
+                        for s in sts
+                        if s.spec.cls == c
+                        and not s.failed
+                        and s.finished_at is not None
+                        and s.finished_at <= s.spec.deadline
+                    )
+                    / max(1, sum(1 for s in sts if s.spec.cls == c)),
+                    3,
+                )
+                for c in SCENARIO["classes"]
+            },
         }
 
 

@@ -4,7 +4,6 @@ same records read back from a checkpoint bucket on fake-gcs-server by ``tpu-ops 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -86,8 +85,15 @@ REPORT = {
 
 def test_fold_run_state() -> None:
     got = fold_run(STATE, IDENT)
-    assert got[A] == History(hours=2.0, preemptions=1, obtained=1, obtain_s_total=300.0, recoveries=1,
-                             recovery_s_total=60.0, steps_lost_total=40)
+    assert got[A] == History(
+        hours=2.0,
+        preemptions=1,
+        obtained=1,
+        obtain_s_total=300.0,
+        recoveries=1,
+        recovery_s_total=60.0,
+        steps_lost_total=40,
+    )
     assert got[B] == History(hours=1.0, obtained=1, obtain_s_total=120.0)
 
 
@@ -113,28 +119,23 @@ def test_fold_sums_runs_and_stats_report_means() -> None:
     assert got[A] == History(4.0, 2, 2, 600.0, 2, 120.0, 80)
     rows = {(s.zone): s.to_json() for s in stats(got)}
     assert rows["us-east5-a"] == {
-        "accelerator_type": "v5p-32", "zone": "us-east5-a", "tier": "spot", "backend": "compute", "hours": 4.0,
-        "preemptions": 2, "preemptions_per_hour": 0.5, "slices_obtained": 2, "obtain_s_mean": 300.0,
-        "recovery_s_mean": 60.0, "steps_lost_mean": 40.0,
+        "accelerator_type": "v5p-32",
+        "zone": "us-east5-a",
+        "tier": "spot",
+        "backend": "compute",
+        "hours": 4.0,
+        "preemptions": 2,
+        "preemptions_per_hour": 0.5,
+        "slices_obtained": 2,
+        "obtain_s_mean": 300.0,
+        "recovery_s_mean": 60.0,
+        "steps_lost_mean": 40.0,
     }
     assert rows["us-east5-b"]["preemptions_per_hour"] == 0.0
     assert rows["us-east5-b"]["recovery_s_mean"] is None and rows["us-east5-b"]["steps_lost_mean"] is None
 
 
 # -- from a bucket -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gcs_env() -> Iterator[dict[str, str]]:
-    """fake-gcs-server alone (no full stack): the environment that points tpu-ops at it."""
-    from infra.local.gcs import FakeGcs
-
-    server = FakeGcs()
-    server.start()
-    try:
-        yield {"TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCS_ENDPOINT": server.url, "STORAGE_EMULATOR_HOST": server.url}
-    finally:
-        server.stop()
 
 
 def _client(env: dict[str, str]) -> Any:

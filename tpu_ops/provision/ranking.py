@@ -8,6 +8,7 @@ each time it walks, so a walk after a preemption ranks with the steps and the ti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -169,3 +170,33 @@ def for_job(provision: ProvisionSpec, *, steps: int, checkpoint_every: int, chec
     if c.max_duration is None and c.finish_by is None:
         update["max_duration"] = timedelta(seconds=max_duration_s)
     return provision.model_copy(update={"choose": c.model_copy(update=update)})
+
+
+def apply(
+    spec: ProvisionSpec,
+    steps: Sequence[Any],
+    settings: Any,
+    run_id: str,
+    ledger: Any,
+    table: PriceTable,
+    progress: Progress | None = None,
+    now: float | None = None,
+) -> list[Any]:
+    """What the ladder calls at each walk: the attempts ranked, the plan kept in the ledger (a
+    ``choice`` event) and beside the run's records in GCS. The deadline counts from the run's first
+    ledger event, so a walk after a preemption ranks with the time then left."""
+    if spec.choose is None:
+        return list(steps)
+    from tpu_ops.errors import TpuOpsError
+
+    now = time.time() if now is None else now
+    started = min((float(e["t"]) for e in ledger.events() if "t" in e), default=now)
+    done = (progress() if progress is not None else None) or 0
+    run = run_model(spec, steps_done=done, started_at=started, now=now)
+    ordered, choice = order(spec, steps, table, history_for(spec, settings, now), run)
+    doc = plan_document(spec, choice, run, table)
+    ledger.append(CHOICE_EVENT, plan=doc)
+    # The ledger has it; a bucket we cannot write to is no reason to refuse a slice.
+    with contextlib.suppress(TpuOpsError):
+        write_plan(spec, settings, run_id, doc)
+    return ordered
