@@ -205,3 +205,19 @@ def test_rows_render_infinite_rungs() -> None:
     assert rows[0]["rung"] == "on-demand in us-east5-a (compute)"
     assert rows[0]["$/kept step"].startswith("$") and rows[0]["#"] == 1
     assert rows[-1]["preempt/h"] == "20.400 (1.0 h seen)"
+
+
+def test_small_print() -> None:
+    # a one-second checkpoint interval is still the segment model (only c = 0 takes the limit)
+    held, n = held_time(3600.0, 1.0, 0.001, 300.0)
+    assert held == pytest.approx(ref(3600, 1.0, 0.001, 300)[0], **EXACT)
+    assert n == pytest.approx(ref(3600, 1.0, 0.001, 300)[1], **EXACT)
+    # nothing left to do costs nothing per step; a rung's written place defaults to 0
+    assert expect(SPOT, RunModel(0, 3.6, 100)).usd_per_step == 0.0
+    one = expect(SPOT, RunModel(1, 3.6, 1))
+    assert one.usd_per_step == one.usd > 0
+    assert Rung("v5p-8", "z", "spot", "compute", 1.0).order == 0
+    # the plan's JSON keeps six decimals
+    row = expect(SPOT, RUN, SEEN).to_json()
+    assert row["held_s"] == 3747.234941 and row["preemptions"] == 0.468404
+    assert row["usd_per_step"] == round(3747.2349413678076 / 3600 * 96 / 1000, 6)
