@@ -45,7 +45,7 @@ def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
     ] * 2
     assert summary["injected_preemption"].startswith("host ") and summary["training"]["recoveries"] == 1
     (p,) = summary["preemptions"]
-    assert "preempted" in p["reason"] and p["resume_step"] is not None and 0 <= p["steps_lost"] <= 10
+    assert "preempt" in p["reason"] and p["resume_step"] is not None and 0 <= p["steps_lost"] <= 10
     assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
     assert summary["workers_verified"] == 4
     assert summary["left_behind"] == {"tpu_resources": 0, "worker_processes": 0}
