@@ -13,7 +13,7 @@ import pytest
 
 from tpu_ops.provision import provision, teardown
 from tpu_ops.provision.ledger import Ledger
-from tpu_ops.provision.ranking import CHOICE_EVENT
+from tpu_ops.provision.ranking import CHOICE_EVENT, plan_rows
 from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec
 
@@ -87,6 +87,10 @@ def test_auto_lands_where_history_says_and_keeps_the_plan(settings: Settings) ->
         assert [(r["zone"], r["tier"]) for r in plan["rungs"]][:2] == [("us-east5-b", "spot"), ("us-east5-a", "spot")]
         assert plan["rungs"][0]["why"] == "cheapest per kept step"
         assert plan["rungs"][0]["history_hours"] == 100.0
+        rows = plan_rows(plan)  # the provision flow's table artifact
+        assert [r["rung"] for r in rows][:2] == ["spot in us-east5-b", "spot in us-east5-a"]
+        assert rows[0]["$/kept step"] == f"{plan['rungs'][0]['usd_per_step']:.6f}"
+        assert rows[0]["why"] == "cheapest per kept step" and rows[0]["preempt/h"] == "0.019 (100.0 h seen)"
         kept = json.loads(storage_client(settings).bucket("ranked").blob("ckpt/rk-1/_tpu_ops/plan.json")
                           .download_as_bytes())  # fmt: skip
         assert kept == json.loads(json.dumps(plan))

@@ -110,6 +110,26 @@ def plan_document(spec: ProvisionSpec, choice: Choice, run: RunModel, table: Pri
     }
 
 
+def plan_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Table rows of a plan document (as kept in the ledger and ``plan.json``), in the order tried."""
+
+    def num(v: Any, fmt: str, unit: str = "") -> str:
+        return "never" if v is None else format(v, fmt) + unit
+
+    return [
+        {
+            "#": r["position"],
+            "rung": f"{('reservation ' + r['reservation']) if r['reservation'] else r['tier']} in {r['zone']}",
+            "$/kept step": num(r["usd_per_step"], ".6f"),
+            "completion (h)": num(None if r["wall_s"] is None else r["wall_s"] / 3600, ".2f"),
+            "P(miss)": f"{r['miss_probability']:.1%}",
+            "preempt/h": f"{r['rate_per_hour']:.3f} ({r['history_hours']:.1f} h seen)",
+            "why": r["why"],
+        }
+        for r in doc["rungs"]
+    ]
+
+
 def describe(choice: Choice) -> str:
     """The plan in a few lines (CLI and logs)."""
     lines = [choice.note]
