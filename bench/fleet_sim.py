@@ -331,10 +331,14 @@ class Fleet:
             "preemptions": sum(s.recoveries for s in sts),
             "slice_hours": {k: round(v, 1) for k, v in sorted(self.held.items())},
             "usd_per_1k_steps_by_class": {
-                c: round(1000 * sum(s.cost for s in sts if s.spec.cls == c)
-                         / max(1, sum(s.kept for s in sts if s.spec.cls == c)), 4)
+                c: round(
+                    1000
+                    * sum(s.cost for s in sts if s.spec.cls == c)
+                    / max(1, sum(s.kept for s in sts if s.spec.cls == c)),
+                    4,
+                )
                 for c in SCENARIO["classes"]
-            },  # fmt: skip
+            },
             "hit_by_class": {
                 c: round(
                     sum(

@@ -194,3 +194,33 @@ def test_capacity_stats_and_plan_from_a_bucket(
     # no history under another prefix: the written order, and it says so
     assert main(["capacity", "plan", "--spec", str(spec), "--history", "gs://hist/none"]) == 0
     assert "keeping the written order" in capsys.readouterr().out
+
+
+def test_a_training_job_fills_in_the_ranking_from_its_train_section() -> None:
+    from datetime import timedelta
+
+    from tpu_ops.provision.ranking import run_model
+    from tpu_ops.specs.jobs import TrainJobSpec
+    from tpu_ops.train.choice import for_job
+
+    body: dict[str, Any] = {
+        "provision": {"slice": {"accelerator_type": "v5p-8", "region": "us-east5", "zones": ["us-east5-a"]},
+                      "ladder": "auto", "budget_usd": 1000, "hours": 2},
+        "train": {"checkpoint_dir": "gs://ckpt/runs", "steps": 7200, "checkpoint_every": 300, "max_duration": "6h"},
+    }  # fmt: skip
+    job = for_job(TrainJobSpec.model_validate(body))
+    c = job.provision.choose
+    assert c is not None and c.auto
+    assert (c.steps, c.checkpoint_every, c.history, c.max_duration) == (7200, 300, "gs://ckpt/runs", timedelta(hours=6))
+    run = run_model(job.provision, steps_done=1200, started_at=1000.0, now=1000.0 + 3600)
+    # 2 h over 7200 steps = 1 s a step; 6000 steps left; 6 h from the start, one gone: 5 h left
+    assert (run.steps, run.seconds_per_step, run.checkpoint_every, run.deadline_s) == (6000, 1.0, 300, 5 * 3600.0)
+    # a spec's own deadline and history win; a job without choose is left alone
+    body["provision"]["choose"] = {"history": "gs://elsewhere/x", "finish_by": "2026-11-24T06:00:00Z"}
+    job2 = for_job(TrainJobSpec.model_validate(body))
+    assert job2.provision.choose is not None
+    assert job2.provision.choose.history == "gs://elsewhere/x" and job2.provision.choose.max_duration is None
+    body["provision"]["ladder"] = ["spot"]
+    del body["provision"]["choose"]
+    plain = TrainJobSpec.model_validate(body)
+    assert for_job(plain) is plain
