@@ -34,7 +34,7 @@ SEEN = History(hours=36.0, preemptions=16, obtained=8, obtain_s_total=2400.0, re
 
 
 def test_priors_and_weights_are_the_documented_ones() -> None:
-    assert C.PRIOR_HOURS == 4.0 and C.PRIOR_WEIGHT == 2.0
+    assert C.PRIOR_HOURS == 4.0 and C.PRIOR_WEIGHT == 2.0 and C.TIE == 0.1
     assert believe("spot", History()) == Belief(0.5, 300.0, 300.0, None, 0.0)
     assert believe("on-demand", History()) == Belief(0.02, 300.0, 300.0, None, 0.0)
     assert believe("reservation", History()) == Belief(0.01, 120.0, 300.0, None, 0.0)
@@ -221,3 +221,24 @@ def test_small_print() -> None:
     row = expect(SPOT, RUN, SEEN).to_json()
     assert row["held_s"] == 3747.234941 and row["preemptions"] == 0.468404
     assert row["usd_per_step"] == round(3747.2349413678076 / 3600 * 96 / 1000, 6)
+
+
+def test_near_ties_go_flakiest_first() -> None:
+    # For a run checkpointing every 360 s, 0.2/h and 0.3/h cost within 10% of each other: the flakier
+    # goes first, leaving the steadier one to runs that need it. 2/h is well over 10% dearer.
+    a = Rung("v5p-32", "us-east5-a", "spot", "compute", 96.0, order=1)
+    b = Rung("v5p-32", "us-east5-b", "spot", "compute", 96.0, order=2)
+    c = Rung("v5p-32", "us-east5-c", "spot", "compute", 96.0, order=3)
+    hist = {a.key: History(hours=996.0, preemptions=197), b.key: History(hours=996.0, preemptions=297),
+            c.key: History(hours=996.0, preemptions=1998)}  # fmt: skip
+    got = rank([a, b, c], RUN, hist)
+    assert [r.expectation.rung for r in got.ranked] == [b, a, c]
+    ea, eb = (next(r.expectation for r in got.ranked if r.expectation.rung == x) for x in (a, b))
+    assert ea.usd_per_step < eb.usd_per_step <= ea.usd_per_step * 1.1
+    assert got.ranked[0].why.startswith("within 10% of the cheapest per kept step, and the least steady")
+    ratio = ea.usd_per_step / eb.usd_per_step
+    assert (
+        got.ranked[1].why
+        == f"{ratio:.2f}x the cost per kept step of spot in us-east5-b: a tie, steadier, tried after it"
+    )
+    assert got.ranked[2].why.endswith("the cost per kept step of spot in us-east5-a")

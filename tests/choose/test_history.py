@@ -160,7 +160,7 @@ def test_capacity_stats_and_plan_from_a_bucket(
     spec.write_text(
         "slice: {accelerator_type: v5p-32, region: us-east5, zones: [us-east5-a, us-east5-b]}\n"
         "ladder: [spot, on-demand]\nbudget_usd: 10000\nhours: 4\n"
-        "choose: {history: 'gs://hist/ckpt', steps: 4000, checkpoint_every: 1000}\n"
+        "choose: {history: 'gs://hist/ckpt', steps: 4000, checkpoint_every: 2000}\n"
     )
     backend = backend_of(load_spec(spec, ProvisionSpec))  # the Compute Engine for v5p, once it exists
     gcs = _client(gcs_env)

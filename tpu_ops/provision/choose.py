@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 PRIOR_HOURS: Final = 4.0  # a prior rate weighs as much as 4 hours of observed slice time
+TIE: Final = 0.1  # rungs within 10% of the cheapest per kept step count as a tie (see ``rank``)
 PRIOR_WEIGHT: Final = 2.0  # a prior obtain/recovery time weighs as much as 2 observations
 
 
@@ -299,6 +300,10 @@ def rank(
 ) -> Choice:
     """Order ``rungs`` by expected $ per kept step, those that make the deadline first.
 
+    Rungs within ``TIE`` (10%) of the cheapest are a tie for this run and go flakiest first: the
+    steadier capacity is worth more to runs with long checkpoint intervals, which pay for a
+    preemption far more than this one (each run is ranked alone; this keeps it from taking the
+    steady rungs others need for nothing).
     A rung whose deadline miss probability exceeds ``max_miss`` goes after every rung that meets
     it (still tried: better late than nothing), ordered by miss probability. With no history for
     any rung and ``keep_order_without_history``, the written order stands (the priors alone would
@@ -315,16 +320,30 @@ def rank(
         note = "no history for any rung: keeping the written order (run once to record some)"
         return Choice(ranked, "written-order", note)
     ok = sorted((e for e in exps if e.miss_probability <= max_miss), key=lambda e: (e.usd_per_step, e.rung.order))
+    near: list[Expectation] = []
+    if ok and not math.isinf(ok[0].usd_per_step):
+        # Rungs within TIE of the cheapest cost this run the same; the steadier capacity is worth more to
+        # runs with long checkpoint intervals, so this run takes the flakiest of them first.
+        near = [e for e in ok if e.usd_per_step <= ok[0].usd_per_step * (1 + TIE)]
+        near.sort(key=lambda e: (-e.belief.rate_per_hour, e.usd_per_step, e.rung.order))
+        ok = near + ok[len(near) :]
     late = sorted((e for e in exps if e.miss_probability > max_miss),
                   key=lambda e: (e.miss_probability, e.usd_per_step, e.rung.order))  # fmt: skip
     out: list[Ranked] = []
-    best = ok[0] if ok else None
+    cheapest = min(ok, key=lambda e: (e.usd_per_step, e.rung.order)) if ok else None
+    deadline = " that makes the deadline" if run.deadline_s is not None else ""
     for e in ok:
-        if e is best:
-            why = "cheapest per kept step" + (" that makes the deadline" if run.deadline_s is not None else "")
+        assert cheapest is not None
+        if e is ok[0]:
+            why = f"cheapest per kept step{deadline}"
+            if e is not cheapest:
+                why = (f"within {TIE:.0%} of the cheapest per kept step{deadline}, and the least steady of "
+                       "those: steadier capacity is left to runs that need it more")  # fmt: skip
+        elif e in near:
+            ratio = _ratio(e.usd_per_step, ok[0].usd_per_step)
+            why = f"{ratio} the cost per kept step of {ok[0].rung.label()}: a tie, steadier, tried after it"
         else:
-            assert best is not None
-            why = f"{_ratio(e.usd_per_step, best.usd_per_step)} the cost per kept step of {best.rung.label()}"
+            why = f"{_ratio(e.usd_per_step, cheapest.usd_per_step)} the cost per kept step of {cheapest.rung.label()}"
         out.append(Ranked(e, len(out) + 1, True, why))
     for e in late:
         why = f"misses the deadline with P={e.miss_probability:.1%} > {max_miss:.1%}"
