@@ -112,7 +112,16 @@ class Settings(BaseSettings):
         2555, ge=1, le=36500, description="Object Lock retention (compliance mode) of each audit record."
     )
     audit_kms_key_id: str | None = Field(
-        None, description="KMS asymmetric key (ECC_NIST_P256, SIGN_VERIFY) that signs audit digests."
+        None,
+        description="KMS asymmetric key (ECC_NIST_P256, SIGN_VERIFY) that signs audit digests; `audit verify` "
+        "checks digest signatures only against this pinned key (or its --key).",
+    )
+    audit_seal_interval_s: int = Field(
+        3600,
+        ge=0,
+        le=7 * 86400,
+        description="Seconds between scheduled audit seals (`tpu-ops audit seal`, the served `seal-audit-trail` "
+        "deployment); `audit verify` fails when the newest digest is older than this (+10%). 0: no schedule.",
     )
     audit_spool: Path | None = Field(
         None, description="Local JSONL spool for audit records while S3 is unreachable (default: state_dir)."
