@@ -319,32 +319,11 @@ def rank(
         )
         note = "no history for any rung: keeping the written order (run once to record some)"
         return Choice(ranked, "written-order", note)
-    ok = sorted((e for e in exps if e.miss_probability <= max_miss), key=lambda e: (e.usd_per_step, e.rung.order))
-    near: list[Expectation] = []
-    if ok and not math.isinf(ok[0].usd_per_step):
-        # Rungs within TIE of the cheapest cost this run the same; the steadier capacity is worth more to
-        # runs with long checkpoint intervals, so this run takes the flakiest of them first.
-        near = [e for e in ok if e.usd_per_step <= ok[0].usd_per_step * (1 + TIE)]
-        near.sort(key=lambda e: (-e.belief.rate_per_hour, e.usd_per_step, e.rung.order))
-        ok = near + ok[len(near) :]
+    ok, near = _by_cost([e for e in exps if e.miss_probability <= max_miss])
     late = sorted((e for e in exps if e.miss_probability > max_miss),
                   key=lambda e: (e.miss_probability, e.usd_per_step, e.rung.order))  # fmt: skip
-    out: list[Ranked] = []
-    cheapest = min(ok, key=lambda e: (e.usd_per_step, e.rung.order)) if ok else None
     deadline = " that makes the deadline" if run.deadline_s is not None else ""
-    for e in ok:
-        assert cheapest is not None
-        if e is ok[0]:
-            why = f"cheapest per kept step{deadline}"
-            if e is not cheapest:
-                why = (f"within {TIE:.0%} of the cheapest per kept step{deadline}, and the least steady of "
-                       "those: steadier capacity is left to runs that need it more")  # fmt: skip
-        elif e in near:
-            ratio = _ratio(e.usd_per_step, ok[0].usd_per_step)
-            why = f"{ratio} the cost per kept step of {ok[0].rung.label()}: a tie, steadier, tried after it"
-        else:
-            why = f"{_ratio(e.usd_per_step, cheapest.usd_per_step)} the cost per kept step of {cheapest.rung.label()}"
-        out.append(Ranked(e, len(out) + 1, True, why))
+    out = [Ranked(e, i + 1, True, _why(e, ok, near, deadline)) for i, e in enumerate(ok)]
     for e in late:
         why = f"misses the deadline with P={e.miss_probability:.1%} > {max_miss:.1%}"
         out.append(Ranked(e, len(out) + 1, False, why))
@@ -354,6 +333,34 @@ def rank(
         if not ok:
             note += "; no rung is expected to make it, so the least likely to miss goes first"
     return Choice(tuple(out), "cost", note)
+
+
+def _by_cost(ok: list[Expectation]) -> tuple[list[Expectation], list[Expectation]]:
+    """Cheapest per kept step first; the near ties (within ``TIE`` of the cheapest) least steady first.
+
+    They cost this run the same, and steadier capacity is worth more to runs with long checkpoint
+    intervals. Returns the order and the near ties."""
+    ok = sorted(ok, key=lambda e: (e.usd_per_step, e.rung.order))
+    if not ok or math.isinf(ok[0].usd_per_step):
+        return ok, []
+    near = [e for e in ok if e.usd_per_step <= ok[0].usd_per_step * (1 + TIE)]
+    near.sort(key=lambda e: (-e.belief.rate_per_hour, e.usd_per_step, e.rung.order))
+    return near + ok[len(near) :], near
+
+
+def _why(e: Expectation, ok: list[Expectation], near: list[Expectation], deadline: str) -> str:
+    """Why an eligible rung sits where it does."""
+    first = ok[0]
+    cheapest = min(ok, key=lambda x: (x.usd_per_step, x.rung.order))
+    if e is first and e is cheapest:
+        return f"cheapest per kept step{deadline}"
+    if e is first:
+        return (f"within {TIE:.0%} of the cheapest per kept step{deadline}, and the least steady of those: "
+                "steadier capacity is left to runs that need it more")  # fmt: skip
+    if any(e is n for n in near):
+        ratio = _ratio(e.usd_per_step, first.usd_per_step)
+        return f"{ratio} the cost per kept step of {first.rung.label()}: a tie, steadier, tried after it"
+    return f"{_ratio(e.usd_per_step, cheapest.usd_per_step)} the cost per kept step of {cheapest.rung.label()}"
 
 
 def _ratio(a: float, b: float) -> str:
