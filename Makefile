@@ -43,11 +43,14 @@ pytest: setup
 dry-run: $(STAMP)
 	$(VENV)/bin/tpu-ops dry-run
 
-## the Prefect UI on http://127.0.0.1:4200, with its own database under .tpu-ops/prefect (not ~/.prefect)
+## the Prefect UI on http://127.0.0.1:4200 (`make ui PORT=4300` for another port), with its own database
+## under .tpu-ops/prefect (not ~/.prefect)
 UI_HOME ?= $(CURDIR)/.tpu-ops/prefect
+PORT ?= 4200
 ui: $(STAMP)
 	mkdir -p $(UI_HOME)
-	PREFECT_HOME=$(UI_HOME) $(VENV)/bin/prefect server start --host 127.0.0.1
+	@echo "Prefect UI: http://127.0.0.1:$(PORT); in the other shells: export PREFECT_API_URL=http://127.0.0.1:$(PORT)/api"
+	PREFECT_HOME=$(UI_HOME) $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PORT)
 
 ## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead,
 ## audit verify of 10,000 records

@@ -25,9 +25,12 @@ import ctypes
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
-from tpu_ops.errors import SpecError, TpuOpsError
+from tpu_ops.errors import SpecError
+
+DEBUG_ENV = "TPU_OPS_DEBUG"
 
 COMMANDS: dict[str, str] = {
     "approve": "flows.commands.approve",
@@ -57,31 +60,71 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Mirror datasets S3→GCS, provision TPU slices, train with resume, export to "
         "SageMaker, all audited. Run `tpu-ops COMMAND --help` for each command.",
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"on a failure, show the traceback as well as the one-line reason (or set {DEBUG_ENV}=1); "
+        "accepted anywhere on the command line",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in [only] if only in COMMANDS else sorted(COMMANDS):
         importlib.import_module(COMMANDS[name]).register(sub)
     return parser
 
 
+def _debug(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes")
+
+
 def _call(args: argparse.Namespace) -> int:
-    """Run the parsed command's handler; the exit code."""
+    """Run the parsed command's handler; the exit code.
+
+    The one place where a failure meets a person: bad input is listed field by field (exit 2); a
+    missing credential, an endpoint that does not answer or a refused permission is one line
+    naming what is missing and the fix (exit 1), whatever SDK raised it; anything else is one
+    line too. ``--debug`` (or ``TPU_OPS_DEBUG=1``) prints the traceback first.
+    """
+    from flows.failures import check_endpoints, quiet_library_tracebacks, reads_files_only
+
+    debug = _debug(args)
     try:
-        code = args.handler(args)
+        with quiet_library_tracebacks(not debug):
+            if not reads_files_only(args):
+                check_endpoints()
+            code = args.handler(args)
     except SpecError as exc:
+        if debug:
+            traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except TpuOpsError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # every failure becomes one line; the traceback only on request
+        from flows.failures import one_line
+
+        if debug:
+            traceback.print_exc()
+        print(one_line(exc, debug), file=sys.stderr)
+        return 1
     return int(code or 0)
+
+
+def _split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without ``--debug`` (accepted after the command name too), and whether it was there."""
+    rest = [a for a in argv if a != "--debug"]
+    return rest, len(rest) != len(argv)
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    rest, debug = _split_debug(argv)
+    args = build_parser(rest[0] if rest else None).parse_args(rest)
+    args.debug = debug
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``tpu-ops`` command line; returns the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    return _call(build_parser(args[0] if args else None).parse_args(args))
+    return _call(_parse(list(sys.argv[1:] if argv is None else argv)))
 
 
 def _keep_freed_memory() -> None:
@@ -97,8 +140,7 @@ def _keep_freed_memory() -> None:
 
 def console() -> None:
     """The console script: ``main``, with the process-wide shortcuts a command asks for."""
-    argv = sys.argv[1:]
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    args = _parse(sys.argv[1:])
     if getattr(args, "keep_freed_memory", False):
         _keep_freed_memory()
     code = _call(args)

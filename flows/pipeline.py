@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import State, flow, get_run_logger, task
+from prefect.states import Failed
 
 from flows import report
 from flows.export import export_and_seal
@@ -22,11 +23,12 @@ from flows.mirror import mirror_dataset
 from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
 from flows.settings import resolve_settings
 from flows.train import supervise_task
+from tpu_ops.errors import SpecError
 from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Attempt
 from tpu_ops.runs import collect_reports
-from tpu_ops.specs import PipelineSpec, TrainJobSpec
+from tpu_ops.specs import PipelineSpec, TrainJobSpec, parse_spec
 from tpu_ops.train.layout import RunLayout
 
 
@@ -48,13 +50,17 @@ def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Itera
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.concurrency.sync import concurrency
-    from prefect.exceptions import ObjectAlreadyExists
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
     from tpu_ops.errors import ConfigError
 
     name = PIPELINE_LIMIT_PREFIX + pipeline
-    with get_client(sync_client=True) as client, contextlib.suppress(ObjectAlreadyExists):
-        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+    with get_client(sync_client=True) as client:
+        try:  # looked up first: a blind create of an existing limit logs a server-side traceback
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):  # another run created it meanwhile
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
     held = False
     try:
         with concurrency(name, occupy=1, timeout_seconds=wait_s, strict=True):
@@ -103,12 +109,14 @@ def _training_poll(run_uri: str, steps: int, settings: Any, ledger: Ledger) -> A
     return poll
 
 
-@flow(name="retraining-pipeline", log_prints=True, **HOOKS)
+# validate_parameters=False: the spec is checked below instead, so a cross-field rule the form's JSON
+# schema cannot express (checkpoint_every > steps) fails the run with one line, not a traceback.
+@flow(name="retraining-pipeline", log_prints=True, validate_parameters=False, **HOOKS)
 def retraining_pipeline(
     spec: PipelineSpec,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | State:
     """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down.
 
     Args:
@@ -118,6 +126,12 @@ def retraining_pipeline(
         aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
     """
+    try:
+        spec = spec if isinstance(spec, PipelineSpec) else parse_spec(PipelineSpec, spec, what="spec")
+    except SpecError as exc:
+        get_run_logger().error("%s", exc)
+        problems = "; ".join(f"spec.{e['field']}: {e['message']}" for e in exc.errors) or str(exc)
+        return Failed(message=f"invalid spec: {problems}")
     with one_run_at_a_time(spec.name):
         return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
 
@@ -175,6 +189,9 @@ def _run(
     progress.stage("export and audit digest", 90, 99)
     summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
                                         aws_credentials_block, gcp_credentials_block)  # fmt: skip
+    # the same rows as the dry run's table: the trail verified, and what teardown left (it confirms)
+    summary["audit"] = report.verify_trail(settings)
+    summary["left_behind"] = {"tpu_resources": 0} if gone.confirmed_gone else {"unconfirmed": True}
     report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage
     progress.done()
     return summary

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tpu_ops.text import usd_by
+
 ACTIVE = ("active", "adopted")  # attempt outcomes that gave the run its slice
 
 
@@ -41,10 +43,28 @@ def rung_of(attempt: dict[str, Any]) -> str:
     return f"reservation {attempt['reservation']}" if attempt.get("reservation") else str(attempt.get("tier", "?"))
 
 
+def incarnations(attempts: Iterable[dict[str, Any]]) -> list[int]:
+    """The incarnation each attempt provisioned for: each walk of the ladder numbers its attempts from
+    1 again (``<run>-a1``...), so a number that does not grow starts the next incarnation."""
+    out: list[int] = []
+    last = 0
+    for a in attempts:
+        number = int(a.get("number") or 0)
+        out.append((out[-1] + (number <= last)) if out else 0)
+        last = number
+    return out
+
+
+def _incarnation(n: int) -> str:
+    return "0 (first)" if n == 0 else f"{n} (after preemption {n})"
+
+
 def ladder_rows(attempts: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
-    """One row per queued-resource attempt, in order: the ladder table."""
+    """One row per queued-resource attempt, in order, with the incarnation it was for: the ladder table."""
+    attempts = list(attempts)
     return [
         {
+            "incarnation": _incarnation(inc),
             "#": str(a.get("number", "")),
             "rung": rung_of(a),
             "zone": str(a.get("zone", "")),
@@ -53,7 +73,7 @@ def ladder_rows(attempts: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
             "waited (s)": _f(a.get("seconds_waited"), 1),
             "detail": str(a.get("detail", ""))[:160],
         }
-        for a in attempts
+        for inc, a in zip(incarnations(attempts), attempts, strict=True)
     ]
 
 
@@ -94,6 +114,42 @@ def goodput_rows(training: dict[str, Any], preemptions: list[dict[str, Any]]) ->
     return rows
 
 
+class RecoveryLog:
+    """One log line per preemption and per recovery step: preempted → deleting → re-provisioning →
+    re-provisioned → training again. Fed the supervisor's events and ladder attempts; ``log`` is a
+    logger's ``info``."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self._log = log
+        self._pending: int | None = None  # a preemption whose slice is being deleted
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:
+        n = payload.get("preemption")
+        if name.endswith(".preempted"):
+            self._pending = n
+            self._log(
+                f"preemption {n}: {payload.get('reason')} ({payload.get('tier')} {payload.get('queued_resource')} "
+                f"in {payload.get('zone')}, last step {_step(payload.get('last_step'))}) → deleting the slice"
+            )
+        elif name.endswith(".provisioned") and payload.get("incarnation"):
+            self._log(
+                f"recovery: incarnation {payload['incarnation']} on {payload.get('tier')} in {payload.get('zone')} "
+                f"({payload.get('queued_resource')}) → resuming from step {_step(payload.get('resume_step'))}"
+            )
+        elif name.endswith(".recovered"):
+            self._log(f"preemption {n}: recovered, training again at step {_step(payload.get('step'))}")
+
+    def attempt(self, described: str) -> None:
+        if self._pending is not None:
+            self._log(f"preemption {self._pending}: slice deleted → re-provisioning through the ladder")
+            self._pending = None
+        self._log(f"attempt {described}")
+
+
+def _step(value: Any) -> str:
+    return "none yet" if value is None else str(value)
+
+
 def _source(source: Any) -> str:
     """The exported checkpoint: ``uri`` (kind, step)."""
     if not isinstance(source, dict):
@@ -115,9 +171,41 @@ def lineage_markdown(summary: dict[str, Any]) -> str:
         f"3. checkpoint exported: {_source(export.get('source'))}",
         f"4. model artifact `{artifact.get('uri', '-')}` (sha256 `{artifact.get('sha256', '-')}`)",
         f"5. model package `{export.get('package_arn', '-')}`",
-        f"6. audit trail: {audit.get('verify', 'not verified')} ({audit.get('records', '?')} records)",
+        f"6. audit trail: {_audit_line(audit, export)}",
     ]
     return "\n".join(lines)
+
+
+def verify_trail(settings: Any) -> dict[str, Any]:
+    """The audit trail checked end to end (chains, digests, signatures when a key is set): the summary's
+    ``audit``. A trail that cannot be read says so instead of failing the run that wrote it."""
+    from tpu_ops.audit.store import S3Store
+    from tpu_ops.audit.trail import audit_clients
+    from tpu_ops.audit.verify import items_from_objects, verify
+    from tpu_ops.errors import TpuOpsError
+    from tpu_ops.uris import parse_s3
+
+    try:
+        s3, kms = audit_clients(settings)
+        items = items_from_objects(S3Store(s3, parse_s3(settings.audit_uri), 1).read_all())
+        key = settings.audit_kms_key_id
+        trusted = kms.describe_key(KeyId=key)["KeyMetadata"]["Arn"] if key else None
+        report = verify(items, kms if trusted else None, trusted)
+    except (TpuOpsError, OSError) as exc:
+        return {"verify": f"not checked ({type(exc).__name__}: {exc})", "records": 0, "digests": 0, "ok": False}
+    if not report.records:
+        verdict = "no records"
+    elif report.ok:
+        verdict = "OK" + (", signatures checked" if report.signatures_checked else "")
+    else:
+        verdict = f"DAMAGED: {report.damage[0].describe()}"
+    return {"verify": verdict, "records": report.records, "digests": report.digests, "ok": report.ok}
+
+
+def _audit_line(audit: dict[str, Any], export: dict[str, Any]) -> str:
+    if audit.get("verify"):
+        return f"{audit['verify']} ({audit.get('records', 0)} records, {audit.get('digests', 0)} digests)"
+    return _audit_cell(audit, export)
 
 
 def _audit_cell(audit: dict[str, Any], export: dict[str, Any]) -> str:
@@ -136,7 +224,7 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     preemptions = summary.get("preemptions") or []
     cost = summary.get("cost") or {}
     left = summary.get("left_behind")
-    by_tier = ", ".join(f"{t} ${v:.4f}" for t, v in sorted((cost.get("usd_by_tier") or {}).items())) or "-"
+    by_tier = usd_by(cost.get("usd_by_tier") or {})
     recovered = sum(1 for p in preemptions if p.get("overhead_s") is not None)
     export = summary.get("export") or {}
     audit = summary.get("audit") or {}
@@ -153,11 +241,20 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("audit verify", _audit_cell(audit, export)),
     ]
     if left is not None:
-        nothing = not (left.get("tpu_resources") or left.get("worker_processes"))
-        rows.append(("left behind", "nothing" if nothing else f"{left}"))
-    if "seconds" in summary:
-        rows.append(("took", f"{summary['seconds']} s"))
+        rows.append(("left behind", left_behind(left)))
     return rows
+
+
+def left_behind(left: dict[str, Any]) -> str:
+    """``nothing``, or what is still there in words (``2 TPU resources, 1 worker process``)."""
+    if left.get("unconfirmed"):
+        return "not confirmed gone: run `tpu-ops teardown RUN_ID`"
+    parts = []
+    for key, one in (("tpu_resources", "TPU resource"), ("worker_processes", "worker process")):
+        n = int(left.get(key) or 0)
+        if n:
+            parts.append(f"{n} {one}{'' if n == 1 else ('es' if one.endswith('s') else 's')}")
+    return ", ".join(parts) or "nothing"
 
 
 def glance_text(rows: list[tuple[str, str]]) -> str:

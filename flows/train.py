@@ -43,17 +43,24 @@ def goodput_artifact(report: GoodputReport) -> None:
 @task(name="train-supervisor")
 def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | None = None) -> dict[str, Any]:
     """One library call: supervise the run to the end (no Prefect retries: recovery is the library's)."""
+    from flows.report import RecoveryLog
     from tpu_ops.train.supervisor import Supervisor
     from tpu_ops.train.wheel import agent_wheel
 
     logger = get_run_logger()
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
+    recovery, notify = RecoveryLog(logger.info), emit(run_id)
+
+    def on_event(name: str, payload: dict[str, Any]) -> None:
+        recovery.event(name, payload)
+        notify(name, payload)
+
     def on_attempt(a: Any) -> None:
-        logger.info("attempt %s", a.describe())
+        recovery.attempt(a.describe())
         audit_event("slice.provision_attempt", run_id, params={"attempt": a.describe(), "outcome": a.outcome,
                                                                 "tier": a.tier, "zone": a.zone})  # fmt: skip
 
-    sup = Supervisor(job, run_id, settings, wheel=agent_wheel(settings), notify=emit(run_id), on_attempt=on_attempt)
+    sup = Supervisor(job, run_id, settings, wheel=agent_wheel(settings), notify=on_event, on_attempt=on_attempt)
     params = {"steps": job.train.steps, "dataset_manifest": job.train.dataset_manifest,
               "accelerator_type": job.provision.slice.accelerator_type}  # fmt: skip
     try:

@@ -10,9 +10,11 @@ translated into it in one place, :mod:`tpu_ops.cloud.translate`. The tree::
     ├── PolicyError               refused by policy: data residency, unsafe object key
     ├── CloudError                a cloud API call failed (service, request id)
     │   ├── TransientError        429/500/502/503/504 and timeouts: the one retry policy retries these
+    │   │   └── UnreachableError  an endpoint did not answer (refused, unknown host, timed out)
     │   ├── NotFoundError         404
     │   ├── AlreadyExistsError    409 on create
     │   ├── AccessDeniedError     401/403
+    │   │   └── CredentialsError  no credentials found (nothing was sent)
     │   └── CapacityError         no capacity for a (zone, tier): stockout, quota, reservation full
     │       └── QuotaError        quota exhausted (carries zone and tier too)
     ├── ProvisioningError         every rung of the capacity ladder failed (carries the attempts)
@@ -30,7 +32,12 @@ from typing import Any
 
 
 class TpuOpsError(Exception):
-    """Root of every error tpu-ops raises."""
+    """Root of every error tpu-ops raises.
+
+    ``fix`` says what a person does about it, when that is known (the CLI prints it on the same line).
+    """
+
+    fix: str = ""
 
 
 class SpecError(TpuOpsError, ValueError):
@@ -84,6 +91,18 @@ class AlreadyExistsError(CloudError):
 
 class AccessDeniedError(CloudError):
     """Credentials are missing or lack a permission."""
+
+
+class CredentialsError(AccessDeniedError):
+    """No credentials were found for a cloud: nothing was sent."""
+
+
+class UnreachableError(TransientError):
+    """An endpoint did not answer: connection refused, unknown host, timed out. ``endpoint`` names it."""
+
+    def __init__(self, message: str, *, endpoint: str = "", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.endpoint = endpoint
 
 
 class CapacityError(CloudError):

@@ -38,6 +38,20 @@ def is_loopback(url: str) -> bool:
         return False
 
 
+def env_names(field: str) -> list[str]:
+    """The environment variables that set ``Settings`` field ``field``, the first one winning."""
+    alias = Settings.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(c) for c in alias.choices]
+    return [str(alias) if isinstance(alias, str) else ENV_PREFIX + field.upper()]
+
+
+def env_name(field: str) -> str:
+    """``TPU_OPS_FIELD`` and, when the SDKs' own variable sets it too, ``(or THAT)``: for messages."""
+    names = env_names(field)
+    return names[0] + (f" (or {', '.join(names[1:])})" if len(names) > 1 else "")
+
+
 class Settings(BaseSettings):
     """Typed settings for every cloud client tpu-ops builds."""
 

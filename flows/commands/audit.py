@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lin = cmds.add_parser("lineage", help="dataset → run → checkpoint → artifact → package → approval → endpoint")
     lin.add_argument("target", metavar="ARN_OR_RUN_ID", help="a model package ARN or a run id")
     lin.add_argument("--json", action="store_true", help="print the lineage as JSON")
+    lin.add_argument(
+        "--trail",
+        type=Path,
+        metavar="JSONL",
+        help="read the run's records from this JSONL trail (a dry run keeps one) instead of S3; the goodput "
+        "report beside it (goodput.json) is used too; SageMaker is not asked",
+    )
     lin.set_defaults(handler=run_lineage)
     f = cmds.add_parser("flush", help="Send records spooled while S3 was unreachable, in order.")
     f.set_defaults(handler=run_flush)
@@ -179,11 +186,34 @@ def run_lineage(args: argparse.Namespace) -> int:
     from tpu_ops.cloud.session import shared_client
     from tpu_ops.export.release import load_lineage
 
-    settings = _settings()
-    lin = load_lineage(args.target, sm=shared_client(settings, "sagemaker"), gcs=storage_client(settings),
-                       trail=trail_for(settings))  # fmt: skip
+    if args.trail:
+        lin = _offline_lineage(args.target, args.trail)
+    else:
+        settings = _settings()
+        lin = load_lineage(args.target, sm=shared_client(settings, "sagemaker"), gcs=storage_client(settings),
+                           trail=trail_for(settings))  # fmt: skip
     print(json.dumps(lin, indent=2, default=str) if args.json else render(lin))
     return 0
+
+
+def _offline_lineage(run_id: str, path: Path) -> dict[str, Any]:
+    """A run's lineage from a JSONL trail file (and the goodput.json beside it), no cloud asked."""
+    from tpu_ops.audit import lineage
+    from tpu_ops.audit.records import DIGEST_CHAIN
+    from tpu_ops.audit.verify import items_from_jsonl
+    from tpu_ops.errors import NotFoundError
+
+    if not path.is_file():
+        raise SpecError(f"--trail {str(path)!r} is not a file")
+    records = [it.record for it in items_from_jsonl(path) if it.record is not None]
+    mine = sorted((r for r in records if r.get("chain") == run_id), key=lambda r: int(r.get("seq") or 0))
+    if not mine:
+        raise NotFoundError(f"no audit records for run {run_id} in {path}")
+    digests = [r for r in records if r.get("chain") == DIGEST_CHAIN and (r.get("params") or {}).get("chain") == run_id]
+    digest = max(digests, key=lambda r: int(r.get("seq") or 0)) if digests else None
+    goodput_file = path.with_name("goodput.json")
+    goodput = json.loads(goodput_file.read_text()) if goodput_file.is_file() else None
+    return lineage.build(run_id, mine, goodput, None, digest)
 
 
 def run_flush(args: argparse.Namespace) -> int:

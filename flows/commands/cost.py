@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from flows.commands._common import shell_settings, show
-from tpu_ops.errors import SpecError
+from tpu_ops.errors import NotFoundError, SpecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,7 +41,15 @@ def run(args: argparse.Namespace) -> int:
         from tpu_ops.provision.ledger import Ledger
         from tpu_ops.provision.naming import check_run_id
 
-        summary = Ledger(settings, check_run_id(args.run)).summary(table).to_json()
+        ledger = Ledger(settings, check_run_id(args.run))
+        if not ledger.path.exists():
+            missing = NotFoundError(f"no ledger found for run {args.run} at {ledger.path}", service="ledger")
+            missing.fix = (
+                "check the run id, and run where the run ran (or set TPU_OPS_STATE_DIR: a dry run keeps "
+                "its state in .tpu-ops/dry-run/state)"
+            )
+            raise missing
+        summary = ledger.summary(table).to_json()
         tiers = ", ".join(
             f"{t}: {h:.4f} chip-h ${summary['usd_by_tier'][t]:,.2f}" for t, h in summary["chip_hours_by_tier"].items()
         )

@@ -37,11 +37,12 @@ def _prefect_check() -> Check:
     if not url:
         return Check("prefect api", SKIPPED, "PREFECT_API_URL is not set (flows run on a temporary server)")
     from flows.commands.serve import check_api
+    from tpu_ops.errors import TpuOpsError
 
     try:
         check_api()
-    except Exception as exc:
-        return Check("prefect api", MISSING, str(exc), "start one with `make ui`")
+    except TpuOpsError as exc:
+        return Check("prefect api", MISSING, str(exc), exc.fix or "start one with `make ui`")
     return Check("prefect api", OK, url)
 
 

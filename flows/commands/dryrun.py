@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="Run the whole pipeline locally against emulated clouds (starts and stops them).",
         description="Starts the local stack (moto, fake-gcs-server, fake Cloud TPU API, TPU-VM host "
         "simulator), seeds a curated dataset, and runs the retraining-pipeline flow on it. Uses a "
-        "temporary Prefect server unless PREFECT_API_URL points at one (e.g. `make ui`).",
+        "temporary Prefect server, with its own Prefect home under WORKDIR (never ~/.prefect), unless "
+        "PREFECT_API_URL points at one (e.g. `make ui`). Keeps the run's audit trail (JSONL), ledger, "
+        "goodput report and lineage under WORKDIR/runs/RUN_ID and prints the commands that read them.",
     )
     p.add_argument("--spec", type=Path, help="pipeline spec (default: the shipped one for the backend)")
     p.add_argument(
@@ -45,7 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--run-id", help="run id (default: derived from the spec's name and the time)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--workdir", type=Path, default=Path(".tpu-ops/dry-run"), help="where workers' files go")
+    p.add_argument(
+        "--workdir", type=Path, default=Path(".tpu-ops/dry-run"), help="where workers' files and the run's trail go"
+    )
     p.set_defaults(handler=run)
 
 
@@ -95,42 +99,75 @@ class PreemptOnce(threading.Thread):
         self.join(timeout=10)
 
 
-def audit_verified(settings: Any) -> dict[str, Any]:
-    """The dry run's audit trail checked end to end (chains, digests, signatures when a key is set)."""
-    from tpu_ops.audit.store import S3Store
-    from tpu_ops.audit.trail import audit_clients
-    from tpu_ops.audit.verify import items_from_objects, verify
-    from tpu_ops.uris import parse_s3
-
-    s3, kms = audit_clients(settings)
-    items = items_from_objects(S3Store(s3, parse_s3(settings.audit_uri), 1).read_all())
-    trusted = (
-        kms.describe_key(KeyId=settings.audit_kms_key_id)["KeyMetadata"]["Arn"] if settings.audit_kms_key_id else None
-    )
-    report = verify(items, kms if trusted else None, trusted)
-    if not report.records:
-        verdict = "no records"
-    elif report.ok:
-        verdict = "OK" + (", signatures checked" if report.signatures_checked else "")
-    else:
-        verdict = f"DAMAGED: {report.damage[0].describe()}"
-    return {"verify": verdict, "records": report.records, "digests": report.digests, "ok": report.ok}
-
-
 def _step(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
-def _lineage(settings: Any, run_id: str) -> str:
-    """The run's lineage as text: what `tpu-ops audit lineage RUN_ID` prints."""
+def _lineage(settings: Any, run_id: str) -> dict[str, Any]:
+    """The run's lineage: what `tpu-ops audit lineage RUN_ID --json` prints."""
     from flows.audit import trail_for
-    from tpu_ops.audit.lineage import render
     from tpu_ops.cloud.clients import storage_client
     from tpu_ops.cloud.session import shared_client
     from tpu_ops.export.release import load_lineage
 
     sm, gcs = shared_client(settings, "sagemaker"), storage_client(settings)
-    return render(load_lineage(run_id, sm=sm, gcs=gcs, trail=trail_for(settings)))
+    return load_lineage(run_id, sm=sm, gcs=gcs, trail=trail_for(settings))
+
+
+def render_lineage(lineage: dict[str, Any]) -> str:
+    """The lineage as text: what `tpu-ops audit lineage RUN_ID` prints."""
+    from tpu_ops.audit.lineage import render
+
+    return render(lineage)
+
+
+def keep_files(settings: Any, spec: Any, run_id: str, lineage: dict[str, Any], where: Path) -> dict[str, str]:
+    """What the dry run leaves to inspect once its clouds are gone: the run's audit trail as JSONL
+    (every record and digest, as `tpu-ops audit dump` writes it), its goodput report and lineage."""
+    from tpu_ops.audit.store import S3Store
+    from tpu_ops.audit.trail import audit_clients
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.train.layout import RunLayout
+    from tpu_ops.uris import parse_s3
+
+    where.mkdir(parents=True, exist_ok=True)
+    s3, _ = audit_clients(settings)
+    trail = where / "audit-trail.jsonl"
+    with trail.open("w", encoding="utf-8") as fh:
+        for _, body in S3Store(s3, parse_s3(settings.audit_uri), 1).read_all():
+            fh.write(json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
+    files = {"audit_trail": str(trail)}
+    goodput = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir).goodput
+    blob = storage_client(settings).bucket(goodput.bucket).get_blob(goodput.prefix)
+    if blob is not None:
+        (where / "goodput.json").write_bytes(blob.download_as_bytes())
+        files["goodput"] = str(where / "goodput.json")
+    (where / "lineage.json").write_text(json.dumps(lineage, indent=2, default=str) + "\n")
+    files["lineage"] = str(where / "lineage.json")
+    return files
+
+
+def inspect_commands(run_id: str, files: dict[str, str], state_dir: Path) -> list[str]:
+    """The commands that read a finished dry run's files (no emulated cloud needed)."""
+    trail = files["audit_trail"]
+    return [
+        f"tpu-ops audit verify {trail} --no-signatures",
+        f"tpu-ops audit lineage {run_id} --trail {trail}",
+        f"TPU_OPS_STATE_DIR={state_dir} tpu-ops cost --run {run_id}",
+    ]
+
+
+def _own_prefect_home(workdir: Path) -> contextlib.AbstractContextManager[Any]:
+    """The temporary Prefect server's home under ``workdir``, not the user's ~/.prefect (shared with
+    anything else on the machine); nothing when PREFECT_API_URL names a server to report to."""
+    if os.environ.get("PREFECT_API_URL"):
+        return contextlib.nullcontext()
+    home = (workdir / "prefect-home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["PREFECT_HOME"] = str(home)  # the temporary server's process reads it from here
+    from prefect.settings import PREFECT_HOME, temporary_settings
+
+    return temporary_settings(updates={PREFECT_HOME: home})  # and this process, if Prefect is loaded
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,11 +196,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     started = time.monotonic()
     args.workdir.mkdir(parents=True, exist_ok=True)
     backend = spec.provision.slice.resolved_backend
+    state_dir = args.workdir.resolve() / "state"
     _step("starting the local stack (moto, fake-gcs-server, fake Cloud TPU API, fake Compute Engine, host simulators)")
-    with LocalStack(workdir=args.workdir.resolve() / "workers", grace_s=2.0) as stack:
+    with _own_prefect_home(args.workdir), LocalStack(workdir=args.workdir.resolve() / "workers", grace_s=2.0) as stack:
         # The flows read Settings from the environment, exactly as a deployment would.
         os.environ.update(stack.env())
-        os.environ["TPU_OPS_STATE_DIR"] = str(args.workdir.resolve() / "state")
+        os.environ["TPU_OPS_STATE_DIR"] = str(state_dir)
         os.environ.setdefault("TPU_OPS_POLL_INTERVAL_S", "0.2")
         settings = stack.settings()
         _step(f"seeding a curated dataset in {spec.mirror.source}")
@@ -184,12 +222,13 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         injector = PreemptOnce(stack, settings, spec, run_id)
         injector.start()
         try:
-            summary: dict[str, Any] = retraining_pipeline(fixed)
+            result = retraining_pipeline(fixed)
+            assert isinstance(result, dict)  # a spec already checked is never refused by the flow
+            summary: dict[str, Any] = result
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted
-        _step("verifying the audit trail")
-        summary["audit"] = audit_verified(settings)
+        # what the emulated clouds still hold (the flow checked its own teardown; this checks the hosts too)
         left = stack.state()
         ce = left.get("compute") or {}
         leftover = (
@@ -201,9 +240,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             )
         )
         summary["left_behind"] = {"tpu_resources": leftover, "worker_processes": len(left.get("worker_pids", []))}
-        summary["lineage"] = _lineage(settings, run_id)
+        lineage = _lineage(settings, run_id)
+        summary["lineage"] = render_lineage(lineage)
         summary["backend"] = backend.value
+        summary["files"] = keep_files(settings, spec, run_id, lineage, args.workdir / "runs" / run_id)
     summary["seconds"] = round(time.monotonic() - started, 1)
+    commands = inspect_commands(run_id, summary["files"], args.workdir / "state")
     if args.json:
         print(json.dumps(summary, indent=2, default=str), file=out)
     else:
@@ -211,4 +253,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
         _step("done")
         print(glance_text(glance_rows(summary)), file=out)
+        print(f"took {summary['seconds']} s\n\n{summary['lineage']}", file=out)
+    print(f"\nThe run's files are in {args.workdir / 'runs' / run_id}; the emulated clouds are gone, these read them:")
+    for line in commands:
+        print(f"  {line}")
     return 0 if leftover == 0 else 1

@@ -26,6 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL for workers")
     up.add_argument("--provision-latency", type=float, default=0.0, help="fake TPU CREATING->READY seconds")
     up.add_argument("--workdir", type=Path, help="keep simulated TPU workers' directories here")
+    up.add_argument(
+        "--access-log",
+        action="store_true",
+        help="print the emulators' per-request lines (hidden: KEY=VALUE stays in view)",
+    )
     up.set_defaults(handler=run_up)
     seed = local_sub.add_parser(
         "seed",
@@ -54,8 +59,11 @@ def run_seed(args: argparse.Namespace) -> int:
     settings = Settings()
     settings.check_safe()  # seeding is for local stacks only, whatever TPU_OPS_DRY_RUN says
     if not settings.dry_run:
-        print("error: seed only runs against the local stack (TPU_OPS_DRY_RUN=true)", file=sys.stderr)
-        return 2
+        from tpu_ops.errors import ConfigError
+
+        refused = ConfigError("seed only runs against the local stack (TPU_OPS_DRY_RUN=true)")
+        refused.fix = "load the file `tpu-ops local up --env-file FILE` wrote: set -a; . FILE; set +a"
+        raise refused
     seeded = seed_pipeline(settings, spec)
     # A run started from the UI exports too, as the dry run does: its model bucket must exist.
     ensure_model_bucket(settings, spec.export.destination)
@@ -68,7 +76,12 @@ def run_seed(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    import logging
+
     from infra.local.stack import LocalStack
+
+    if not args.access_log:  # moto's server logs every request; the KEY=VALUE lines would scroll away
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
     stop = threading.Event()
 

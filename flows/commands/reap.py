@@ -39,11 +39,24 @@ def run(args: argparse.Namespace) -> int:
     from flows.reaper import reap_once
 
     report = reap_once(dry_run=args.dry_run, ttl=ttl, zones=args.zones, use_prefect=not args.no_prefect)
+    from tpu_ops.text import human_duration
+
     lines = []
     for r in report.reaped:
         verb = "would delete" if report.dry_run else ("deleted" if r.deleted else f"FAILED ({r.error})")
         items = ", ".join(f"{x.kind} {x.resource_id}" for x in r.resources)
-        lines.append(f"{verb} run {r.run_id} — {r.reason}: {items}; age {r.age_hours:.2f} h, cost ~${r.cost_usd:,.2f}")
-    lines.append(f"{len(report.reaped)} run(s) reaped, {len(report.kept)} kept; ~${report.cost_usd:,.2f} in total")
+        lines.append(f"{verb} run {r.run_id} — {r.reason}: {items}; "
+                     f"age {human_duration(r.age_hours * 3600)}, cost ~${r.cost_usd:,.2f}")  # fmt: skip
+    if report.kept:
+        lines.append(
+            f"kept {len(report.kept)} run(s) still in use: {', '.join(report.kept)} (a live Prefect run, a live "
+            "local owner, or a slice handed to you by `tpu-ops provision`; --ttl reaps them once old enough)"
+        )
+    n = len(report.reaped)
+    if report.dry_run:
+        lines.append(f"dry run: nothing deleted; {n} run(s) would be reaped (~${report.cost_usd:,.2f} so far)")
+    else:
+        deleted = sum(1 for r in report.reaped if r.deleted)
+        lines.append(f"{deleted} of {n} run(s) reaped; ~${report.cost_usd:,.2f} in total")
     show(report.to_json(), args.json, "\n".join(lines))
     return 1 if any(r.error for r in report.reaped) else 0

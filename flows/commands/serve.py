@@ -50,7 +50,7 @@ def check_api() -> None:
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
-    from tpu_ops.errors import ConfigError
+    from tpu_ops.errors import UnreachableError
 
     async def health() -> Exception | None:
         async with get_client() as client:
@@ -61,10 +61,10 @@ def check_api() -> None:
     except Exception as exc:  # the client could not even be built or reach the URL
         problem = exc
     if problem is not None:
-        raise ConfigError(
-            f"no Prefect API answers at {PREFECT_API_URL.value() or 'the ephemeral server'} ({problem}); "
-            "start one with `make ui` and set PREFECT_API_URL=http://127.0.0.1:4200/api"
-        )
+        url = PREFECT_API_URL.value() or "the ephemeral server"
+        err = UnreachableError(f"no Prefect API answers at {url} ({problem})", endpoint=url)
+        err.fix = "start one with `make ui` and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+        raise err
 
 
 def run(args: argparse.Namespace) -> int:

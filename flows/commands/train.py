@@ -29,12 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def format_report(doc: dict[str, Any]) -> str:
     """The goodput report as text: totals, then one line per preemption."""
-    usd = doc["cost"].get("usd_by_tier", {})
+    from tpu_ops.text import amounts_by, usd_by
+
+    cost = doc["cost"]
     lines = [
         f"run {doc['run_id']}: {doc['outcome']} at step {doc['final_step']}/{doc['steps']}",
         f"  wall {doc['wall_s']:.1f} s, productive {doc['productive_s']:.1f} s, goodput {doc['goodput']:.1%}",
-        f"  cost by tier: {usd} (total ${doc['cost'].get('usd_total', 0)}), "
-        f"chip-hours by phase {doc['cost'].get('chip_hours_by_phase', {})}",
+        f"  cost by tier: {usd_by(cost.get('usd_by_tier', {}))} (total ${float(cost.get('usd_total', 0)):,.4f}); "
+        f"chip-hours by phase: {amounts_by(cost.get('chip_hours_by_phase', {}), 'chip-h')}",
     ]
     for p in doc["preemptions"]:
         lines.append(

@@ -1,11 +1,17 @@
-"""``tpu-ops validate FILE``: check a spec file and print every error."""
+"""``tpu-ops validate FILE...``: check spec files, recognising what each one is, and print every error.
+
+A file's kind is, in order: ``--kind``; what its first comment line declares (``# kind: pipeline ...``,
+as every example does); what its top-level keys look like. A directory is checked file by file.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -13,6 +19,18 @@ if TYPE_CHECKING:
 # Spec classes by kind, imported in the handler: pydantic models cost ~0.1 s to build, and every
 # `tpu-ops` invocation registers this module.
 KINDS = ("export", "mirror", "pipeline", "provision", "train", "train-job")
+AUTOMATION = "prefect-automation"  # not a tpu-ops spec: `prefect automation create` checks it
+WHAT = {
+    "pipeline": "a pipeline spec (tpu-ops serve / dry-run / the retraining-pipeline form)",
+    "train-job": "a train job spec (tpu-ops train --spec)",
+    "provision": "a provision spec (tpu-ops provision --spec, cost --spec)",
+    "mirror": "a mirror spec (the mirror-dataset form; tpu-ops mirror takes the same fields as flags)",
+    "train": "the train section of a job",
+    "export": "an export spec (tpu-ops export --spec)",
+    AUTOMATION: "a Prefect automation (prefect automation create --from-file)",
+}
+DECLARED = re.compile(r"^#\s*kind:\s*([a-z-]+)", re.IGNORECASE)
+SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def spec_class(kind: str) -> type[BaseModel]:
@@ -31,27 +49,100 @@ def spec_class(kind: str) -> type[BaseModel]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("validate", help="Check a spec file (YAML or JSON) and print its errors.")
-    p.add_argument("files", nargs="+", metavar="FILE", help="spec files to check")
-    p.add_argument("--kind", choices=KINDS, default="pipeline", help="what the file holds")
-    p.add_argument("--json", action="store_true", help="print errors as JSON")
+    p = sub.add_parser(
+        "validate",
+        help="Check spec files (YAML or JSON) of any kind and print their errors.",
+        description="Each file's kind is --kind, else what its first comment line declares "
+        "(`# kind: pipeline`), else what its keys look like: "
+        + "; ".join(f"{k}: {v}" for k, v in WHAT.items())
+        + ". A directory is checked file by file (*.yaml, *.yml, *.json).",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="spec files or directories to check")
+    p.add_argument("--kind", choices=KINDS, help="what every file holds (default: recognised per file)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per file")
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from tpu_ops.errors import SpecError
-    from tpu_ops.specs import load_spec
+def declared_kind(path: Path) -> str | None:
+    """The kind a file's first comment line declares (``# kind: KIND``), if it does."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = [line.strip() for _, line in zip(range(20), f, strict=False)]
+    except OSError:
+        return None
+    first = next((line for line in head if line.startswith("#")), None)
+    found = DECLARED.match(first) if first else None
+    return found.group(1).lower() if found else None
 
-    failed = 0
-    for path in args.files:
-        try:
-            load_spec(path, spec_class(args.kind))
-        except SpecError as exc:
-            failed += 1
-            if args.json:
-                print(json.dumps({"file": path, "ok": False, "errors": exc.errors}, default=str))
-            else:
-                print(f"{exc}", file=sys.stderr)
+
+def looks_like(doc: Any) -> str | None:
+    """The kind whose fields best match ``doc``'s top-level keys (None when nothing matches)."""
+    if not isinstance(doc, dict) or not doc:
+        return None
+    if "automations" in doc:
+        return AUTOMATION
+    keys = set(doc)
+    best: tuple[int, int, str] | None = None
+    for kind in KINDS:
+        model = spec_class(kind)
+        fields = set(model.model_fields)
+        known, unknown = len(keys & fields), len(keys - fields)
+        required = sum(1 for n, f in model.model_fields.items() if f.is_required() and n not in keys)
+        score = (known - 2 * unknown, -required, kind)
+        if known and (best is None or score[:2] > best[:2]):
+            best = score
+    return best[2] if best else None
+
+
+def _files(args: list[str]) -> list[Path]:
+    out: list[Path] = []
+    for name in args:
+        path = Path(name)
+        if path.is_dir():
+            out += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
         else:
-            print(json.dumps({"file": path, "ok": True}) if args.json else f"{path}: ok")
+            out.append(path)
+    return out
+
+
+def check(path: Path, kind: str | None) -> tuple[str | None, list[dict[str, Any]], str]:
+    """``(kind, errors, message)`` for one file: the kind it was checked as, and what is wrong with it."""
+    from tpu_ops.errors import SpecError
+    from tpu_ops.specs import parse_spec
+    from tpu_ops.specs.loader import read_document
+
+    try:
+        doc = read_document(path)
+    except SpecError as exc:
+        return kind, exc.errors or [{"field": "(document)", "message": str(exc), "value": None}], str(exc)
+    seems = looks_like(doc)
+    kind = kind or declared_kind(path) or seems
+    if kind == AUTOMATION:
+        return kind, [], ""
+    if kind not in KINDS:
+        hint = f" (it declares kind {kind!r}; kinds: {', '.join(KINDS)})" if kind else ""
+        msg = f"{path}: not a tpu-ops spec I recognise{hint}; pass --kind {'|'.join(KINDS)}"
+        return None, [{"field": "(document)", "message": msg, "value": None}], msg
+    try:
+        parse_spec(spec_class(kind), doc, what=f"{path}: {kind} spec")
+    except SpecError as exc:
+        msg = str(exc)
+        if seems and seems != kind:
+            msg += f"\n  (its keys look like a {seems} spec: try --kind {seems})"
+        return kind, exc.errors, msg
+    return kind, [], ""
+
+
+def run(args: argparse.Namespace) -> int:
+    failed = 0
+    for path in _files(args.files):
+        kind, errors, message = check(path, args.kind)
+        ok = not errors
+        failed += not ok
+        if args.json:
+            print(json.dumps({"file": str(path), "kind": kind, "ok": ok, "errors": errors}, default=str))
+        elif ok:
+            print(f"{path}: ok, {WHAT.get(kind or '', kind)}")
+        else:
+            print(message, file=sys.stderr)
     return 1 if failed else 0

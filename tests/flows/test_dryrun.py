@@ -14,7 +14,7 @@ import pytest
 EXE = Path(sys.executable).with_name("tpu-ops")
 
 
-def _dry_run(tmp_path: Path, *args: str) -> dict[str, Any]:
+def _dry_run(tmp_path: Path, *args: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "AWS_", "PREFECT_API"))}
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
     env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"  # a loaded 2-core machine starts it slowly
@@ -28,12 +28,12 @@ def _dry_run(tmp_path: Path, *args: str) -> dict[str, Any]:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary: dict[str, Any] = json.loads(out.stdout[out.stdout.index("{\n") :])
-    return summary
+    return summary, out, env
 
 
 @pytest.mark.slow
 def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
-    summary = _dry_run(tmp_path)
+    summary, out, env = _dry_run(tmp_path)
     assert summary["backend"] == "compute"
     # reservation too small (2 of 4 hosts), spot stocked out in b, a BULK group of 4 from spot in c; again
     # after the injected preemption, which deleted the whole group and made a new one
@@ -54,11 +54,24 @@ def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
     reports = sorted((tmp_path / "work" / "workers").rglob("stdout.log"))
     assert len(reports) == 8  # 4 hosts, twice
     assert sum("resuming from step" in r.read_text() for r in reports) == 4
+    assert "Traceback" not in out.stderr
+    # its own Prefect home, under the workdir: not the PREFECT_HOME (or ~/.prefect) of the shell
+    assert (tmp_path / "work" / "prefect-home").is_dir() and not (tmp_path / "prefect").exists()
+    _inspect_with_the_stack_down(tmp_path, env, summary)
+    # A second dry run in a row (same Prefect home: its concurrency limit exists now) prints the table,
+    # the lineage and the commands, and no traceback.
+    again = subprocess.run([str(EXE), "dry-run", "--workdir", str(tmp_path / "work")],
+                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Traceback" not in again.stdout + again.stderr, again.stderr[-3000:]
+    assert "| left behind              | nothing" in again.stdout
+    assert "  → training run" in again.stdout and "audit chain" in again.stdout  # the lineage, as text
+    assert "tpu-ops audit verify " in again.stdout and "tpu-ops cost --run " in again.stdout
 
 
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path: Path) -> None:
-    summary = _dry_run(tmp_path, "--backend", "tpu-api")
+    summary, _, _ = _dry_run(tmp_path, "--backend", "tpu-api")
     assert summary["backend"] == "tpu-api"
     # the ladder had to work: reservation too small, spot stocked out in b, spot in c wins; and again
     # after the injected preemption
@@ -92,6 +105,30 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
     assert len(reports) == 8  # 4 workers, twice
     assert all("verified snapshot " + summary["snapshot_id"] in r.read_text() for r in reports)
     assert sum("resuming from step" in r.read_text() for r in reports) == 4
+
+
+def _inspect_with_the_stack_down(tmp_path: Path, env: dict[str, str], summary: dict[str, object]) -> None:
+    """The commands the dry run prints read its files; no emulated cloud is running any more."""
+    run_id = str(summary["run_id"])
+    files = summary["files"]
+    assert isinstance(files, dict)
+    kept = tmp_path / "work" / "runs" / run_id
+    assert Path(files["audit_trail"]) == kept / "audit-trail.jsonl" and (kept / "goodput.json").is_file()
+
+    def tpu_ops(*argv: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(EXE), *argv], capture_output=True, text=True, cwd=tmp_path,
+                              env={**env, **extra}, timeout=60)  # fmt: skip
+
+    verify = tpu_ops("audit", "verify", files["audit_trail"], "--no-signatures")
+    assert verify.returncode == 0 and verify.stdout.startswith("intact: "), verify.stderr
+    lineage = tpu_ops("audit", "lineage", run_id, "--trail", files["audit_trail"])
+    assert lineage.returncode == 0, lineage.stderr
+    assert f"→ training run  {run_id}" in lineage.stdout and "preemptions: 1" in lineage.stdout
+    assert "sealed by digest" in lineage.stdout and "{" not in lineage.stdout  # no Python reprs
+    cost = tpu_ops("cost", "--run", run_id, TPU_OPS_STATE_DIR=str(tmp_path / "work" / "state"))
+    assert cost.returncode == 0 and f"run {run_id}: $" in cost.stdout and "spot" in cost.stdout, cost.stderr
+    unknown = tpu_ops("cost", "--run", "never-ran", TPU_OPS_STATE_DIR=str(tmp_path / "work" / "state"))
+    assert unknown.returncode == 1 and "no ledger found" in unknown.stderr
 
 
 def test_dry_run_refuses_a_bad_spec_before_starting_anything(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from prefect import Flow
 from prefect.utilities.callables import parameter_schema
 
 from tpu_ops.errors import SpecError
-from tpu_ops.specs import PipelineSpec, parse_spec
+from tpu_ops.specs import PipelineSpec, Tier, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,17 +48,29 @@ def test_every_parameter_of_every_flow_has_a_description() -> None:
     assert {k: v for k, v in missing.items() if v} == {}
 
 
-def test_ladder_rungs_are_typed_choices_in_the_form() -> None:
+def test_ladder_rungs_are_one_typed_model_with_a_kind_choice() -> None:
     schema = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()
-    items = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]["items"]["anyOf"]
-    refs = [i.get("$ref", "").rsplit("/", 1)[-1] for i in items]
-    assert refs[:4] == ["ReservationRung", "SpotRung", "OnDemandRung", "FlexStartRung"]  # typed fields each
-    assert items[4]["type"] == "string"  # and the shorthand, still accepted by the server's check
-    titles = [schema["definitions"][r]["title"] for r in refs[:4]]
-    assert titles == ["Reservation", "Spot", "On-demand", "Flex-start"]
-    assert "max_run_duration" in schema["definitions"]["FlexStartRung"]["properties"]
-    reservation = schema["definitions"]["ReservationRung"]["properties"]
-    assert {"name", "zone", "kind"} <= set(reservation)
+    typed, either = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]["anyOf"]
+    # the form renders the first choice: one model per rung, typed fields (not a union of JSON objects)
+    assert typed["items"]["$ref"].rsplit("/", 1)[-1] == "Rung"
+    # the second keeps the shorthand valid for the server's check of parameters sent as JSON
+    assert [i.get("type") for i in either["items"]["anyOf"]] == [None, "string"]
+    rung = schema["definitions"]["Rung"]
+    assert set(rung["properties"]) == {"kind", "name", "zone", "max_run_duration"} and not rung.get("required")
+    kind_ref = rung["properties"]["kind"]["$ref"].rsplit("/", 1)[-1]
+    assert schema["definitions"][kind_ref]["enum"] == [t.value for t in Tier]  # a choice, every tier in it
+
+
+def test_a_new_tier_is_one_enum_value_and_optional_fields() -> None:
+    """Each tier's fields come from one table: a tier with no row is a plain choice that takes no field."""
+    from tpu_ops.specs.slice import TIER_FIELDS, Rung
+
+    assert Rung.model_validate({"kind": "spot"}).short_name == ""
+    with pytest.raises(ValueError, match="name is not used by a spot rung"):
+        Rung.model_validate({"kind": "spot", "name": "res"})
+    with pytest.raises(ValueError, match="a reservation rung needs its name"):
+        Rung.model_validate({"kind": "reservation", "zone": "us-central2-b"})
+    assert set(TIER_FIELDS) <= set(Tier)
 
 
 @pytest.mark.parametrize(
@@ -92,3 +104,32 @@ def test_run_id_appears_once_in_the_pipeline_form() -> None:
     schema = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()
     assert "run_id" not in schema["properties"]  # not a second, top-level one
     assert "run_id" in schema["definitions"]["PipelineSpec"]["properties"]
+
+
+def test_descriptions_show_ranges_formats_and_angle_brackets() -> None:
+    """The form renders descriptions as markdown: `<run_id>` would vanish as a tag, so it is escaped."""
+    import jsonschema
+
+    defs = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()["definitions"]
+    assert defs["MirrorSpec"]["properties"]["concurrency"]["description"].endswith("Range: 1 to 64.")
+    timeout = defs["ProvisionSpec"]["properties"]["queue_timeout"]
+    assert "Format: a duration like 90s, 30m, 2h or 1d; from 1s to 7d." in timeout["description"]
+    with pytest.raises(jsonschema.ValidationError) as bad:  # one schema: the error names the format
+        jsonschema.validate("ten minutes", timeout)
+    assert "does not match" in bad.value.message
+    subdir = defs["TrainSpec"]["properties"]["checkpoint_subdir"]["description"]
+    assert "below &lt;checkpoint_dir&gt;/&lt;run_id&gt;" in subdir and "<" not in subdir
+    schedule = defs["PipelineSpec"]["properties"]["schedule"]["description"]
+    assert schedule.startswith("Used only by `tpu-ops serve`")
+
+
+def test_a_cross_field_rule_fails_the_run_on_one_line(prefect_api: None) -> None:
+    """checkpoint_every > steps cannot be said in JSON schema: the run fails before any step, in one line."""
+    from flows.pipeline import retraining_pipeline
+
+    doc = yaml.safe_load((ROOT / "flows" / "dryrun.yaml").read_text())
+    doc["train"].update(steps=100, checkpoint_every=500)
+    state = retraining_pipeline(spec=doc, return_state=True)  # as the UI sends it: JSON, not a model
+    assert state.is_failed()
+    assert state.message is not None and "\n" not in state.message
+    assert state.message.startswith("invalid spec: spec.train.checkpoint_every:"), state.message

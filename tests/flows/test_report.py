@@ -145,3 +145,50 @@ def test_run_progress_moves_through_stages_and_a_watched_step(prefect_api: None)
     with get_client(sync_client=True) as client:
         [art] = client.read_artifacts(artifact_filter=by_key)
     assert art.type == "progress" and art.data == 100.0 and art.description == "run r-1: done"
+
+
+def test_the_ladder_table_says_which_incarnation_each_attempt_was_for() -> None:
+    from flows.report import incarnations
+
+    walks = [{"number": n} for n in (1, 2, 3, 1, 2, 3, 1)]  # each walk of the ladder numbers from 1
+    assert incarnations(walks) == [0, 0, 0, 1, 1, 1, 2]
+    rows = ladder_rows([{**a, "tier": "spot"} for a in walks])
+    assert [r["incarnation"] for r in rows][2:4] == ["0 (first)", "1 (after preemption 1)"]
+    assert next(iter(rows[0])) == "incarnation"
+
+
+def test_recovery_is_one_log_line_per_step() -> None:
+    from flows.report import RecoveryLog
+
+    lines: list[str] = []
+    log = RecoveryLog(lines.append)
+    log.event("tpu-ops.slice.provisioned", {"incarnation": 0, "tier": "spot", "zone": "z-c", "resume_step": None})
+    log.attempt("#1 spot in z-b: active")
+    log.event("tpu-ops.slice.preempted", {"preemption": 1, "reason": "node PREEMPTED", "tier": "spot",
+                                          "queued_resource": "r-a3", "zone": "z-c", "last_step": 30})  # fmt: skip
+    log.attempt("#1 spot in z-b: stockout")
+    log.attempt("#2 spot in z-c: active")
+    log.event("tpu-ops.slice.provisioned", {"incarnation": 1, "tier": "spot", "zone": "z-c",
+                                            "queued_resource": "r-a2", "resume_step": 30})  # fmt: skip
+    log.event("tpu-ops.slice.recovered", {"preemption": 1, "step": 31})
+    assert lines == [
+        "attempt #1 spot in z-b: active",
+        "preemption 1: node PREEMPTED (spot r-a3 in z-c, last step 30) → deleting the slice",
+        "preemption 1: slice deleted → re-provisioning through the ladder",
+        "attempt #1 spot in z-b: stockout",
+        "attempt #2 spot in z-c: active",
+        "recovery: incarnation 1 on spot in z-c (r-a2) → resuming from step 30",
+        "preemption 1: recovered, training again at step 31",
+    ]
+
+
+def test_what_was_left_behind_reads_as_words() -> None:
+    from flows.report import left_behind
+
+    assert left_behind({"tpu_resources": 0, "worker_processes": 0}) == "nothing"
+    assert left_behind({"tpu_resources": 2, "worker_processes": 1}) == "2 TPU resources, 1 worker process"
+    assert left_behind({"worker_processes": 3}) == "3 worker processes"
+    assert "teardown" in left_behind({"unconfirmed": True})
+    rows = dict(glance_rows(SUMMARY))
+    assert "took" not in rows, "the UI's summary and the dry run's table have the same rows"
+    assert not any("{" in v for v in rows.values()), rows  # no Python reprs

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [
     ("pipeline", ROOT / "examples" / "pipeline.yaml"),
     ("provision", ROOT / "examples" / "provision.yaml"),
-    ("mirror", ROOT / "examples" / "mirror.json"),
+    ("mirror", ROOT / "examples" / "mirror.yaml"),
     ("train-job", ROOT / "examples" / "train.yaml"),
     ("train-job", ROOT / "examples" / "maxtext.yaml"),
 ]
@@ -28,6 +28,43 @@ EXAMPLES = [
 def test_validate_accepts_shipped_examples(kind: str, path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--kind", kind, str(path)]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+def test_validate_recognises_every_example_without_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tpu-ops validate examples/*` (a directory among them) exits 0; each example declares its kind."""
+    from flows.commands.validate import declared_kind
+
+    paths = sorted(str(p) for p in (ROOT / "examples").iterdir())
+    assert main(["validate", *paths]) == 0
+    out = capsys.readouterr().out
+    for kind, path in EXAMPLES:
+        assert declared_kind(path) == kind, f"{path.name}'s first comment line says its kind"
+        assert f"{path}: ok" in out
+    automation = ROOT / "examples" / "automations" / "notify-failed-retrain.yaml"
+    assert declared_kind(automation) == "prefect-automation" and "Prefect automation" in out
+    exe = Path(sys.executable).with_name("tpu-ops")  # as the shell expands it
+    done = subprocess.run(f"{exe} validate examples/*", shell=True, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_validate_guesses_the_kind_and_says_what_a_file_looks_like(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = tmp_path / "train.yaml"  # no kind comment: recognised by its keys
+    bare.write_text((ROOT / "examples" / "train.yaml").read_text().split("\n", 1)[1])
+    assert main(["validate", str(bare)]) == 0
+    assert "train job spec" in capsys.readouterr().out
+    assert main(["validate", "--kind", "pipeline", str(bare)]) == 1
+    err = capsys.readouterr().err
+    assert "name: Field required" in err and "look like a train-job spec: try --kind train-job" in err
+    nan = tmp_path / "mirror.json"
+    nan.write_text('{"source": "s3://acme-a/b", "destination": "gs://acme-b/c", "concurrency": NaN}')
+    assert main(["validate", str(nan)]) == 1
+    assert "concurrency: NaN is not a finite number" in capsys.readouterr().err
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("# kind: nonsense\nfoo: 1\n")
+    assert main(["validate", str(odd)]) == 1
+    assert "not a tpu-ops spec I recognise (it declares kind 'nonsense'" in capsys.readouterr().err
 
 
 def test_validate_rejects_unreadable_and_malformed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -238,3 +275,12 @@ def test_mirror_flags_are_the_spec_fields_and_leave_defaults_to_the_spec() -> No
     assert (spec.concurrency, spec.allowed_locations, spec.require_schema) == (3, ["EU", "US"], True)
     mirror_help = parser._subparsers._group_actions[0].choices["mirror"].format_help()  # type: ignore[union-attr]
     assert f"(default: {MirrorSpec.model_fields['concurrency'].default})" in mirror_help
+
+
+def test_durations_and_amounts_read_as_people_write_them() -> None:
+    from tpu_ops.text import amounts_by, human_duration, usd_by
+
+    assert [human_duration(s) for s in (1, 45.5, 90, 3600, 86400 * 7, 93600)] == ["1s", "45.5s", "1m30s", "1h", "7d",
+                                                                                    "1d2h"]  # fmt: skip
+    assert usd_by({"spot": 0.1074, "on-demand": 0.01}) == "on-demand $0.0100, spot $0.1074" and usd_by({}) == "-"
+    assert amounts_by({"running": 0.0168}, "chip-h") == "running 0.0168 chip-h"

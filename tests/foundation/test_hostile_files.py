@@ -59,7 +59,7 @@ def hostile_files() -> dict[str, tuple[bytes, str, str]]:
         "two-documents.yaml": (GOOD + "---\nname: x\n", "(document)", "more than one YAML document"),
         "complex-key.yaml": ("? [a, b]\n: c\n", "(document)", "a key must be a plain string"),
         "int-key.yaml": ("1: x\n", "(document)", "key 1 is not a string"),
-        "nan.json": ('{"name": NaN}', "(document)", "NaN is not a finite number"),
+        "nan.json": ('{"name": NaN}', "name", "NaN is not a finite number"),
         "inf.yaml": ("name: dry-run\nprovision: {hours: .inf}\n", "provision.hours", "Input should be a valid number"),
         "surrogate.json": ('{"name": "\\ud800"}', "name", "U+D800"),
         "bidi-name.yaml": (

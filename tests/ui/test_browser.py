@@ -159,6 +159,29 @@ def _flow_runs(api: str) -> list[dict[str, Any]]:
     return [r for r in runs if not r.get("auto_scheduled")]
 
 
+ADDED_RUNG = {"kind": "reservation", "name": "extra-reservation", "zone": "us-central2-c"}
+
+
+def _add_a_reservation_rung(page: Any) -> None:
+    """Ladder → Add item: a typed rung (a kind choice, then the reservation's name and zone), last in the
+    ladder, so spot in zone c still wins before it is tried."""
+    label = page.locator(".schema-form-property__label", has_text=re.compile(r"^Ladder\b"))
+    ladder = page.locator(".schema-form-property", has=label).last
+    ladder.get_by_role("button", name=re.compile("Add item", re.I)).click()
+    rung = ladder.locator(".schema-form-property-array-item").last
+    kind = rung.locator(".p-select-button__control").first  # Kind: a select of the tiers
+    kind.focus()
+    kind.press(" ")  # opens its options (a click toggles it open and shut again here)
+    page.get_by_role("option", name=ADDED_RUNG["kind"], exact=True).click()
+    assert kind.inner_text().strip() == ADDED_RUNG["kind"]
+    for field in ("Name", "Zone"):
+        name = page.locator(".schema-form-property__label", has_text=re.compile(rf"^{field}\b"))
+        prop = rung.locator(".schema-form-property", has=name)
+        prop.get_by_role("button", name="str", exact=True).click()  # optional: from None to a string
+        prop.locator("input, textarea").first.fill(ADDED_RUNG[field.lower()])
+    rung.scroll_into_view_if_needed()
+
+
 def test_the_ui_runs_the_pipeline_from_its_form(served: Served, browser: Any) -> None:
     # UTC, as the cron schedules are; the screenshots are the README's walkthrough
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, timezone_id="UTC")
@@ -195,7 +218,10 @@ def _walk_through(page: Any, served: Served) -> None:
     submit.wait_for()
     concurrency = _field_input(page, "Concurrency")
     assert concurrency.input_value() == "8"
+    # A description with angle brackets reads whole (the form renders descriptions as markdown).
+    page.get_by_text("steps below <checkpoint_dir>/<run_id>: ").first.wait_for()
     shot("03-form")
+    _add_a_reservation_rung(page)
 
     # An invalid value is refused before a run exists, with the field's path and what is allowed.
     concurrency.fill("999")
@@ -219,6 +245,7 @@ def _walk_through(page: Any, served: Served) -> None:
     shot("05-run-completed")
     run = _api(served.api, f"/flow_runs/{run_id}")
     assert run["state_type"] == "COMPLETED", b"".join(served.serve_log).decode()[-3000:]
+    assert run["parameters"]["spec"]["provision"]["ladder"][-1] == ADDED_RUNG  # the rung typed into the form
 
     # Its artifacts, on the pipeline run's own page: summary, cost by tier, ladder, goodput, lineage.
     run_url = page.url
@@ -243,3 +270,38 @@ def _walk_through(page: Any, served: Served) -> None:
         docs.mkdir(parents=True, exist_ok=True)
         for name in DOC_SHOTS:
             shutil.copyfile(served.shots / f"{name}.png", docs / f"{name}.png")
+
+
+def test_the_ui_summary_has_the_rows_the_dry_run_printed(served: Served, browser: Any, tmp_path: Path) -> None:
+    """`tpu-ops dry-run` reporting to the server: its table and the run's pipeline-summary in the UI agree."""
+    from flows.report import glance_rows
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "AWS_", "PREFECT_API"))}
+    env.update(PREFECT_API_URL=served.api, PREFECT_HOME=str(tmp_path / "prefect"), NO_GCE_CHECK="true")
+    done = subprocess.run([str(CONSOLE), "dry-run", "--json", "--workdir", str(tmp_path / "work")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout[done.stdout.index("{\n") :])
+    cli = glance_rows(summary)
+    tag = f"tpu-ops-run:{summary['run_id']}"
+    runs = _api(served.api, "/flow_runs/filter", {"flows": {"name": {"any_": ["retraining-pipeline"]}},
+                                                  "flow_runs": {"tags": {"all_": [tag]}}})  # fmt: skip
+    (run,) = runs
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, timezone_id="UTC")
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{served.ui}/runs/flow-run/{run['id']}")
+        page.get_by_text("Artifacts", exact=True).click()
+        page.get_by_text("pipeline-summary", exact=True).first.click()
+        page.wait_for_url(re.compile(r"/artifacts/"))
+        page.locator("table").first.wait_for()
+        cells = page.locator("table tbody tr").evaluate_all(
+            "rows => rows.map(r => Array.from(r.querySelectorAll('td')).map(c => c.innerText.trim()))"
+        )
+        ui = [(k, v) for k, v in cells]
+        assert ui == [(k, v.replace("|", "/")) for k, v in cli]  # the same rows, in the same order
+    except Exception:
+        page.screenshot(path=str(served.shots / "summary-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()

@@ -119,8 +119,11 @@ def render(lin: dict[str, Any]) -> str:
         lines.append("  → endpoint      not deployed")
     au = lin["audit"]
     head = au["head"] or {}
+    digest = au["last_digest"] or {}
+    sealed = (f"sealed by digest {digest.get('seq')} up to seq {digest.get('head_seq')}" if digest
+              else "not sealed by a digest yet")  # fmt: skip
     lines.append(f"audit chain {au['chain']}: {au['records']} records, head seq {head.get('seq')} "
-                 f"{str(head.get('hash', ''))[:16]}…, last digest {au['last_digest']}")  # fmt: skip
+                 f"{str(head.get('hash', ''))[:16]}…, {sealed}")  # fmt: skip
     for f in au["failures"]:
         lines.append(f"  ! {f['event']} {f['outcome']} at {f['time']} (seq {f['seq']})")
     return "\n".join(lines)

@@ -10,10 +10,12 @@ from tpu_ops.errors import (
     AlreadyExistsError,
     CapacityError,
     CloudError,
+    CredentialsError,
     NotFoundError,
     QuotaError,
     TpuOpsError,
     TransientError,
+    UnreachableError,
 )
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -98,3 +100,145 @@ def aws_errors(service: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise translate_boto(exc, service) from exc
+
+
+# -- explaining a failure to a person ----------------------------------------------------------------
+
+GOOGLE_CREDENTIALS_FIX = (
+    "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
+    "key file; for the local stack, load the file `tpu-ops local up --env-file FILE` wrote"
+)
+AWS_CREDENTIALS_FIX = (
+    "set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (run on AWS with a role); for the local "
+    "stack, load the file `tpu-ops local up --env-file FILE` wrote"
+)
+PERMISSION_FIX = "grant the flows' role what infra/iam/ lists; `tpu-ops doctor` names each missing permission"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what caused it (``__cause__``, ``__context__``, a RetryError's cause), outermost first."""
+    out: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or any(e is seen for seen in out) or len(out) > 20:
+            continue
+        out.append(e)
+        cause = getattr(e, "cause", None)  # google.api_core's RetryError keeps the last error here
+        todo += [e.__cause__, e.__context__, cause if isinstance(cause, BaseException) else None]
+        todo += [x for x in getattr(e, "exceptions", ()) if isinstance(x, BaseException)]  # exception groups
+    return out
+
+
+def _url_of(exc: BaseException) -> str:
+    """The URL or host an SDK's connection error names, if it names one."""
+    import re
+    from urllib.parse import urlsplit
+
+    kwargs = getattr(exc, "kwargs", None)
+    url: object = kwargs.get("endpoint_url") if isinstance(kwargs, dict) else None  # botocore
+    try:
+        url = url or getattr(getattr(exc, "request", None), "url", None)  # requests; httpx raises when unset
+    except RuntimeError:
+        url = None
+    if url:
+        parts = urlsplit(str(url))
+        return f"{parts.scheme}://{parts.netloc}" if parts.netloc else str(url)
+
+    found = re.search(r"https?://[^\s'\"/]+|host='([^']+)', port=(\d+)", str(exc))
+    if found and found.group(1):
+        return f"{found.group(1)}:{found.group(2)}"
+    return found.group(0) if found else ""
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    names = {c.__name__ for c in type(exc).__mro__}
+    known = {
+        "EndpointConnectionError",  # botocore
+        "ConnectTimeoutError",
+        "ConnectionError",  # requests, and the builtin (refused, reset)
+        "ConnectError",  # httpx (Prefect's client)
+        "ConnectTimeout",
+        "NewConnectionError",  # urllib3
+        "MaxRetryError",
+        "gaierror",  # unknown host
+    }
+    return bool(names & known)
+
+
+def _missing_credentials(e: BaseException) -> TpuOpsError | None:
+    """A ``CredentialsError`` if ``e`` is an SDK's "no credentials" error."""
+    module, name = type(e).__module__, type(e).__name__
+    if module.startswith("google.auth") and name in ("DefaultCredentialsError", "RefreshError"):
+        found = name == "DefaultCredentialsError"
+        what = "Google Cloud credentials not found" if found else "Google Cloud credentials were refused"
+        out: TpuOpsError = CredentialsError(what, service="google")
+        out.fix = GOOGLE_CREDENTIALS_FIX
+        return out
+    aws = {
+        "NoCredentialsError": "AWS credentials not found",
+        "PartialCredentialsError": f"AWS credentials incomplete ({e})",
+        "ProfileNotFound": f"AWS profile not found ({e})",
+        "NoRegionError": "no AWS region set",
+    }
+    if module.startswith("botocore") and name in aws:
+        out = CredentialsError(aws[name], service="aws")
+        out.fix = "set AWS_DEFAULT_REGION" if name == "NoRegionError" else AWS_CREDENTIALS_FIX
+        return out
+    return None
+
+
+_INVALID_AWS_CREDENTIALS = frozenset(
+    {"InvalidAccessKeyId", "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken",
+     "UnrecognizedClientException", "AuthFailure"}
+)  # fmt: skip
+
+
+def _refused(e: BaseException) -> TpuOpsError | None:
+    """An ``AccessDeniedError`` (or ``CredentialsError``) if ``e`` is a refused permission or credential."""
+    status = getattr(e, "code", None) if type(e).__module__.startswith("google.api_core") else None
+    code = ""
+    response = getattr(e, "response", None)
+    if isinstance(response, dict):  # botocore's ClientError
+        code = str((response.get("Error") or {}).get("Code", ""))
+        status = status or (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    if code in _INVALID_AWS_CREDENTIALS:
+        out: TpuOpsError = CredentialsError(f"AWS refused the credentials ({code})", service="aws", status=status)
+        out.fix = AWS_CREDENTIALS_FIX
+        return out
+    if isinstance(e, AccessDeniedError) or status in (401, 403) or code in ("AccessDenied", "AccessDeniedException"):
+        first = " ".join(str(e).split())
+        out = AccessDeniedError(f"permission refused: {first[:300]}", service=getattr(e, "service", ""))
+        out.fix = PERMISSION_FIX
+        return out
+    return None
+
+
+def explain(exc: BaseException) -> TpuOpsError:
+    """The one thing a person must know about a failure, as a ``TpuOpsError`` with a ``fix``.
+
+    Looks through ``exc``'s causes for a missing credential, an endpoint that did not answer or a
+    refused permission (in that order: the deepest reason wins over a wrapper's), whatever SDK
+    raised it; anything else comes back as it was (translated, if it came from an SDK).
+    """
+    chain = _chain(exc)
+    for e in chain:
+        if (why := _missing_credentials(e)) is not None:
+            return why
+    for e in chain:
+        if isinstance(e, UnreachableError):
+            return e
+        if _is_connection_failure(e):
+            url = _url_of(e) or next((_url_of(x) for x in chain if _url_of(x)), "")
+            return UnreachableError(f"cannot reach {url or 'an endpoint'}", endpoint=url)
+    for e in chain:
+        if (why := _refused(e)) is not None:
+            return why
+    if isinstance(exc, TpuOpsError):
+        return exc
+    module = type(exc).__module__
+    if module.startswith(("google.", "requests", "urllib3")):
+        return translate_google(exc)
+    if module.startswith(("botocore", "boto3")):
+        return translate_boto(exc)
+    return TpuOpsError(f"{type(exc).__name__}: {exc}")

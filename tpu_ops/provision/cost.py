@@ -12,7 +12,7 @@ from typing import Any
 
 from tpu_ops.errors import BudgetError, SpecError
 from tpu_ops.provision.prices import PriceTable
-from tpu_ops.specs.slice import ProvisionSpec, ReservationRung
+from tpu_ops.specs.slice import ProvisionSpec
 from tpu_ops.tiers import Tier
 
 HOURS_PER_YEAR = 8760.0
@@ -51,7 +51,7 @@ def estimate(spec: ProvisionSpec, table: PriceTable) -> Estimate:
     for rung in spec.ladder:
         tier = rung.kind
         price = table.price(acc.generation, tier)
-        name = rung.short_name if isinstance(rung, ReservationRung) else ""
+        name = rung.short_name
         rows.append(RungEstimate(tier, name, price, acc.chips * spec.hours * price))
     worst = max(r.usd for r in rows)
     return Estimate(acc.name, acc.chips, spec.hours, tuple(rows), worst, table.date, table.source)

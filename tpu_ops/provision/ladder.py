@@ -34,7 +34,7 @@ from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.providers import Phase, Provider, SliceRecord, SliceRequest, SliceState, for_spec
 from tpu_ops.provision.records import Attempt, Outcome, Slice
 from tpu_ops.settings import Settings
-from tpu_ops.specs.slice import FlexStartRung, ProvisionSpec, ReservationRung
+from tpu_ops.specs.slice import ProvisionSpec
 from tpu_ops.tiers import Tier
 
 
@@ -53,11 +53,11 @@ def plan(spec: ProvisionSpec) -> list[Step]:
     """The attempts in order: each rung over its zones (a reservation lives in one zone)."""
     steps: list[Step] = []
     for rung in spec.ladder:
-        if isinstance(rung, ReservationRung):
-            assert rung.zone is not None
+        if rung.kind == Tier.RESERVATION:
+            assert rung.zone is not None and rung.name is not None  # the rung checked both
             steps.append(Step(len(steps) + 1, Tier.RESERVATION, rung.zone, rung.name))
         else:
-            bound = int(rung.max_run_duration.total_seconds()) if isinstance(rung, FlexStartRung) else None
+            bound = int(rung.max_run_duration.total_seconds()) if rung.max_run_duration is not None else None
             for zone in spec.slice.zones:
                 steps.append(Step(len(steps) + 1, rung.kind, zone, max_run_duration_s=bound))
     return steps

@@ -23,6 +23,7 @@ from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.providers import ALL_ZONES, Provider, available
 from tpu_ops.provision.records import Resource
 from tpu_ops.settings import Settings
+from tpu_ops.text import human_duration
 from tpu_ops.tiers import Tier
 
 RunState = Callable[[str], bool | None]
@@ -93,7 +94,7 @@ def _verdict(
     """Why this run should be reaped, or None to keep it."""
     oldest = min((r.created_at for r in resources if r.created_at), default=None)
     if ttl_s is not None and oldest is not None and now - oldest > ttl_s:
-        return f"older than the TTL ({(now - oldest) / 3600:.2f} h > {ttl_s / 3600:.2f} h)"
+        return f"older than the TTL ({human_duration(now - oldest)} old, TTL {human_duration(ttl_s)})"
     ledger = L.Ledger(settings, run_id)
     if ledger.handed_off():
         return None  # the user holds it (``tpu-ops provision``): only the TTL or a teardown ends it

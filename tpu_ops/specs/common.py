@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from tpu_ops.text import unsafe_char
+from tpu_ops.text import human_duration, unsafe_char
 from tpu_ops.uris import check_key, parse_gs, parse_s3
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -22,10 +22,51 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
+def _describe_for_forms(schema: dict[str, Any]) -> None:
+    """What a form shows under each field: its range or format appended to its description, and
+    ``<``/``>`` as entities (the Prefect UI renders descriptions as markdown, where ``<run_id>`` is a tag
+    and vanishes)."""
+    if isinstance(schema.get("description"), str):
+        schema["description"] = _escape(schema["description"])
+    for prop in (schema.get("properties") or {}).values():
+        extra = _range_of(prop)
+        text = str(prop.get("description") or "")
+        if extra and extra not in text:
+            text = f"{text.rstrip()} {extra}".strip()
+        if text:
+            prop["description"] = _escape(text)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _range_of(prop: dict[str, Any]) -> str:
+    duration = prop.pop("x-duration-range", None) or next(
+        (o.pop("x-duration-range") for o in prop.get("anyOf", []) if "x-duration-range" in o), None
+    )
+    if duration:
+        return f"Format: a duration like 90s, 30m, 2h or 1d; from {duration}."
+    low = prop.get("minimum", prop.get("exclusiveMinimum"))
+    high = prop.get("maximum", prop.get("exclusiveMaximum"))
+    if low is None and high is None:
+        return ""
+    if low is not None and high is not None:
+        above = "above " if "exclusiveMinimum" in prop else ""
+        return f"Range: {above}{_num(low)} to {_num(high)}."
+    return f"At least {_num(low)}." if high is None else f"At most {_num(high)}."
+
+
+def _num(x: Any) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{float(x):,}"
+
+
 class StrictModel(BaseModel):
     """Base of every spec: unknown fields are errors, not silently dropped."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=True, json_schema_extra=_describe_for_forms
+    )
 
 
 def _name(max_len: int) -> Any:
@@ -96,7 +137,10 @@ def bounded_duration(low: timedelta, high: timedelta) -> Any:
 
     def check(value: timedelta) -> timedelta:
         if not low <= value <= high:
-            raise ValueError(f"duration {value} is out of range: allowed {low} to {high}")
+            raise ValueError(
+                f"duration {human_duration(value.total_seconds())} is out of range: allowed "
+                f"{human_duration(low.total_seconds())} to {human_duration(high.total_seconds())}"
+            )
         return value
 
     return AfterValidator(check)
@@ -116,13 +160,14 @@ def Duration(low: timedelta, high: timedelta) -> Any:
         bounded_duration(low, high),
         PlainSerializer(_seconds, return_type=str, when_used="json"),
         # The schema says what the validator takes, so Prefect's forms and checks agree with it.
+        # One string type, so a malformed duration is refused naming the pattern, not "not valid under
+        # any of the given schemas"; StrictModel's schema hook writes the range into the description.
         WithJsonSchema(
             {
-                "anyOf": [
-                    {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[smhd]?\s*$|^P"},
-                    {"type": "number", "minimum": low.total_seconds(), "maximum": high.total_seconds()},
-                ],
+                "type": "string",
+                "pattern": r"^\s*\d+(\.\d+)?\s*[smhd]?\s*$|^P",
                 "examples": ["30m", "2h", "3600s"],
+                "x-duration-range": f"{human_duration(low.total_seconds())} to {human_duration(high.total_seconds())}",
             }
         ),
     ]

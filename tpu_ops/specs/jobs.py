@@ -230,7 +230,9 @@ class PipelineSpec(StrictModel):
     train: TrainSpec = Field(description="The training job: checkpoints, steps, recovery.")
     export: ExportSpec = Field(description="Export the final checkpoint to S3 and SageMaker.")
     schedule: str | None = Field(
-        None, description="Cron expression (5 fields, UTC) for recurring retraining, e.g. '0 3 * * 1'."
+        None,
+        description="Used only by `tpu-ops serve`: the pipeline deployment's cron schedule (5 fields, UTC, "
+        "e.g. '0 3 * * 1'). A run started from a form ignores it.",
     )
     audit_bucket: S3Uri | None = Field(None, description="s3:// prefix of the audit trail (Object Lock).")
 

@@ -77,6 +77,9 @@ def format_errors(exc: ValidationError) -> list[dict[str, Any]]:
 def _describe(errors: list[dict[str, Any]], what: str) -> str:
     lines = [f"{what}: {len(errors)} error(s)"]
     for e in errors:
+        if e["message"] == "Field required":  # the value would be the whole enclosing mapping
+            lines.append(f"  {e['field']}: Field required")
+            continue
         value = repr(e["value"])
         if len(value) > 80:
             value = value[:77] + "..."
@@ -283,10 +286,17 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a finite number")
 
 
+class _NonFinite:
+    """Where JSON had ``NaN``/``Infinity``: kept until the walk can name the field it is in."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 def _json(text: str, source: str, limits: Limits) -> Any:
     dups = _JsonDuplicates(source, at_once=not limits.walk)
     try:
-        doc = json.loads(text, object_pairs_hook=dups, parse_constant=_no_constant)
+        doc = json.loads(text, object_pairs_hook=dups, parse_constant=_NonFinite if limits.walk else _no_constant)
     except SpecError:
         raise
     except json.JSONDecodeError as exc:
@@ -313,6 +323,8 @@ def _walk(doc: Any, source: str, limits: Limits, duplicates: dict[int, str] | No
         where = path or "(document)"
         if nodes > limits.max_nodes:
             raise _refuse(source, where, f"more than the limit of {limits.max_nodes} values")
+        if isinstance(value, _NonFinite):
+            raise _refuse(source, where, f"{value.name} is not a finite number (JSON has no NaN or infinity)")
         if isinstance(value, str):
             bad = unsafe_char(value, allow="\t\n\r")
             if bad:

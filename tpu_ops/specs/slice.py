@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 
 from tpu_ops.accelerators import (
     ACCELERATOR_TYPES,
@@ -52,16 +52,59 @@ Region = Annotated[str, AfterValidator(_check_region)]
 Zone = Annotated[str, AfterValidator(_check_zone)]
 
 
-class ReservationRung(StrictModel):
-    """Use a named reservation in one zone (``projects/P/zones/Z/reservations/N`` is accepted too)."""
+# The optional fields each tier uses (the others must stay empty), and those it needs. A new tier is
+# one ``Tier`` value plus its row here and, if it has any, its optional fields on ``Rung``; a tier
+# with no row uses no field.
+TIER_FIELDS: dict[str, frozenset[str]] = {
+    Tier.RESERVATION: frozenset({"name", "zone"}),
+    Tier.FLEX_START: frozenset({"max_run_duration"}),
+}
+TIER_REQUIRES: dict[str, frozenset[str]] = {Tier.RESERVATION: frozenset({"name"})}
+# every optional field of a rung (a new tier's fields are added here too)
+RUNG_FIELDS = ("name", "zone", "max_run_duration")
+FLEX_START_DEFAULT_RUN = timedelta(days=1)
 
-    model_config = ConfigDict(title="Reservation")
-    kind: Literal[Tier.RESERVATION] = Field(Tier.RESERVATION, description="This rung uses a named reservation.")
-    name: str = Field(description="Reservation name, or its full resource path.")
-    zone: Zone | None = Field(None, description="The reservation's zone; taken from a full path if given.")
+
+class Rung(StrictModel):
+    """One rung of the capacity ladder: a capacity tier, and what that tier needs (a reservation: its
+    name and zone)."""
+
+    model_config = ConfigDict(title="Rung", use_enum_values=False)
+    kind: Tier = Field(Tier.SPOT, description="The capacity tier this rung asks for.")
+    name: str | None = Field(
+        None,
+        description="Reservation rungs only: the reservation's name, or its full path "
+        "(projects/PROJECT/zones/ZONE/reservations/NAME).",
+        json_schema_extra={"examples": ["fraud-v4-reservation"]},
+    )
+    zone: Zone | None = Field(
+        None,
+        description="Reservation rungs only: the reservation's zone, e.g. us-central2-b (taken from a full path "
+        "if given).",
+    )
+    max_run_duration: Duration(timedelta(minutes=10), timedelta(days=7)) | None = Field(  # type: ignore[valid-type]
+        None,
+        description="Flex-start rungs only: how long the slice may run before Compute Engine deletes it "
+        "(maxRunDuration; default 1 day).",
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> ReservationRung:
+    def _check(self) -> Rung:
+        used = TIER_FIELDS.get(self.kind, frozenset())
+        for field in RUNG_FIELDS:
+            if getattr(self, field) is not None and field not in used:
+                raise ValueError(f"{field} is not used by a {self.kind} rung; leave it empty")
+        for field in sorted(TIER_REQUIRES.get(self.kind, frozenset())):
+            if getattr(self, field) is None:
+                raise ValueError(f"a {self.kind} rung needs its {field}")
+        if self.kind == Tier.RESERVATION:
+            self._check_reservation()
+        if self.kind == Tier.FLEX_START and self.max_run_duration is None:
+            object.__setattr__(self, "max_run_duration", FLEX_START_DEFAULT_RUN)
+        return self
+
+    def _check_reservation(self) -> None:
+        assert self.name is not None
         m = _RESERVATION_PATH.match(self.name)
         if m:
             if self.zone is not None and self.zone != m.group(2):
@@ -74,68 +117,28 @@ class ReservationRung(StrictModel):
             raise ValueError(f"reservation name {leaf!r} is not allowed: lowercase letters, digits, '-', ≤ 63")
         if self.zone is None:
             raise ValueError(f"reservation {self.name!r} needs a zone (a reservation belongs to one zone)")
-        return self
 
     @property
     def short_name(self) -> str:
-        return self.name.rsplit("/", 1)[-1]
-
-
-class SpotRung(StrictModel):
-    """Spot capacity: cheapest, preemptible, no notice."""
-
-    model_config = ConfigDict(title="Spot")
-    kind: Literal[Tier.SPOT] = Field(Tier.SPOT, description="This rung asks for spot capacity.")
-
-
-class OnDemandRung(StrictModel):
-    """On-demand capacity: the last resort."""
-
-    model_config = ConfigDict(title="On-demand")
-    kind: Literal[Tier.ON_DEMAND] = Field(Tier.ON_DEMAND, description="This rung asks for on-demand capacity.")
-
-
-class FlexStartRung(StrictModel):
-    """Compute Engine flex-start: queued capacity for a bounded run time (up to 7 days)."""
-
-    model_config = ConfigDict(title="Flex-start")
-    kind: Literal[Tier.FLEX_START] = Field(Tier.FLEX_START, description="This rung asks for flex-start capacity.")
-    max_run_duration: Duration(timedelta(minutes=10), timedelta(days=7)) = Field(  # type: ignore[valid-type]
-        timedelta(days=1), description="How long the slice may run before Compute Engine deletes it (maxRunDuration)."
-    )
+        """The reservation's own name (the last part of a full path); empty for other tiers."""
+        return (self.name or "").rsplit("/", 1)[-1]
 
 
 def _rung_shorthand(value: Any) -> Any:
-    """Accept ``"spot"``, ``"on-demand"``, ``"flex-start"`` and ``"reservation:NAME@ZONE"`` as well as objects."""
+    """Accept a tier's name (``"spot"``, ``"on-demand"``) and ``"reservation:NAME@ZONE"`` as well as objects."""
     if isinstance(value, str):
-        if value in (Tier.SPOT, Tier.ON_DEMAND, Tier.FLEX_START):
-            return {"kind": value}
         if value.startswith(f"{Tier.RESERVATION}:"):
             name, _, zone = value.removeprefix(f"{Tier.RESERVATION}:").partition("@")
             return {"kind": Tier.RESERVATION, "name": name, "zone": zone or None}
-        raise ValueError(
-            f"rung {value!r} is not allowed: '{Tier.RESERVATION}:NAME@ZONE', '{Tier.SPOT}', '{Tier.ON_DEMAND}' "
-            f"or '{Tier.FLEX_START}'"
-        )
+        if value in {t.value for t in Tier} and value != Tier.RESERVATION:
+            return {"kind": value}
+        raise ValueError(f"rung {value!r} is not allowed: '{Tier.RESERVATION}:NAME@ZONE' or one of {Tier.names()}")
+    if isinstance(value, dict) and "kind" not in value:
+        raise ValueError(f"a rung needs its kind: {Tier.names()}")
     return value
 
 
-def _rung_kind(value: Any) -> str | None:
-    return value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
-
-
-Rung = Annotated[
-    Annotated[ReservationRung, Tag(Tier.RESERVATION)]
-    | Annotated[SpotRung, Tag(Tier.SPOT)]
-    | Annotated[OnDemandRung, Tag(Tier.ON_DEMAND)]
-    | Annotated[FlexStartRung, Tag(Tier.FLEX_START)],
-    Discriminator(
-        _rung_kind,
-        custom_error_type="rung_kind",
-        custom_error_message=f"rung kind must be {Tier.names()}",
-    ),
-    BeforeValidator(_rung_shorthand),
-]
+RungOrShorthand = Annotated[Rung, BeforeValidator(_rung_shorthand)]
 
 
 def _check_ladder(rungs: list[Any]) -> list[Any]:
@@ -148,28 +151,32 @@ def _check_ladder(rungs: list[Any]) -> list[Any]:
     return rungs
 
 
-_SHORTHAND = (
-    rf"^({Tier.SPOT}|{Tier.ON_DEMAND}|{Tier.FLEX_START}|{Tier.RESERVATION}:"
-    r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
-)
+def _shorthand_pattern() -> str:
+    plain = "|".join(t.value for t in Tier if t != Tier.RESERVATION)  # [a-z-]: nothing to escape
+    return rf"^({plain}|{Tier.RESERVATION}:[a-z]([-a-z0-9]{{0,61}}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
 
 
 def _ladder_schema(schema: dict[str, Any]) -> None:
-    """One flat choice per rung: Prefect's form renders each rung model as typed fields (a nested
-    union would be a raw JSON editor); the string shorthand stays valid for its server-side check."""
+    """Each rung is one model (a ``kind`` choice and its optional fields: typed fields in Prefect's form);
+    the string shorthand stays valid for the server's check of parameters sent as JSON."""
     items = schema.get("items")
     if isinstance(items, dict):
-        models = items.get("oneOf") or items.get("anyOf") or [items]
-        shorthand = {
-            "type": "string",
-            "pattern": _SHORTHAND,
-            "title": f"{Tier.SPOT} | {Tier.ON_DEMAND} | {Tier.FLEX_START} | {Tier.RESERVATION}:NAME@ZONE",
-        }
-        schema["items"] = {"anyOf": [*models, shorthand]}
+        shorthand = {"type": "string", "pattern": _shorthand_pattern(),
+                     "title": f"shorthand: {' | '.join(t.value for t in Tier if t != Tier.RESERVATION)} | "
+                     f"{Tier.RESERVATION}:NAME@ZONE"}  # fmt: skip
+        bounds = {k: schema.pop(k) for k in ("minItems", "maxItems") if k in schema}
+        schema.pop("type", None)
+        # The form renders the first choice (rungs as typed fields; a union inside the items would be
+        # a raw JSON editor); the second keeps the shorthand valid for parameters sent as JSON.
+        schema["anyOf"] = [
+            {"type": "array", "items": items, "title": "Rungs", **bounds},
+            {"type": "array", "items": {"anyOf": [items, shorthand]}, "title": "Rungs or shorthand", **bounds},
+        ]
+        schema.pop("items")
 
 
 CapacityLadder = Annotated[
-    list[Rung],
+    list[RungOrShorthand],
     Field(min_length=1, max_length=10, json_schema_extra=_ladder_schema),
     AfterValidator(_check_ladder),
 ]
@@ -287,7 +294,7 @@ class ProvisionSpec(StrictModel):
                     f"{', '.join(sorted(BACKEND_TIERS[backend]))}"
                 )
         for rung in self.ladder:
-            if isinstance(rung, ReservationRung) and rung.zone not in self.slice.zones:
+            if rung.kind == Tier.RESERVATION and rung.zone not in self.slice.zones:
                 raise ValueError(
                     f"reservation {rung.short_name!r} is in zone {rung.zone!r}, which is not one of the "
                     f"slice's zones {self.slice.zones}"

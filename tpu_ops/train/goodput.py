@@ -129,9 +129,11 @@ class GoodputReport:
         ]
 
     def summary(self) -> str:
-        usd = self.cost.get("usd_by_tier", {})
+        from tpu_ops.text import usd_by
+
+        usd = usd_by(self.cost.get("usd_by_tier", {}))
         return (
             f"run {self.run_id}: {self.outcome} at step {self.final_step}/{self.steps}; wall {self.wall_s:.1f}s, "
             f"productive {self.productive_s:.1f}s, goodput {self.goodput:.1%}; {len(self.preemptions)} preemption(s); "
-            f"cost by tier {usd} (total ${self.cost.get('usd_total', 0)})"
+            f"cost by tier {usd} (total ${float(self.cost.get('usd_total', 0)):,.4f})"
         )

@@ -11,63 +11,29 @@ there the check falls back to reading the resource and says so in its detail.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpu_ops.doctor.base import (
+    CALL_TIMEOUT_S,
+    GCS_PERMISSIONS,
+    MISSING,
+    OK,
+    SKIPPED,
+    Check,
+    _guard,
+    _missing,
+    _ok,
+)
+from tpu_ops.doctor.compute import compute_checks
 from tpu_ops.errors import ConfigError
-from tpu_ops.settings import Settings
+from tpu_ops.settings import Settings, env_name
 from tpu_ops.tiers import Tier
 from tpu_ops.uris import parse_uri
 
 if TYPE_CHECKING:
     from tpu_ops.specs import PipelineSpec
 
-OK, MISSING, SKIPPED = "ok", "missing", "skipped"
-# What the flows do in a bucket they mirror or checkpoint into (infra/iam/gcp/tpu_ops_flows.yaml).
-GCS_PERMISSIONS = (
-    "storage.buckets.get",
-    "storage.objects.create",
-    "storage.objects.delete",
-    "storage.objects.get",
-    "storage.objects.list",
-)
-CALL_TIMEOUT_S = 15.0
-IAM_DOC = "infra/iam/ (README: Real-cloud set-up)"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the report."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
-
-
-def _ok(name: str, detail: str) -> Check:
-    return Check(name, OK, detail)
-
-
-def _missing(name: str, detail: str, fix: str) -> Check:
-    return Check(name, MISSING, detail, fix)
-
-
-def _guard(name: str, fix: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
-    """Run one check; any error becomes a MISSING line naming it (the report goes on)."""
-    try:
-        out = fn()
-    except Exception as exc:  # a doctor reports every failure; it never stops at the first
-        return [_missing(name, f"{type(exc).__name__}: {_short(exc)}", fix)]
-    return out if isinstance(out, list) else [out]
-
-
-def _short(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+__all__ = ["MISSING", "OK", "SKIPPED", "Check", "aws_checks", "compute_checks", "failed", "google_checks", "run_checks"]
 
 
 # -- Google Cloud ---------------------------------------------------------------------------
@@ -172,65 +138,6 @@ def _tpu_rest_get(settings: Settings, path: str) -> dict[str, Any]:
     return body
 
 
-def _compute_quota(api: Any, region: str, generation: str, chips: int, spot: bool) -> Check:
-    """The region's Compute Engine TPU quota for ``generation`` (a separate pool from the TPU API's)."""
-    quotas = api.region_quotas(region)
-    token = generation.upper()
-    prefix = "PREEMPTIBLE_" if spot else ""
-    metrics = {m: v for m, v in quotas.items() if "TPU" in m and token in m and m.startswith(prefix)}
-    if not spot:
-        metrics = {m: v for m, v in metrics.items() if not m.startswith("PREEMPTIBLE_")}
-    name = f"compute quota {'spot ' if spot else ''}{generation} in {region}"
-    if not metrics:
-        fix = f"request Compute Engine TPU quota for {generation} in {region} (console: IAM & Admin > Quotas)"
-        return _missing(name, f"no {prefix}TPU quota metric for {generation} in {region} ({len(quotas)} metrics)", fix)
-    metric, (usage, limit) = sorted(metrics.items())[0]
-    free = limit - usage
-    detail = f"{metric}: {usage:g} of {limit:g} used, {free:g} free; the slice needs {chips}"
-    if free < chips:
-        return _missing(name, detail, f"request more {metric} quota in {region}, or free some")
-    return _ok(name, detail)
-
-
-def compute_checks(settings: Settings, spec: PipelineSpec) -> list[Check]:
-    """Compute Engine: the API answers, the region's TPU quota covers the slice, named reservations exist."""
-    from tpu_ops.cloud.compute import ComputeApi
-
-    sl = spec.provision.slice
-    acc = sl.accelerator
-    enable = "gcloud services enable compute.googleapis.com; grant infra/iam/gcp/tpu_ops_flows.yaml (compute.*)"
-    out: list[Check] = []
-    api = ComputeApi(settings)
-
-    def reachable() -> Check:
-        api.region_quotas(sl.region)
-        return _ok("compute api", f"regions.get {sl.region} answers (backend compute: {sl.backend_reason})")
-
-    out += _guard("compute api", enable, reachable)
-    if out[-1].status != OK:
-        return out
-    kinds = {getattr(r, "kind", "") for r in spec.provision.ladder}
-    if kinds - {Tier.SPOT}:
-        out += _guard(f"compute quota {acc.generation}", enable,
-                      lambda: _compute_quota(api, sl.region, acc.generation, acc.chips, False))  # fmt: skip
-    if Tier.SPOT in kinds:
-        out += _guard(f"compute quota spot {acc.generation}", enable,
-                      lambda: _compute_quota(api, sl.region, acc.generation, acc.chips, True))  # fmt: skip
-    for rung in spec.provision.ladder:
-        if getattr(rung, "kind", "") == Tier.RESERVATION:
-            name, zone = str(rung.short_name), str(rung.zone)  # type: ignore[union-attr]
-            label = f"reservation {name} in {zone}"
-
-            def res(n: str = name, z: str = zone, label: str = label) -> Check:
-                if api.reservation_exists(z, n):
-                    return _ok(label, f"found ({acc.hosts} x {acc.machine_type} needed)")
-                return _missing(label, "not found", f"gcloud compute reservations create {n} --zone={z} "
-                                f"--machine-type={acc.machine_type} --vm-count={acc.hosts}")  # fmt: skip
-
-            out += _guard(label, enable, res)
-    return out
-
-
 def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
     """GCS buckets (permissions); TPU locations, accelerator types and reservations on the TPU API, or
     the Compute Engine API, its TPU quota and reservations when the spec's backend is compute."""
@@ -252,8 +159,8 @@ def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
         accel = spec.provision.slice.accelerator_type
         out += _guard(f"tpu {accel}", enable, lambda: _tpu_accelerator(settings, tpu, accel, zones))
         for rung in spec.provision.ladder:
-            if getattr(rung, "kind", "") == Tier.RESERVATION:
-                name, zone = str(rung.name), str(rung.zone)  # type: ignore[union-attr]
+            if rung.kind == Tier.RESERVATION:
+                name, zone = str(rung.name), str(rung.zone)
                 out += _guard(f"reservation {name}", enable, lambda n=name, z=zone: _reservation(settings, n, z))  # type: ignore[misc]
     return out
 
@@ -392,13 +299,31 @@ def run_checks(settings: Settings, spec: PipelineSpec | None = None, kms_key_id:
     except ConfigError as exc:
         return [_missing("endpoints", str(exc), "source the file `tpu-ops local up --env-file` wrote")]
     dead = [
-        _missing(f"endpoint {name}", f"{url} does not answer ({why})", f"start it, or unset {name} for the real cloud")
+        _missing(
+            f"endpoint {name}",
+            f"{url} does not answer ({why})",
+            f"start it (`tpu-ops local up`), or unset {env_name(name)} for the real cloud",
+        )
         for name, url, why in _unanswered(settings)
     ]
     if dead:  # nothing else can be checked against an endpoint that is not there
         return dead
     settings = settings.model_copy(update={"retry_attempts": min(settings.retry_attempts, 2)})  # fail fast
-    return google_checks(settings, spec) + aws_checks(settings, spec, kms_key_id)
+    return _cloud(google_checks, settings, spec) + _cloud(aws_checks, settings, spec, kms_key_id)
+
+
+def _cloud(checks: Callable[..., list[Check]], settings: Settings, *args: Any) -> list[Check]:
+    """One cloud's checks; credentials that cannot be found or are refused are one MISSING line."""
+    from tpu_ops.cloud.translate import explain
+    from tpu_ops.errors import CredentialsError
+
+    try:
+        return checks(settings, *args)
+    except Exception as exc:
+        why = explain(exc)
+        if not isinstance(why, CredentialsError):
+            raise
+        return [_missing(f"{why.service} credentials", str(why), why.fix)]
 
 
 def failed(checks: list[Check]) -> list[Check]:
