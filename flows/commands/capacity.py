@@ -80,7 +80,6 @@ def stats(args: argparse.Namespace) -> int:
 
 
 def plan(args: argparse.Namespace) -> int:
-    from tpu_ops.errors import SpecError
     from tpu_ops.provision import ranking
     from tpu_ops.provision.ladder import plan as ladder_plan
     from tpu_ops.provision.prices import load as load_prices
@@ -101,14 +100,16 @@ def plan(args: argparse.Namespace) -> int:
         )
     else:
         spec = parse_spec(ProvisionSpec, doc, what=args.spec)
-    if spec.choose is None:
-        raise SpecError(f"{args.spec}: the ladder has no `choose` (or `ladder: auto`): it is tried as written")
+    if spec.choose is None:  # the ladder is tried as written; show what `choose: {by: cost}` would make of it
+        from tpu_ops.specs.choose import ChooseSpec
+
+        spec = spec.model_copy(update={"choose": ChooseSpec()})
     if args.history:
         spec = spec.model_copy(update={"choose": spec.choose.model_copy(update={"history": args.history})})
     settings = shell_settings()
     table = load_prices(settings)
     run = ranking.run_model(spec, steps_done=args.steps_done)
-    _, choice = ranking.order(spec, ladder_plan(spec), table, ranking.history_for(spec, settings), run)
+    _, choice = ranking.order(spec, ladder_plan(spec), table, ranking.history_for(spec, settings, strict=True), run)
     out = ranking.plan_document(spec, choice, run, table)
     show(out, args.json, f"{spec.slice.accelerator_type}: {ranking.describe(choice)}\n{_table(choice.rows())}")
     return 0

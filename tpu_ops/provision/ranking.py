@@ -141,8 +141,11 @@ def describe(choice: Choice) -> str:
     return "\n".join(lines)
 
 
-def history_for(spec: ProvisionSpec, settings: Any, now: float | None = None) -> dict[Key, History]:
-    """The capacity history under ``choose.history`` (empty without one, or when it cannot be read)."""
+def history_for(
+    spec: ProvisionSpec, settings: Any, now: float | None = None, *, strict: bool = False
+) -> dict[Key, History]:
+    """The capacity history under ``choose.history``: empty without one, or when it cannot be read
+    (unless ``strict``: the CLI says why rather than show a plan without history)."""
     c = spec.choose
     if c is None or c.history is None:
         return {}
@@ -154,6 +157,8 @@ def history_for(spec: ProvisionSpec, settings: Any, now: float | None = None) ->
     try:
         return history.load(storage_client(settings), parse_gs(c.history), now)
     except TpuOpsError:
+        if strict:
+            raise
         return {}  # no history is no reason to refuse a slice: the written order stands, and says so
 
 
