@@ -100,12 +100,13 @@ def plan(args: argparse.Namespace) -> int:
         )
     else:
         spec = parse_spec(ProvisionSpec, doc, what=args.spec)
-    if spec.choose is None:  # the ladder is tried as written; show what `choose: {by: cost}` would make of it
-        from tpu_ops.specs.choose import ChooseSpec
+    from tpu_ops.specs.choose import ChooseSpec
 
-        spec = spec.model_copy(update={"choose": ChooseSpec()})
+    # A ladder without `choose` is tried as written; the plan shows what `choose: {by: cost}` would make of it.
+    choose = spec.choose or ChooseSpec()
     if args.history:
-        spec = spec.model_copy(update={"choose": spec.choose.model_copy(update={"history": args.history})})
+        choose = choose.model_copy(update={"history": args.history})
+    spec = spec.model_copy(update={"choose": choose})
     settings = shell_settings()
     table = load_prices(settings)
     run = ranking.run_model(spec, steps_done=args.steps_done)
