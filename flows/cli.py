@@ -81,8 +81,8 @@ def _call(args: argparse.Namespace) -> int:
 
     The one place where a failure meets a person: bad input is listed field by field (exit 2); a
     missing credential, an endpoint that does not answer or a refused permission is one line
-    naming what is missing and the fix (exit 1), whatever SDK raised it; anything else is one
-    line too. ``--debug`` (or ``TPU_OPS_DEBUG=1``) prints the traceback first.
+    naming what is missing and the fix (exit 1, or the command's ``failure_exit``), whatever SDK
+    raised it; anything else is one line too. ``--debug`` (or ``TPU_OPS_DEBUG=1``) prints the traceback first.
     """
     from flows.failures import check_endpoints, quiet_library_tracebacks, reads_files_only
 
@@ -105,7 +105,8 @@ def _call(args: argparse.Namespace) -> int:
         if debug:
             traceback.print_exc()
         print(one_line(exc, debug), file=sys.stderr)
-        return 1
+        # a command whose exit 1 means something else (audit verify: damage) names its own failure code
+        return int(getattr(args, "failure_exit", 1))
     return int(code or 0)
 
 

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     v.add_argument("--key", metavar="KMS_KEY", help="pin the key digests must be signed by (ARN, id or alias)")
     v.add_argument("--no-signatures", action="store_true", help="skip KMS signature checks of digests")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
-    v.set_defaults(handler=run_verify)
+    v.set_defaults(handler=run_verify, failure_exit=EXIT_UNCHECKED)  # exit 1 means damage here
     lin = cmds.add_parser("lineage", help="dataset → run → checkpoint → artifact → package → approval → endpoint")
     lin.add_argument("target", metavar="ARN_OR_RUN_ID", help="a model package ARN or a run id")
     lin.add_argument("--json", action="store_true", help="print the lineage as JSON")
@@ -95,6 +95,7 @@ def _items(source: str | None, settings: Any, history: bool = False) -> tuple[li
 
 
 def _unchecked(what: str, exc: Exception) -> int:
+    from flows.failures import one_line
     from tpu_ops.errors import AccessDeniedError, TransientError
 
     if isinstance(exc, AccessDeniedError):
@@ -103,7 +104,9 @@ def _unchecked(what: str, exc: Exception) -> int:
         why = "unreachable"
     else:
         why = "failed"
-    print(f"error: {what}: {why} ({exc}); nothing is known about the trail's integrity (exit 3)", file=sys.stderr)
+    # one line: what could not be checked, then what is missing and its fix (as every command says it)
+    detail = one_line(exc).removeprefix("error: ")
+    print(f"error: {what}: {why}, so nothing is known about the trail's integrity (exit 3): {detail}", file=sys.stderr)
     return EXIT_UNCHECKED
 
 
