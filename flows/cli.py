@@ -35,6 +35,7 @@ DEBUG_ENV = "TPU_OPS_DEBUG"
 COMMANDS: dict[str, str] = {
     "approve": "flows.commands.approve",
     "audit": "flows.commands.audit",
+    "capacity": "flows.commands.capacity",
     "cost": "flows.commands.cost",
     "deploy": "flows.commands.deploy",
     "doctor": "flows.commands.doctor",

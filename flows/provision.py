@@ -153,6 +153,16 @@ def _attempts_artifact(s: Slice) -> None:
         for a in s.attempts
     ]
     create_table_artifact(rows, description=f"capacity ladder for run {s.run_id}: {s.tier} in {s.zone}")
+    _choice_artifact(s.run_id)
+
+
+def _choice_artifact(run_id: str) -> None:
+    """A cost-ranked ladder's last plan (``ladder: auto``): each rung's $ per kept step, completion, why."""
+    from tpu_ops.provision.ranking import CHOICE_EVENT, plan_rows
+
+    plans = [e["plan"] for e in Ledger(resolve_settings(), run_id).events() if e.get("kind") == CHOICE_EVENT]
+    if plans:
+        create_table_artifact(plan_rows(plans[-1]), description=f"ladder ranking for run {run_id}: {plans[-1]['note']}")
 
 
 @contextlib.contextmanager

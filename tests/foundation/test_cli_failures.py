@@ -28,6 +28,10 @@ EX = ROOT / "examples"
 TABLE: dict[str, list[list[str]]] = {
     "approve": [["approve", ARN, "--approver", "me", "--no-flow"]],
     "audit": [["audit", "verify"], ["audit", "lineage", "run-1"], ["audit", "dump"]],
+    "capacity": [
+        ["capacity", "stats", "--history", "gs://acme-ckpt/runs"],
+        ["capacity", "plan", "--spec", str(EX / "provision.yaml"), "--history", "gs://acme-ckpt/runs"],
+    ],
     "cost": [["cost", "--run", "run-never-started"]],
     "deploy": [["deploy", ARN, "--endpoint", "fraud", "--no-flow"]],
     "doctor": [["doctor"]],

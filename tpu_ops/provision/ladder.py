@@ -27,6 +27,7 @@ from tpu_ops.errors import (
 )
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
+from tpu_ops.provision import ranking
 from tpu_ops.provision.cost import check_budget
 from tpu_ops.provision.naming import attempt_of, check_run_id, resource_id, run_labels
 from tpu_ops.provision.prices import PriceTable, load
@@ -72,6 +73,7 @@ def provision(
     recreate: bool = True,
     metadata: dict[str, str] | None = None,
     on_attempt: Callable[[Attempt], None] | None = None,
+    progress: Callable[[], int | None] | None = None,
 ) -> Slice:
     """Get one slice for ``run_id`` through the ladder, or raise.
 
@@ -79,14 +81,20 @@ def provision(
     worst-case estimate exceeds the budget, ``ProvisioningError`` (with every attempt) when no
     rung produced a slice. A dead slice of the run (preempted, suspended, a host stopped) is
     deleted whole; it is replaced when ``recreate`` is true, otherwise ``ProvisioningError`` says so.
-    ``provider`` defaults to the spec's backend (``slice.backend``).
+    ``provider`` defaults to the spec's backend (``slice.backend``). With ``choose`` in the spec
+    (``ladder: auto``) the attempts are ranked by expected $ per kept step at every walk, with the
+    steps ``progress()`` says are kept and the time left (:mod:`tpu_ops.provision.ranking`).
     """
     check_run_id(run_id)
-    check_budget(spec, prices or load(settings))
+    table = prices or load(settings)
+    check_budget(spec, table)
     provider = provider or for_spec(spec, settings)
     ledger = L.Ledger(settings, run_id)
     ledger.claim()
-    return _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt).run()
+    walk = _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt)
+    if spec.choose is not None:
+        walk.steps = ranking.apply(spec, walk.steps, settings, run_id, ledger, table, progress)
+    return walk.run()
 
 
 def recover(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Slice:
@@ -117,9 +125,9 @@ class _Ladder:
         adopted, resume_at = self._survey()
         if adopted is not None:
             return adopted
-        for step in self.steps:
-            if step.number < resume_at:
-                continue
+        # Resume at the attempt an earlier process was waiting on (by its place: a ranked plan is not in number order).
+        start = next((i for i, s in enumerate(self.steps) if s.number == resume_at), 0)
+        for step in self.steps[start:]:
             if time.monotonic() >= self.deadline:
                 self._record(Attempt(step.number, step.tier, step.zone, resource_id(self.run_id, step.number),
                                      Outcome.TIMEOUT, 0.0, "overall timeout reached before this attempt",

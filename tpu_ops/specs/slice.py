@@ -16,6 +16,7 @@ from tpu_ops.accelerators import (
     known_names,
     lookup,
 )
+from tpu_ops.specs.choose import ChooseSpec, expand_auto
 from tpu_ops.specs.common import Duration, Labels, StrictModel, Usd
 from tpu_ops.tiers import BACKEND_GENERATIONS, BACKEND_TIERS, Backend, Tier
 
@@ -272,6 +273,11 @@ class ProvisionSpec(StrictModel):
     quota_limit: str | None = Field(
         None, pattern=r"^[a-z][-a-z0-9_]{0,62}$", description="Prefect global concurrency limit held in chips."
     )
+    choose: ChooseSpec | None = Field(
+        None, description="Rank the rungs by expected $ per kept step (`ladder: auto` sets it); none: written order."
+    )
+
+    _auto = model_validator(mode="before")(expand_auto)  # `ladder: auto` (tpu_ops/specs/choose.py)
 
     @model_validator(mode="after")
     def _check(self) -> ProvisionSpec:

@@ -38,7 +38,7 @@ from tpu_ops.provision.records import Outcome
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
-from tpu_ops.train import notices
+from tpu_ops.train import choice, notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport, Incarnation, Preemption
 from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
@@ -86,10 +86,12 @@ class Supervisor:
     def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, provider: Provider | None = None,
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
+        job = choice.for_job(job)  # a cost-ranked ladder learns the run's steps, checkpoints and deadline
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
         check_command(job, run_id)
         self.lease = SliceLease(job.provision, run_id, settings, provider=provider or for_spec(job.provision, settings),
-                                on_attempt=on_attempt)  # fmt: skip
+                                on_attempt=on_attempt,  # re-ranked at every walk with the steps kept by then:
+                                progress=choice.kept_steps(self))  # fmt: skip
         self.provider = self.lease.provider
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id)
@@ -129,6 +131,7 @@ class Supervisor:
 
     def _upload(self) -> None:
         put_json(self.gcs, self.layout.job, asdict(self.doc))
+        choice.record_identity(self.gcs, self.layout, self.job)  # keys this run in the capacity history
         if self.wheel is not None:
             target = self.layout.agent_dir.child(self.wheel.name)
             self.gcs.bucket(target.bucket).blob(target.prefix).upload_from_filename(str(self.wheel))

@@ -1,0 +1,116 @@
+"""``ladder: auto`` through the real ladder, on the fake Compute Engine over HTTP (google-cloud-compute)
+with the capacity history in fake-gcs-server: the ranking decides where the slice lands, the plan is
+kept in the ledger and beside the run's records, and a later walk ranks with the steps then left."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpu_ops.provision import provision, teardown
+from tpu_ops.provision.ledger import Ledger
+from tpu_ops.provision.ranking import CHOICE_EVENT, plan_rows
+from tpu_ops.settings import Settings
+from tpu_ops.specs.slice import ProvisionSpec
+
+
+@pytest.fixture(scope="module")
+def compute() -> Iterator[Any]:
+    from infra.local.compute.server import ComputeServer
+
+    with ComputeServer() as server:
+        yield server
+
+
+@pytest.fixture
+def compute_url(compute: Any) -> Iterator[str]:
+    """The fake's URL; after the test, nothing of it is left (teardown confirmed every instance gone)."""
+    yield compute.url
+    assert compute.backend.state()["instances"] == 0
+
+
+@pytest.fixture
+def settings(compute_url: str, gcs_env: dict[str, str], tmp_path: Path) -> Settings:
+    return Settings(
+        dry_run=True, gcp_project="tpu-ops-local", compute_endpoint=compute_url,
+        gcs_endpoint=gcs_env["TPU_OPS_GCS_ENDPOINT"], poll_interval_s=0.02, retry_attempts=4,
+        retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp_path / "state",
+    )  # fmt: skip
+
+
+def _spec(history: str) -> ProvisionSpec:
+    return ProvisionSpec.model_validate({
+        "slice": {"accelerator_type": "v5p-8", "region": "us-east5", "zones": ["us-east5-a", "us-east5-b"]},
+        "ladder": "auto", "budget_usd": 1000, "hours": 1, "queue_timeout": "5s", "overall_timeout": "60s",
+        "choose": {"history": history, "steps": 3600, "checkpoint_every": 600},
+    })  # fmt: skip
+
+
+def _seed_history(settings: Settings, bucket: str) -> None:
+    """Past runs: spot in zone a preempted 20 times in 10 h; spot in zone b never, in 100 h."""
+    from tpu_ops.cloud.clients import storage_client
+
+    gcs = storage_client(settings)
+    b = gcs.create_bucket(bucket)
+    for run, zone, hours, preempted in (("old-a", "us-east5-a", 10.0, 20), ("old-b", "us-east5-b", 100.0, 0)):
+        state = {
+            "incarnations": [{"zone": zone, "tier": "spot", "requested_at": 0.0, "ready_at": 60.0,
+                              "ended_at": 60.0 + hours * 3600}],
+            "preemptions": [{"zone": zone, "tier": "spot", "detect_s": 5.0, "delete_s": 5.0, "restore_s": 50.0,
+                             "steps_lost": 100}] * preempted,
+        }  # fmt: skip
+        b.blob(f"ckpt/{run}/_tpu_ops/state.json").upload_from_string(json.dumps(state))
+        ident = {"accelerator_type": "v5p-8", "backend": "compute", "chips": 4}
+        b.blob(f"ckpt/{run}/_tpu_ops/capacity.json").upload_from_string(json.dumps(ident))
+
+
+def _plans(settings: Settings, run_id: str) -> list[dict[str, Any]]:
+    return [e["plan"] for e in Ledger(settings, run_id).events() if e["kind"] == CHOICE_EVENT]
+
+
+def test_auto_lands_where_history_says_and_keeps_the_plan(settings: Settings) -> None:
+    from tpu_ops.cloud.clients import storage_client
+
+    _seed_history(settings, "ranked")
+    spec = _spec("gs://ranked/ckpt")
+    try:
+        s = provision(spec, "rk-1", settings, progress=lambda: None)
+        # written order: spot a (#1), spot b (#2), on-demand a (#3), on-demand b (#4); ranked: spot b first
+        assert (s.zone, s.tier) == ("us-east5-b", "spot")
+        assert [a.number for a in s.attempts] == [2]
+        (plan,) = _plans(settings, "rk-1")
+        assert plan["method"] == "cost" and plan["backend"] == "compute"
+        assert [(r["zone"], r["tier"]) for r in plan["rungs"]][:2] == [("us-east5-b", "spot"), ("us-east5-a", "spot")]
+        assert plan["rungs"][0]["why"] == "cheapest per kept step"
+        assert plan["rungs"][0]["history_hours"] == 100.0
+        rows = plan_rows(plan)  # the provision flow's table artifact
+        assert [r["rung"] for r in rows][:2] == ["spot in us-east5-b", "spot in us-east5-a"]
+        assert rows[0]["$/kept step"] == f"{plan['rungs'][0]['usd_per_step']:.6f}"
+        assert rows[0]["why"] == "cheapest per kept step" and rows[0]["preempt/h"] == "0.019 (100.0 h seen)"
+        kept = json.loads(storage_client(settings).bucket("ranked").blob("ckpt/rk-1/_tpu_ops/plan.json")
+                          .download_as_bytes())  # fmt: skip
+        assert kept == json.loads(json.dumps(plan))
+        # A later walk (the supervisor's, after a preemption) ranks what is left: 3000 of 3600 steps kept.
+        teardown("rk-1", settings, zones=list(spec.slice.zones))
+        provision(spec, "rk-1", settings, progress=lambda: 3000)
+        assert [p["steps_left"] for p in _plans(settings, "rk-1")] == [3600, 600]
+    finally:
+        teardown("rk-1", settings, zones=list(spec.slice.zones))
+
+
+def test_auto_without_history_keeps_the_written_order_and_says_so(settings: Settings) -> None:
+    spec = _spec("gs://ranked-none/ckpt")  # no such bucket: no history, never a refusal
+    try:
+        s = provision(spec, "rk-2", settings)
+        assert (s.zone, s.tier) == ("us-east5-a", "spot")
+        (plan,) = _plans(settings, "rk-2")
+        assert plan["method"] == "written-order"
+        assert plan["note"].startswith("ladder: auto (spot, on-demand in each zone); no history for any rung")
+        assert [r["position"] for r in plan["rungs"]] == [1, 2, 3, 4]
+        assert [r["order"] for r in plan["rungs"]] == [1, 2, 3, 4]
+    finally:
+        teardown("rk-2", settings, zones=list(spec.slice.zones))

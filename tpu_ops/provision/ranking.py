@@ -1,0 +1,227 @@
+"""The ladder's choice, wired: a spec's ``choose`` + the price table + the capacity history → the
+attempts in the order to try them, and the plan that says why.
+
+The arithmetic is :mod:`tpu_ops.provision.choose` (pure); the history is
+:mod:`tpu_ops.provision.history` (read from the checkpoint bucket). The ladder calls :func:`order`
+each time it walks, so a walk after a preemption ranks with the steps and the time then left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
+
+from tpu_ops.provision.choose import Choice, History, Rung, RunModel, rank
+from tpu_ops.provision.prices import PriceTable
+from tpu_ops.specs.choose import ChooseSpec
+from tpu_ops.specs.slice import ProvisionSpec
+
+CHOICE_EVENT: Final = "choice"  # the ledger event that records each ranking
+Key = tuple[str, str, str, str]
+Progress = Callable[[], "int | None"]  # steps already kept (the newest complete checkpoint)
+
+
+class StepLike(Protocol):
+    """What the ranking needs of the ladder's planned attempts."""
+
+    @property
+    def number(self) -> int: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def zone(self) -> str: ...
+    @property
+    def reservation(self) -> str: ...
+
+
+def backend_of(spec: ProvisionSpec) -> str:
+    """The control plane the spec resolves to (``tpu-api`` before the Compute Engine provider)."""
+    return str(getattr(spec.slice, "resolved_backend", "tpu-api"))
+
+
+def candidates(spec: ProvisionSpec, steps: Sequence[StepLike], table: PriceTable) -> list[Rung]:
+    """One candidate per planned attempt, priced for the whole slice."""
+    acc = spec.slice.accelerator
+    backend = backend_of(spec)
+    out = []
+    for s in steps:
+        usd_per_hour = acc.chips * table.price(acc.generation, str(s.tier))
+        name = s.reservation.rsplit("/", 1)[-1]
+        out.append(Rung(acc.name, s.zone, str(s.tier), backend, usd_per_hour, name, s.number))
+    return out
+
+
+def run_model(
+    spec: ProvisionSpec, *, steps_done: int = 0, started_at: float | None = None, now: float | None = None
+) -> RunModel:
+    """What is left of the run, from the spec's ``choose`` (a bare slice counts seconds as steps)."""
+    c = spec.choose or ChooseSpec()
+    now = time.time() if now is None else now
+    started = now if started_at is None else started_at
+    if c.steps is not None:
+        total = c.steps
+        seconds_per_step = spec.hours * 3600.0 / total
+        every = c.checkpoint_every or max(1, round(c.checkpoint_interval.total_seconds() / seconds_per_step))
+    else:  # no step count: one "step" per second of the expected hours
+        total, seconds_per_step = max(1, round(spec.hours * 3600.0)), 1.0
+        every = max(1, round(c.checkpoint_interval.total_seconds()))
+    deadline: float | None = None
+    if c.finish_by is not None:
+        deadline = c.finish_by.timestamp() - now
+    if c.max_duration is not None:
+        rel = started + c.max_duration.total_seconds() - now
+        deadline = rel if deadline is None else min(deadline, rel)
+    left = max(1, total - max(0, steps_done))
+    return RunModel(left, seconds_per_step, every, deadline)
+
+
+def order(
+    spec: ProvisionSpec,
+    steps: Sequence[Any],
+    table: PriceTable,
+    histories: dict[Key, History],
+    run: RunModel,
+) -> tuple[list[Any], Choice]:
+    """The planned attempts reordered by the choice (their numbers, hence resource names, kept)."""
+    c = spec.choose or ChooseSpec()
+    choice = rank(candidates(spec, steps, table), run, histories, max_miss=c.max_miss)
+    by_number = {s.number: s for s in steps}
+    ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
+    if c.auto and choice.method == "written-order":
+        tiers = ", ".join(dict.fromkeys(str(s.tier) for s in steps))
+        choice = Choice(choice.ranked, choice.method, f"ladder: auto ({tiers} in each zone); {choice.note}")
+    return ordered, choice
+
+
+def plan_document(spec: ProvisionSpec, choice: Choice, run: RunModel, table: PriceTable) -> dict[str, Any]:
+    """The plan as a run artifact: each rung's expected $ per kept step, completion and why."""
+    return {
+        "accelerator_type": spec.slice.accelerator_type,
+        "backend": backend_of(spec),
+        "steps_left": run.steps,
+        "seconds_per_step": run.seconds_per_step,
+        "checkpoint_every": run.checkpoint_every,
+        "deadline_s": run.deadline_s,
+        "price_date": table.date,
+        **choice.to_json(),
+    }
+
+
+def plan_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Table rows of a plan document (as kept in the ledger and ``plan.json``), in the order tried."""
+
+    def num(v: Any, fmt: str, unit: str = "") -> str:
+        return "never" if v is None else format(v, fmt) + unit
+
+    return [
+        {
+            "#": r["position"],
+            "rung": f"{('reservation ' + r['reservation']) if r['reservation'] else r['tier']} in {r['zone']}",
+            "$/kept step": num(r["usd_per_step"], ".6f"),
+            "completion (h)": num(None if r["wall_s"] is None else r["wall_s"] / 3600, ".2f"),
+            "P(miss)": f"{r['miss_probability']:.1%}",
+            "preempt/h": f"{r['rate_per_hour']:.3f} ({r['history_hours']:.1f} h seen)",
+            "why": r["why"],
+        }
+        for r in doc["rungs"]
+    ]
+
+
+def describe(choice: Choice) -> str:
+    """The plan in a few lines (CLI and logs)."""
+    lines = [choice.note]
+    for row in choice.rows():
+        lines.append(
+            f"  {row['#']}. {row['rung']}: {row['$/kept step']}/kept step, done in {row['completion']}, "
+            f"P(miss) {row['P(miss)']}, {row['preempt/h']} preemptions/h — {row['why']}"
+        )
+    return "\n".join(lines)
+
+
+def history_for(
+    spec: ProvisionSpec, settings: Any, now: float | None = None, *, strict: bool = False
+) -> dict[Key, History]:
+    """The capacity history under ``choose.history``: empty without one, or when it cannot be read
+    (unless ``strict``: the CLI says why rather than show a plan without history)."""
+    c = spec.choose
+    if c is None or c.history is None:
+        return {}
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.errors import TpuOpsError
+    from tpu_ops.provision import history
+    from tpu_ops.uris import parse_gs
+
+    try:
+        return history.load(storage_client(settings), parse_gs(c.history), now)
+    except TpuOpsError:
+        if strict:
+            raise
+        return {}  # no history is no reason to refuse a slice: the written order stands, and says so
+
+
+def write_plan(spec: ProvisionSpec, settings: Any, run_id: str, doc: dict[str, Any]) -> None:
+    """Keep the plan beside the run's records (``RUN/_tpu_ops/plan.json``) when the run has a bucket."""
+    c = spec.choose
+    if c is None or c.history is None:
+        return
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.cloud.translate import google_errors
+    from tpu_ops.uris import parse_gs
+
+    target = parse_gs(c.history).child(f"{run_id}/_tpu_ops/plan.json")
+    with google_errors("gcs"):
+        storage_client(settings).bucket(target.bucket).blob(target.prefix).upload_from_string(
+            json.dumps(doc, sort_keys=True, default=str), content_type="application/json"
+        )
+
+
+def for_job(provision: ProvisionSpec, *, steps: int, checkpoint_every: int, checkpoint_dir: str,
+            max_duration_s: float) -> ProvisionSpec:  # fmt: skip
+    """A training job's provision spec with ``choose`` completed from the job (steps, checkpoint
+    interval, history = the checkpoint dir, deadline = ``train.max_duration`` unless set)."""
+    c = provision.choose
+    if c is None:
+        return provision
+    from datetime import timedelta
+
+    update: dict[str, Any] = {
+        "steps": c.steps or steps,
+        "checkpoint_every": c.checkpoint_every or checkpoint_every,
+        "history": c.history or checkpoint_dir,
+    }
+    if c.max_duration is None and c.finish_by is None:
+        update["max_duration"] = timedelta(seconds=max_duration_s)
+    return provision.model_copy(update={"choose": c.model_copy(update=update)})
+
+
+def apply(
+    spec: ProvisionSpec,
+    steps: Sequence[Any],
+    settings: Any,
+    run_id: str,
+    ledger: Any,
+    table: PriceTable,
+    progress: Progress | None = None,
+    now: float | None = None,
+) -> list[Any]:
+    """What the ladder calls at each walk: the attempts ranked, the plan kept in the ledger (a
+    ``choice`` event) and beside the run's records in GCS. The deadline counts from the run's first
+    ledger event, so a walk after a preemption ranks with the time then left."""
+    if spec.choose is None:
+        return list(steps)
+    from tpu_ops.errors import TpuOpsError
+
+    now = time.time() if now is None else now
+    started = min((float(e["t"]) for e in ledger.events() if "t" in e), default=now)
+    done = (progress() if progress is not None else None) or 0
+    run = run_model(spec, steps_done=done, started_at=started, now=now)
+    ordered, choice = order(spec, steps, table, history_for(spec, settings, now), run)
+    doc = plan_document(spec, choice, run, table)
+    ledger.append(CHOICE_EVENT, plan=doc)
+    # The ledger has it; a bucket we cannot write to is no reason to refuse a slice.
+    with contextlib.suppress(TpuOpsError):
+        write_plan(spec, settings, run_id, doc)
+    return ordered
