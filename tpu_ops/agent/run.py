@@ -25,6 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tpu_ops.agent.goodput_hooks import StepTimeline
 from tpu_ops.agent.metadata import MetadataClient, WorkerIdentity
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.errors import TpuOpsError
@@ -60,6 +61,7 @@ class Job:
     heartbeat_s: float = 5.0
     term_grace_s: float = 30.0
     coordinator_port: int = 8476
+    incarnation: str = ""  # written by the supervisor before it asks for the slice
 
     @property
     def layout(self) -> RunLayout:
@@ -120,10 +122,11 @@ class Agent:
         self.gcs = storage_client(settings)
         self.job = Job(**get_json(self.gcs, parse_gs(job_uri)))
         self.layout = self.job.layout
-        self.incarnation = incarnation
+        self.incarnation = incarnation or self.job.incarnation
         self.who = MetadataClient(settings).identity()
         self.workdir = Path(settings.worker_dir or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.timeline = StepTimeline(self.workdir, self.who.worker_number)  # goodput: the trainer's step records
         self.term_at: float | None = None
         self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
         self.proc: subprocess.Popen[bytes] | None = None
@@ -137,7 +140,7 @@ class Agent:
     def _heartbeat(self, step: int | None, resume: int | None, log: Path, state: str) -> None:
         doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
                "log_bytes": log.stat().st_size if log.exists() else 0, "incarnation": self.incarnation,
-               "state": state, "first_step_at": self.first_step_at}  # fmt: skip
+               "state": state, "first_step_at": self.first_step_at, **self.timeline.heartbeat_fields()}  # fmt: skip
         try:
             put_json(self.gcs, self.layout.heartbeat(self.who.worker_number), doc)
         except TpuOpsError as exc:  # a missed heartbeat must not kill training
@@ -155,7 +158,7 @@ class Agent:
         if self.job.dataset_manifest and not self._preflight(resume, log):
             self._release(None)
             return 1
-        env = contract_env(self.job, self.who, resume, progress)
+        env = {**contract_env(self.job, self.who, resume, progress), **self.timeline.env()}
         start = f"resuming from step {resume}" if resume is not None else "fresh start"
         if self.warm is not None and self.warm.poll() is None:
             start += " (trainer imported while the agent started)"

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tpu_ops.agent.goodput_hooks import record
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.mirror import manifest as manifests
@@ -140,9 +141,13 @@ def main() -> int:
     env = JobEnv()
     hp = env.hyperparameters
     gcs = storage_client(Settings())
+    t0 = time.time()
     x, y = load_data(gcs, env.dataset_manifest, hp)
+    record("data", None, t0, time.time())  # goodput: the trainer's own records (TPU_OPS_STEP_LOG)
     if env.resume_step is not None:
+        t0 = time.time()
         params, start = restore(gcs, env, env.resume_step), env.resume_step
+        record("restore", start, t0, time.time())
         print(f"worker {env.worker}: restored step {start}", flush=True)
     else:
         params, start = np.random.default_rng(int(hp.get("seed", 0))).normal(0, 0.1, x.shape[1] + 1), 0
@@ -157,11 +162,15 @@ def main() -> int:
             print(f"worker {env.worker}: injected hang at step {step}", flush=True)
             while True:
                 time.sleep(3600)
+        t0 = time.time()
         params = sgd_step(params, x, y, step, lr, batch)
         if delay:
             time.sleep(delay)
+        t1 = time.time()
+        record("step", step, t0, t1)
         if step % env.checkpoint_every == 0 or step == env.steps:
             save(gcs, env, step, params, hp)
+            record("save", step, t1, time.time())
         _progress(env.progress_file, step)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
     print(f"worker {env.worker}: done at step {env.steps}, loss {loss:.6f}", flush=True)

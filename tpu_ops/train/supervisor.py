@@ -28,25 +28,27 @@ from typing import Any
 from tpu_ops.agent.run import Job
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
-from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
+from tpu_ops.errors import NotFoundError, SpecError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.provision.records import Outcome
 from tpu_ops.provision.teardown import teardown
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.checkpoints import latest_complete_step
-from tpu_ops.train.goodput import GoodputReport, Incarnation, Preemption
-from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
+from tpu_ops.train.goodput import GoodputReport
+from tpu_ops.train.layout import RunLayout, exists, get_json, list_json, put_json
+from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState, StateStore
 
 Notify = Callable[[str, dict[str, Any]], None]
 PREEMPTED_EVENT = "tpu-ops.slice.preempted"
 RECOVERED_EVENT = "tpu-ops.slice.recovered"
 PROVISIONED_EVENT = "tpu-ops.slice.provisioned"
+LEASE_MIN_S, LEASE_POLLS = 30.0, 20  # the lease lasts max(30 s, 20 polls); renewed every third of that
+STATE_SAVE_S = 2.0  # how often the run state is written while steps go by
 
 
 def check_command(job: TrainJobSpec, run_id: str) -> None:
@@ -97,27 +99,70 @@ class Supervisor:
         self.report = GoodputReport(run_id, "running", job.train.steps, None, time.time())
         self.deadline = time.monotonic() + job.train.max_duration.total_seconds()
         self.stalls: dict[int | None, int] = {}
+        self.store = StateStore(self.gcs, self.layout.run_state)
+        self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
+        self.state = RunState(run_id, time.time(), job.train.steps)
+        self._saved_at = 0.0
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> GoodputReport:
-        """Train to the end (or fail); always tear down and write the goodput report."""
-        t0 = time.monotonic()
+        """Train to the end (or fail); always tear down and write the goodput report.
+
+        A run whose report says it is done is not touched: its stored report is returned as it is.
+        """
+        stored = self._stored_report()
+        if stored is not None:
+            self.report = stored
+            return stored
+        self.lease.acquire()  # LeaseHeldError (naming the holder) if another supervisor runs this run
+        self.lease.start()
+        lost = False
         try:
-            if exists(self.gcs, self.layout.done):
-                self.report.outcome = "already-done"
-            else:
-                self._upload()
-                self._train()
-                self.report.outcome = "done"
+            self._load_state()
+            self._upload()
+            self._train()
+            self.state.outcome = "done"
+        except LeaseLostError:
+            lost = True  # another supervisor took the run over: its slice and its state are not ours to touch
+            raise
         except BaseException as exc:
-            self.report.outcome, self.report.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.state.outcome, self.state.error = "failed", f"{type(exc).__name__}: {exc}"
             raise
         finally:
             try:
-                teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+                if not lost:
+                    try:
+                        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+                    finally:
+                        self._finish()
             finally:
-                self._finish(time.monotonic() - t0)
+                self.lease.release()
         return self.report
+
+    def _stored_report(self) -> GoodputReport | None:
+        """A finished run's report, exactly as stored (None unless the run is done)."""
+        try:
+            doc = get_json(self.gcs, self.layout.goodput)
+        except NotFoundError:
+            return None
+        if not isinstance(doc, dict) or doc.get("outcome") not in ("done", "already-done"):
+            return None
+        return GoodputReport.from_json(doc)
+
+    def _load_state(self) -> None:
+        """The run's state from GCS (an earlier supervisor's), or a new one."""
+        found = self.store.load()
+        if found is not None:
+            self.state = found
+            self.state.outcome, self.state.error = "running", ""  # a failed run is resumed
+        self.state.supervisors.append({**{k: self.lease.me[k] for k in ("host", "pid")}, "started_at": time.time()})
+        self.report.started_at = self.state.started_at
+        self._save()
+
+    def _save(self) -> None:
+        self.lease.check()
+        self.store.save(self.state)
+        self._saved_at = time.monotonic()
 
     def _upload(self) -> None:
         put_json(self.gcs, self.layout.job, asdict(self.doc))
@@ -126,44 +171,74 @@ class Supervisor:
             self.gcs.bucket(target.bucket).blob(target.prefix).upload_from_filename(str(self.wheel))
 
     def _train(self) -> None:
-        preemption: Preemption | None = None
+        preemption = self._resume()
         while True:
-            inc = self._provision(len(self.report.incarnations), preemption)
+            if exists(self.gcs, self.layout.done):
+                return
+            inc = self._provision(preemption)
             try:
-                self._watch(inc, preemption)
-                inc.kept_until = self.report.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+                self._watch(inc)
                 return
             except _Preempted as p:
                 preemption = self._recover(inc, p.reason)
 
-    def _provision(self, number: int, preemption: Preemption | None) -> Incarnation:
+    def _resume(self) -> PreemptionState | None:
+        """Take over the incarnation an earlier supervisor left live: adopt its slice if it is healthy,
+        else record the preemption that happened while no supervisor ran."""
+        live = self.state.live
+        if live is None or not live.queued_resource:
+            return None
+        self._heartbeats(live)  # its workers' progress meanwhile (and the exit heartbeats of a lost slice)
+        lost = self._slice_lost(live)
+        if lost is None:
+            return None  # _provision adopts it (same incarnation id: its workers' reports stay current)
+        return self._recover(live, lost, unsupervised=True)
+
+    def _provision(self, preemption: PreemptionState | None) -> IncarnationState:
         self._check_deadline()
-        inc_id = f"{number}-{uuid.uuid4().hex[:8]}"
+        inc = self.state.live
+        if inc is None:  # a new incarnation: its id is in the run state and job.json before the slice boots
+            number = len(self.state.incarnations)
+            inc = IncarnationState(number, f"{number}-{uuid.uuid4().hex[:8]}", time.time(),
+                                   resume_step=latest_complete_step(self.gcs, self.layout.steps_uri))  # fmt: skip
+            self.state.incarnations.append(inc)
+            self.doc.incarnation = inc.id
+            put_json(self.gcs, self.layout.job, asdict(self.doc))
+            self._save()
+        self.doc.incarnation = inc.id
         script = render_startup_script(
-            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc_id, "--job-file", "job.json"],
+            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc.id, "--job-file", "job.json"],
             run_uri=self.layout.run_uri, agent_prefix=str(self.layout.agent_dir),
         )  # fmt: skip
         t0 = time.monotonic()
-        resume = latest_complete_step(self.gcs, self.layout.steps_uri)
         s = provision(self.job.provision, self.run_id, self.settings, api=self.api,
                       metadata={"startup-script": script}, on_attempt=self.on_attempt)  # fmt: skip
+        self._slice = s
+        if inc.queued_resource and inc.queued_resource != s.queued_resource:
+            raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
+        adopted = bool(inc.queued_resource)
+        inc.queued_resource, inc.zone, inc.tier = s.queued_resource, s.zone, s.tier
+        if inc.ready_at is None:
+            inc.ready_at = time.time()
         if preemption is not None:
             preemption.reprovision_s = time.monotonic() - t0
-            preemption.resume_step = resume
-            preemption.steps_lost = max(0, (preemption.last_step or 0) - (resume or 0))
-        adopted = any(a.outcome == Outcome.ADOPTED for a in s.attempts)
-        inc = Incarnation(number, "" if adopted else inc_id, s.queued_resource, s.zone, s.tier, time.time(), resume)
-        self._slice = s
-        self.report.incarnations.append(inc)
-        self.notify(PROVISIONED_EVENT, {"incarnation": number, "queued_resource": s.queued_resource, "node": s.node,
-                                        "zone": s.zone, "tier": s.tier, "resume_step": resume})  # fmt: skip
+            preemption.resume_step = inc.resume_step
+            preemption.steps_lost = max(0, (preemption.last_step or 0) - (inc.resume_step or 0))
+        self._save()
+        self.report.incarnations = self.state.incarnations
+        self.notify(PROVISIONED_EVENT, {"incarnation": inc.number, "queued_resource": s.queued_resource,
+                                        "node": s.node, "zone": s.zone, "tier": s.tier, "adopted": adopted,
+                                        "resume_step": inc.resume_step})  # fmt: skip
         return inc
 
     # -- watching ----------------------------------------------------------------------------
-    def _watch(self, inc: Incarnation, preemption: Preemption | None) -> None:
+    def _watch(self, inc: IncarnationState) -> None:
         """Return when DONE; raise ``_Preempted`` or ``TrainingError``."""
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
+        preemption = self.state.preemptions[-1] if self.state.preemptions else None
+        if preemption is not None and preemption.incarnation != inc.number - 1:
+            preemption = None
 
         def check() -> bool | None:
             return self._check(inc, preemption)
@@ -177,20 +252,21 @@ class Supervisor:
                 f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached at step {inc.last_step}"
             ) from None
 
-    def _check(self, inc: Incarnation, preemption: Preemption | None) -> bool | None:
+    def _check(self, inc: IncarnationState, preemption: PreemptionState | None) -> bool | None:
+        self.lease.check()
         try:
             reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
             self._heartbeats(inc, preemption)
-            if exists(self.gcs, self.layout.done):
+            done = self._done()
+            if done is not None:
+                self._completed(inc, done)
                 return True
-            lost = self._slice_lost(inc)
+            lost = self._preemption_signal(inc, reports)
         except TransientError:
             return None  # this poll failed; the next one tries again
         if lost:
             raise _Preempted(lost)
         failed = [r for r in reports if r["exit_code"] != 0]
-        if any(r.get("terminated") for r in failed):
-            raise _Preempted("workers terminated")  # told to stop by the host, not the trainer's fault
         if failed:
             r = min(failed, key=lambda r: r["worker"])
             raise TrainingError(
@@ -205,32 +281,71 @@ class Supervisor:
             if self.stalls[step] >= 2:
                 raise TrainingError(f"run {self.run_id}: no progress past step {step} twice in a row; giving up")
             raise _Preempted(f"stalled: no new step for {self.stall_s:.0f}s")
+        if time.monotonic() - self._saved_at >= STATE_SAVE_S:
+            self._save()  # the step records so far (the heartbeats hold them too, until the next slice)
         return None
 
-    def _mine(self, inc: Incarnation, docs: list[Any]) -> list[dict[str, Any]]:
-        return [d for d in docs if not inc.incarnation_id or d.get("incarnation") == inc.incarnation_id]
+    def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
+        """Every sign that the slice is being taken away, gathered in one place; the reason, or None.
 
-    def _heartbeats(self, inc: Incarnation, preemption: Preemption | None) -> None:
+        The slice's state in the TPU API, and this incarnation's workers reporting that they were told
+        to stop (SIGTERM from the host, not the trainer's own failure). Further signals (the agents'
+        SIGTERM notices under ``RUN/_tpu_ops/notices/``) belong here.
+        """
+        lost = self._slice_lost(inc)
+        if lost:
+            return lost
+        if any(r.get("terminated") and r["exit_code"] != 0 for r in reports):
+            return "workers terminated"
+        return None
+
+    def _done(self) -> dict[str, Any] | None:
+        try:
+            doc = get_json(self.gcs, self.layout.done)
+        except NotFoundError:
+            return None
+        return doc if isinstance(doc, dict) else {}
+
+    def _completed(self, inc: IncarnationState, done: dict[str, Any]) -> None:
+        final = latest_complete_step(self.gcs, self.layout.steps_uri)
+        self._heartbeats(inc)  # worker 0's exit heartbeat (written before DONE) has the last steps
+        inc.kept_until = self.state.final_step = final
+        inc.end, inc.ended_at = "done", float(done.get("time") or time.time())
+        self.state.finished_at = max(inc.ended_at, self.state.started_at)
+        self._save()
+
+    def _mine(self, inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:
+        """Only this incarnation's documents: a stale report of an earlier slice is never taken for news."""
+        return [d for d in docs if isinstance(d, dict) and d.get("incarnation") == inc.id]
+
+    def _heartbeats(self, inc: IncarnationState, preemption: PreemptionState | None = None) -> None:
         beats = self._mine(inc, list_json(self.gcs, self.layout.heartbeats))
+        for b in beats:  # worker 0 carries the trainer's step records: keep the longest list seen
+            if b.get("worker") == 0 and len(b.get("timeline") or []) > len(inc.timeline):
+                inc.timeline = [list(r) for r in b["timeline"]]
         steps = [b["step"] for b in beats if b.get("step") is not None]
         mark = (max(steps) if steps else None, sum(int(b.get("log_bytes", 0)) for b in beats))
         now = time.time()
-        if mark != self._progress_mark:
+        if mark != self._progress_mark_get():
             self._progress_mark, self._progress_mono = mark, time.monotonic()
-        self._last_beat = max((float(b["time"]) for b in beats), default=inc.ready_at)
+        if beats:
+            inc.last_seen_at = max(float(b["time"]) for b in beats)
         top = mark[0]
         if top is None or (inc.last_step is not None and top <= inc.last_step):
             return
-        if top > (inc.resume_step or 0) and inc.first_step is None:
+        if top > (inc.resume_step or 0) and inc.first_step_at is None:
             # When the agents saw the first new step (they heartbeat at once then), else when we did.
             seen = [float(b["first_step_at"]) for b in beats if b.get("first_step_at")]
-            inc.first_step, inc.first_step_at = top, min(seen, default=now)
-            if preemption is not None:
+            inc.first_step_at = min(seen, default=now)
+            if preemption is not None and inc.ready_at is not None:
                 preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
                 self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
-        inc.last_step, inc.last_progress_at = top, now
+        inc.last_step = top
 
-    def _slice_lost(self, inc: Incarnation) -> str | None:
+    def _progress_mark_get(self) -> tuple[Any, ...]:
+        return getattr(self, "_progress_mark", ())
+
+    def _slice_lost(self, inc: IncarnationState) -> str | None:
         """Why the slice is gone (queued resource or node state), or None while it is healthy."""
         qr = self.api.find_queued_resource(inc.zone, inc.queued_resource)
         if qr is None or qr.state not in QrState.ACTIVE:
@@ -241,25 +356,32 @@ class Supervisor:
         return None
 
     # -- recovery ----------------------------------------------------------------------------
-    def _recover(self, inc: Incarnation, reason: str) -> Preemption:
+    def _recover(self, inc: IncarnationState, reason: str, *, unsupervised: bool = False) -> PreemptionState:
         detected = time.time()
-        p = Preemption(len(self.report.preemptions) + 1, reason, inc.queued_resource, inc.zone, inc.tier, detected,
-                       inc.last_step, detect_s=max(0.0, detected - self._last_beat))  # fmt: skip
-        self.report.preemptions.append(p)
+        p = PreemptionState(len(self.state.preemptions) + 1, inc.number, reason, inc.queued_resource, inc.zone,
+                            inc.tier, detected, inc.last_seen_at, inc.last_step, unsupervised)  # fmt: skip
+        p.detect_s = max(0.0, detected - (inc.last_seen_at or detected))
+        inc.end, inc.ended_at = "preempted", detected
+        self.state.preemptions.append(p)
+        self.report.preemptions = self.state.preemptions
+        self._save()
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
         self.notify(PREEMPTED_EVENT, self._event(p))
         t0 = time.monotonic()
         teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
         p.delete_s = time.monotonic() - t0
-        # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
+        # The killed workers' exit heartbeats and reports (written on SIGTERM) name the step each really reached.
+        with contextlib.suppress(TransientError):
+            self._heartbeats(inc)
         reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
         reached = [s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None]
         p.last_step = max(reached, default=None)
         inc.kept_until = latest_complete_step(self.gcs, self.layout.steps_uri)
-        if len(self.report.preemptions) > self.job.train.max_recoveries:
+        self._save()
+        if len(self.state.preemptions) > self.job.train.max_recoveries:
             raise TrainingError(
-                f"run {self.run_id}: preempted {len(self.report.preemptions)} times; max_recoveries is "
+                f"run {self.run_id}: preempted {len(self.state.preemptions)} times; max_recoveries is "
                 f"{self.job.train.max_recoveries}. Resume later with the same run id."
             )
         return p
@@ -268,20 +390,30 @@ class Supervisor:
         if time.monotonic() >= self.deadline:
             raise TrainingError(f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached")
 
-    def _event(self, p: Preemption, **extra: Any) -> dict[str, Any]:
+    def _event(self, p: PreemptionState, **extra: Any) -> dict[str, Any]:
         return {"run_id": self.run_id, "preemption": p.number, "reason": p.reason, "zone": p.zone, "tier": p.tier,
-                "queued_resource": p.queued_resource, "last_step": p.last_step, **extra}  # fmt: skip
+                "queued_resource": p.queued_resource, "last_step": p.last_step, "unsupervised": p.unsupervised,
+                **extra}  # fmt: skip
 
-    def _finish(self, wall_s: float) -> None:
-        """Wall time, cost from the ledger, and the report in GCS (best effort: never masks an error)."""
-        self.report.wall_s = wall_s
-        if self.report.final_step is None:
+    def _finish(self) -> None:
+        """The report derived from the run's state, with cost from the ledger, in GCS (best effort: never
+        masks an error). A run that has not ended yet (failed) is measured up to now."""
+        if self.state.final_step is None:
             with contextlib.suppress(TpuOpsError):
-                self.report.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+                self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+        live = self.state.live
+        if live is not None and self.state.outcome == "failed":
+            live.end, live.ended_at = "failed", time.time()
+            live.kept_until = self.state.final_step
+        if self.state.outcome == "failed" and self.state.finished_at is None:
+            self.state.finished_at = time.time()
         try:
-            cost = L.Ledger(self.settings, self.run_id).summary(load_prices(self.settings))
-            self.report.cost = cost.to_json()
+            cost = L.Ledger(self.settings, self.run_id).summary(load_prices(self.settings)).to_json()
+            self.report = GoodputReport.derive(self.state, time.time(), cost)
             put_json(self.gcs, self.layout.goodput, self.report.to_json())
+            if self.state.outcome == "failed":
+                self.state.finished_at = None  # a later supervisor resumes the run: its wall goes on
+            self._save()
         except (TpuOpsError, OSError) as exc:
             self.report.error = self.report.error or f"goodput report not written: {exc}"
 
