@@ -337,10 +337,11 @@ class Supervisor:
             # When the agents saw the first new step (they heartbeat at once then), else when we did.
             seen = [float(b["first_step_at"]) for b in beats if b.get("first_step_at")]
             inc.first_step_at = min(seen, default=now)
-            if preemption is not None and inc.ready_at is not None:
-                preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
-                self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
         inc.last_step = top
+        if preemption is not None and preemption.restore_s is None and inc.first_step_at and inc.ready_at:
+            preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
+            self._save()  # an event: the recovery is complete
+            self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
 
     def _progress_mark_get(self) -> tuple[Any, ...]:
         return getattr(self, "_progress_mark", ())
