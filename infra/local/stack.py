@@ -22,6 +22,7 @@ from typing import Any
 
 from infra.local._proc import http_call
 from infra.local.aws import MotoServer
+from infra.local.cloudlogging.server import CloudLoggingServer
 from infra.local.gcs import FakeGcs
 from infra.local.hostsim import HostSimulator
 from infra.local.sts.models import StsBackend
@@ -70,6 +71,7 @@ class LocalStack:
         self.tpu: TpuServer | None = None
         self.sts: StsServer | None = None
         self.hosts: HostSimulator | None = None
+        self.logging: CloudLoggingServer | None = None
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -82,6 +84,7 @@ class LocalStack:
             self.aws = MotoServer()
             self.aws.start()
             self.sts = StsServer(StsBackend(EmulatorMover(self.aws.url, self.gcs.url, AWS_REGION))).start()
+            self.logging = CloudLoggingServer().start()
             if self._tpu_enabled:
                 backend = TpuBackend(latency=self._latency)
                 self.tpu = TpuServer(backend, logs=self._logs).start()
@@ -97,11 +100,11 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part (workers first); safe to call twice and after a failed start."""
-        for part in (self.hosts, self.tpu, self.sts, self.aws, self.gcs):
+        for part in (self.hosts, self.tpu, self.sts, self.logging, self.aws, self.gcs):
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
-        self.hosts = self.tpu = self.sts = None
+        self.hosts = self.tpu = self.sts = self.logging = None
         self._started = False
 
     def __enter__(self) -> LocalStack:
@@ -137,6 +140,11 @@ class LocalStack:
         return str(self._need(self.sts, "sts").url)
 
     @property
+    def logging_endpoint(self) -> str:
+        """Fake Cloud Logging API: ``http://127.0.0.1:PORT`` (the client's ``api_endpoint``)."""
+        return str(self._need(self.logging, "logging").url)
+
+    @property
     def sts_backend(self) -> StsBackend:
         """The fake STS's state model (in-process control: fail an object, stall, deny a bucket)."""
         return self._need(self.sts, "sts").backend  # type: ignore[no-any-return]
@@ -163,6 +171,7 @@ class LocalStack:
             "TPU_OPS_AWS_ENDPOINT_URL": self.aws_endpoint,
             "TPU_OPS_GCS_ENDPOINT": self.gcs_endpoint,
             "TPU_OPS_STS_ENDPOINT": self.sts_endpoint,
+            "TPU_OPS_LOGGING_ENDPOINT": self.logging_endpoint,
             "TPU_OPS_AWS_ACCESS_KEY_ID": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "TPU_OPS_AWS_SECRET_ACCESS_KEY": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
             "TPU_OPS_AUDIT_KMS_KEY_ID": AUDIT_KEY_ALIAS,
@@ -181,6 +190,7 @@ class LocalStack:
             "aws_endpoint_url": self.aws_endpoint,
             "gcs_endpoint": self.gcs_endpoint,
             "sts_endpoint": self.sts_endpoint,
+            "logging_endpoint": self.logging_endpoint,
             "tpu_endpoint": self.tpu_endpoint if self.tpu is not None else None,
             "aws_access_key_id": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
@@ -207,6 +217,7 @@ class LocalStack:
         self.seed_audit()
         self.reset_gcs()
         self.sts_backend.reset()
+        self._need(self.logging, "logging").backend.reset()
         if self.tpu is not None:
             self.tpu.backend.reset()
 

@@ -9,8 +9,15 @@ the supervisor keeps them in the run's state and derives productive time from th
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +76,122 @@ def record(kind: str, step: int | None, start: float, end: float) -> None:
     line = json.dumps({"kind": kind, "step": step, "start": start, "end": end}) + "\n"
     with open(path, "a", encoding="utf-8") as f:
         f.write(line)
+
+
+# -- Cloud Logging: the entries ml-goodput-measurement's GoodputRecorder writes ---------------------
+
+LOGGING_ENDPOINT_ENV = "TPU_OPS_LOGGING_ENDPOINT"
+DEFAULT_LOGGING_ENDPOINT = "https://logging.googleapis.com"
+TOKEN_PATH = "instance/service-accounts/default/token"  # noqa: S105 - a metadata path, not a secret
+
+
+def _is_loopback(url: str) -> bool:
+    host = urllib.parse.urlsplit(url if "://" in url else f"http://{url}").hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _rfc3339(t: float) -> str:
+    utc = timezone.utc  # noqa: UP017 - the agent runs on Python 3.10 (no datetime.UTC)
+    return datetime.fromtimestamp(t, tz=utc).isoformat().replace("+00:00", "Z")
+
+
+class GoodputLogWriter:
+    """Worker 0 writes the run's start-up and step entries to Cloud Logging, under the run's job name and
+    with the payload fields ``GoodputRecorder`` uses, so Google's ``GoodputCalculator`` (and MaxText's goodput
+    monitor) read tpu-ops runs. Checkpoint saves go in as custom badput events (``checkpoint_save``)."""
+
+    def __init__(self, conf: dict[str, Any], incarnation: int, metadata_get: Callable[[str], str],
+                 started_at: float | None = None) -> None:  # fmt: skip
+        self.job_name, self.log_name = str(conf["job_name"]), str(conf["logger_name"])
+        self.project, self.steps = str(conf["project"]), int(conf.get("steps") or 0)
+        self.endpoint = os.environ.get(LOGGING_ENDPOINT_ENV) or DEFAULT_LOGGING_ENDPOINT
+        dry_run = os.environ.get("TPU_OPS_DRY_RUN", "").lower() in ("1", "true", "yes")
+        if not self.endpoint.startswith(("http://", "https://")) or (dry_run and not _is_loopback(self.endpoint)):
+            raise ValueError(f"{LOGGING_ENDPOINT_ENV}={self.endpoint!r}: not an http(s) address on loopback")
+        self.metadata_get = metadata_get
+        self.pending: list[tuple[float, dict[str, Any]]] = []
+        self.sent = 0  # records of the timeline already turned into entries
+        self.ended = False
+        now = time.time() if started_at is None else started_at
+        if incarnation == 0:  # the run's start: the wall time Google's calculator measures begins here
+            self._add(float(conf.get("run_started_at") or now), {"job_start_time": float(conf.get("run_started_at")
+                                                                                        or now)})  # fmt: skip
+        else:  # a restart: the library counts the gap since the last step as disruption
+            self._add(float(conf.get("requested_at") or now), {"job_start_time": float(conf.get("requested_at")
+                                                                                        or now)})  # fmt: skip
+        self._add(float(conf.get("requested_at") or now), {"tpu_init_start_time": float(conf.get("requested_at")
+                                                                                           or now)})  # fmt: skip
+        self._add(now, {"tpu_init_end_time": now})
+
+    def _add(self, t: float, fields: dict[str, Any]) -> None:
+        self.pending.append((t, {"job_name": self.job_name, **fields}))
+
+    def take(self, records: list[list[Any]], final: bool) -> None:
+        """Turn new timeline records into entries; the job's end once the last step (and its save) is in."""
+        save = "checkpoint_save"
+        for kind, step, start, end in records[self.sent :]:
+            if kind == "step":
+                self._add(start, {"step_count": int(step), "step_start_time": start})
+            elif kind == "save":
+                self._add(start, {"custom_badput_event_type": save, "custom_badput_event_start_time": start})
+                self._add(end, {"custom_badput_event_type": save, "custom_badput_event_end_time": end})
+            elif kind == "data":
+                self._add(start, {"data_loading_start_time": start})
+                self._add(end, {"data_loading_end_time": end})
+            elif kind == "prep":
+                self._add(start, {"training_prep_start_time": start})
+                self._add(end, {"training_prep_end_time": end})
+        self.sent = len(records)
+        last_step = max((int(r[1]) for r in records if r[0] == "step"), default=0)
+        if final and not self.ended and records and self.steps and last_step >= self.steps:
+            end = max(float(r[3]) for r in records)
+            self._add(end, {"job_end_time": end})
+            self.ended = True
+
+    def flush(self) -> None:
+        """Send what is pending (``entries.write``); on failure keep it for the next heartbeat."""
+        if not self.pending:
+            return
+        body = {
+            "logName": f"projects/{self.project}/logs/{urllib.parse.quote(self.log_name, safe='')}",
+            "resource": {"type": "global"},
+            "entries": [{"severity": "INFO", "timestamp": _rfc3339(t), "jsonPayload": p} for t, p in self.pending],
+        }
+        try:
+            token = json.loads(self.metadata_get(TOKEN_PATH))["access_token"]
+            req = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
+                f"{self.endpoint.rstrip('/')}/v2/entries:write", data=json.dumps(body).encode(), method="POST",
+                headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+            )  # fmt: skip
+            with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - scheme checked in __init__
+                resp.read()
+        except Exception as exc:  # a missed write must not stop training; retried at the next heartbeat
+            print(f"tpu-ops agent: goodput entries not written to Cloud Logging: {exc}", file=sys.stderr, flush=True)
+            return
+        self.pending.clear()
+
+
+class GoodputHooks:
+    """What ``agent.run`` calls: the trainer's step log (all workers) and, on worker 0 when the job asks for
+    it, the Cloud Logging entries. ``conf`` is the job document's ``goodput`` section."""
+
+    def __init__(self, workdir: Path, worker: int, conf: dict[str, Any], incarnation: str,
+                 metadata_get: Callable[[str], str]) -> None:  # fmt: skip
+        self.timeline = StepTimeline(workdir, worker)
+        self.writer: GoodputLogWriter | None = None
+        if worker == 0 and conf.get("logging"):
+            number = int(incarnation.split("-", 1)[0]) if incarnation.split("-", 1)[0].isdigit() else 0
+            self.writer = GoodputLogWriter(conf, number, metadata_get)
+
+    def env(self) -> dict[str, str]:
+        return self.timeline.env()
+
+    def heartbeat_fields(self, state: str = "running") -> dict[str, Any]:
+        fields = self.timeline.heartbeat_fields()
+        if self.writer is not None:
+            self.writer.take(self.timeline.records, final=state == "exited")
+            self.writer.flush()
+        return fields

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tpu_ops.agent.goodput_hooks import StepTimeline
+from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.metadata import MetadataClient, WorkerIdentity
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.errors import TpuOpsError
@@ -62,6 +62,7 @@ class Job:
     term_grace_s: float = 30.0
     coordinator_port: int = 8476
     incarnation: str = ""  # written by the supervisor before it asks for the slice
+    goodput: dict[str, Any] = field(default_factory=dict)  # step records, Cloud Logging (agent.goodput_hooks)
 
     @property
     def layout(self) -> RunLayout:
@@ -126,7 +127,8 @@ class Agent:
         self.who = MetadataClient(settings).identity()
         self.workdir = Path(settings.worker_dir or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.timeline = StepTimeline(self.workdir, self.who.worker_number)  # goodput: the trainer's step records
+        self.goodput = GoodputHooks(self.workdir, self.who.worker_number, self.job.goodput, self.incarnation,
+                                    MetadataClient(settings).get)  # step records; Cloud Logging entries  # fmt: skip
         self.term_at: float | None = None
         self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
         self.proc: subprocess.Popen[bytes] | None = None
@@ -140,7 +142,7 @@ class Agent:
     def _heartbeat(self, step: int | None, resume: int | None, log: Path, state: str) -> None:
         doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
                "log_bytes": log.stat().st_size if log.exists() else 0, "incarnation": self.incarnation,
-               "state": state, "first_step_at": self.first_step_at, **self.timeline.heartbeat_fields()}  # fmt: skip
+               "state": state, "first_step_at": self.first_step_at, **self.goodput.heartbeat_fields(state)}  # fmt: skip
         try:
             put_json(self.gcs, self.layout.heartbeat(self.who.worker_number), doc)
         except TpuOpsError as exc:  # a missed heartbeat must not kill training
@@ -158,7 +160,7 @@ class Agent:
         if self.job.dataset_manifest and not self._preflight(resume, log):
             self._release(None)
             return 1
-        env = {**contract_env(self.job, self.who, resume, progress), **self.timeline.env()}
+        env = {**contract_env(self.job, self.who, resume, progress), **self.goodput.env()}
         start = f"resuming from step {resume}" if resume is not None else "fresh start"
         if self.warm is not None and self.warm.poll() is None:
             start += " (trainer imported while the agent started)"

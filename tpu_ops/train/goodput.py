@@ -37,7 +37,8 @@ OTHER = "other"
 BADPUT = (TPU_INITIALIZATION, TRAINING_PREP, PROGRAM_STARTUP, DATA_LOADING, CHECKPOINT_SAVE, CHECKPOINT_RESTORE,
           WASTED_PROGRESS, INFRASTRUCTURE_RECOVERY, OTHER)  # fmt: skip
 # When records overlap, the most specific wins (lower index = higher priority).
-_PRIORITY = (PRODUCTIVE, CHECKPOINT_SAVE, WASTED_PROGRESS, CHECKPOINT_RESTORE, DATA_LOADING, TRAINING_PREP,
+# A step's record spans its whole iteration, its save included: the save wins that part.
+_PRIORITY = (CHECKPOINT_SAVE, PRODUCTIVE, WASTED_PROGRESS, CHECKPOINT_RESTORE, DATA_LOADING, TRAINING_PREP,
              PROGRAM_STARTUP, TPU_INITIALIZATION, INFRASTRUCTURE_RECOVERY)  # fmt: skip
 TOLERANCE = 0.01  # productive + badput must equal wall within 1%
 

@@ -166,12 +166,12 @@ def main() -> int:
         params = sgd_step(params, x, y, step, lr, batch)
         if delay:
             time.sleep(delay)
-        t1 = time.time()
-        record("step", step, t0, t1)
         if step % env.checkpoint_every == 0 or step == env.steps:
+            t1 = time.time()
             save(gcs, env, step, params, hp)
             record("save", step, t1, time.time())
         _progress(env.progress_file, step)
+        record("step", step, t0, time.time())  # the whole iteration (its save is recorded apart)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
     print(f"worker {env.worker}: done at step {env.steps}, loss {loss:.6f}", flush=True)
     return 0

@@ -99,6 +99,10 @@ class Supervisor:
         self.report = GoodputReport(run_id, "running", job.train.steps, None, time.time())
         self.deadline = time.monotonic() + job.train.max_duration.total_seconds()
         self.stalls: dict[int | None, int] = {}
+        if job.train.goodput_logging:
+            settings.check_safe("logging_endpoint")  # a dry run writes to the local fake only
+        self.doc.goodput = {"logging": job.train.goodput_logging, "job_name": run_id, "project": settings.gcp_project,
+                            "logger_name": f"goodput_{run_id}", "steps": job.train.steps}  # fmt: skip
         self.store = StateStore(self.gcs, self.layout.run_state)
         self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
         self.state = RunState(run_id, time.time(), job.train.steps)
@@ -165,6 +169,10 @@ class Supervisor:
         self._saved_at = time.monotonic()
 
     def _upload(self) -> None:
+        live = self.state.live
+        if live is not None:  # an adopted incarnation: job.json keeps naming it
+            self.doc.incarnation = live.id
+            self.doc.goodput.update(run_started_at=self.state.started_at, requested_at=live.requested_at)
         put_json(self.gcs, self.layout.job, asdict(self.doc))
         if self.wheel is not None:
             target = self.layout.agent_dir.child(self.wheel.name)
@@ -203,6 +211,7 @@ class Supervisor:
                                    resume_step=latest_complete_step(self.gcs, self.layout.steps_uri))  # fmt: skip
             self.state.incarnations.append(inc)
             self.doc.incarnation = inc.id
+            self.doc.goodput.update(run_started_at=self.state.started_at, requested_at=inc.requested_at)
             put_json(self.gcs, self.layout.job, asdict(self.doc))
             self._save()
         self.doc.incarnation = inc.id
@@ -311,7 +320,9 @@ class Supervisor:
         self._heartbeats(inc)  # worker 0's exit heartbeat (written before DONE) has the last steps
         inc.kept_until = self.state.final_step = final
         inc.end, inc.ended_at = "done", float(done.get("time") or time.time())
-        self.state.finished_at = max(inc.ended_at, self.state.started_at)
+        # The run ends when the trainer's last record (the final step's save) ends; DONE is bookkeeping after it.
+        last = max((float(r[3]) for r in inc.timeline), default=inc.ended_at)
+        self.state.finished_at = max(min(last, inc.ended_at), self.state.started_at)
         self._save()
 
     def _mine(self, inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:
