@@ -111,7 +111,7 @@ def main() -> int:
             raise errors[0]
         rows = []
         for p, at, inc in zip(report.preemptions, preempted_at, report.incarnations[1:], strict=False):
-            first = first_new_step_at(gcs, inc.incarnation_id) or (inc.first_step_at or at)
+            first = first_new_step_at(gcs, inc.id) or (inc.first_step_at or at)
             rows.append({"#": p.number, "overhead_s": round(first - at, 2), "detect_s": round(p.detected_at - at, 2),
                          "delete_s": round(p.delete_s, 2), "reprovision_s": round(p.reprovision_s, 2),
                          "restore_s": round(p.restore_s or 0, 2), "steps_lost": p.steps_lost,
@@ -127,8 +127,13 @@ def main() -> int:
         "wall_s": round(report.wall_s, 1),
         "productive_s": round(report.productive_s, 1),
         "final_step": report.final_step,
+        "steps_kept": report.steps_kept,
+        "badput_s": {k: round(v, 2) for k, v in report.categories.items() if k != "productive"},
+        "scheduling_goodput": report.scheduling_goodput,
         "cost_usd_by_tier": report.cost.get("usd_by_tier"),
     }
+    report.check()  # goodput ≤ 100%, productive + badput = wall within 1% (raises otherwise)
+    sound = report.steps_kept == report.final_step and report.goodput <= 1.0
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -139,11 +144,18 @@ def main() -> int:
     for r in rows:
         print(" | ".join(f"{r[h]!s:>13}" for h in header))
     ok = out["overhead_max_s"] is not None and out["overhead_max_s"] <= out["budget_s"]
-    print(f"overhead per preemption (preempt → first new step): median {out['overhead_median_s']} s, "
-          f"max {out['overhead_max_s']} s; budget poll + 5 s = {out['budget_s']:g} s: {'OK' if ok else 'OVER'}")
+    print(
+        f"overhead per preemption (preempt → first new step): median {out['overhead_median_s']} s, "
+        f"max {out['overhead_max_s']} s; budget poll + 5 s = {out['budget_s']:g} s: {'OK' if ok else 'OVER'}"
+    )
     print(f"goodput with {len(rows)} preemptions: {out['goodput']:.1%} ({out['productive_s']} s productive of "
-          f"{out['wall_s']} s wall), final step {out['final_step']}; cost {out['cost_usd_by_tier']}")
-    return 0 if ok else 1
+          f"{out['wall_s']} s wall), final step {out['final_step']}, steps kept {out['steps_kept']}; "
+          f"cost {out['cost_usd_by_tier']}")  # fmt: skip
+    print(
+        f"badput (s): {out['badput_s']}; invariants (goodput ≤ 100%, categories = wall, kept = final): "
+        f"{'OK' if sound else 'BROKEN'}"
+    )
+    return 0 if ok and sound else 1
 
 
 if __name__ == "__main__":
