@@ -172,6 +172,14 @@ class Lease:
             self.generation = 0
 
 
+def live_holder(gcs: Any, uri: ObjectUri) -> dict[str, Any] | None:
+    """The holder of the lease at ``uri`` while its lease is valid (not expired, process not known dead)."""
+    doc, _ = read_versioned(gcs, uri)
+    if not isinstance(doc, dict) or float(doc.get("expires_at", 0)) < time.time() or owner_alive(doc) is False:
+        return None
+    return doc
+
+
 # -- the run's state ---------------------------------------------------------------------------
 
 
