@@ -33,19 +33,21 @@ class Cli:
         self.env = {**os.environ, **stack.env(), "TPU_OPS_STATE_DIR": str(settings.state_dir),
                     "TPU_OPS_POLL_INTERVAL_S": "0.1"}  # fmt: skip
         self.n = 0
+        self.number: dict[int, int] = {}  # pid -> which start it was (names its output files)
 
     def start(self) -> subprocess.Popen[bytes]:
         self.n += 1
         out = (self.tmp / f"{self.run_id}-{self.n}.out").open("wb")
         err = (self.tmp / f"{self.run_id}-{self.n}.err").open("wb")
-        return subprocess.Popen([CLI, "train", "--spec", str(self.spec), "--run-id", self.run_id, "--no-flow",
+        proc = subprocess.Popen([CLI, "train", "--spec", str(self.spec), "--run-id", self.run_id, "--no-flow",
                                  "--json"], env=self.env, stdout=out, stderr=err)  # fmt: skip
+        self.number[proc.pid] = self.n
+        return proc
 
     def finish(self, proc: subprocess.Popen[bytes], timeout: float = 150) -> tuple[int, str, str]:
         rc = proc.wait(timeout)
-        out = (self.tmp / f"{self.run_id}-{self.n}.out").read_text()
-        err = (self.tmp / f"{self.run_id}-{self.n}.err").read_text()
-        return rc, out, err
+        n = self.number[proc.pid]
+        return rc, (self.tmp / f"{self.run_id}-{n}.out").read_text(), (self.tmp / f"{self.run_id}-{n}.err").read_text()
 
 
 def kill9(proc: subprocess.Popen[bytes]) -> None:
@@ -75,18 +77,22 @@ def slices_created(settings: Any, run_id: str) -> list[str]:
 def test_kill9_rerun_adopts_the_live_slice_a_second_supervisor_is_refused_a_finished_run_stays_put(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path
 ) -> None:
-    steps, every = 60, 10
+    steps, every = 100, 10
     cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, "adopt", steps=steps, checkpoint_every=every,
               hyperparameters={"step_delay_s": 0.1, "slow_commit_step": 10, "commit_delay_s": 1.0})  # fmt: skip
     run_uri = f"gs://{ckpt_bucket}/runs/adopt"
+    lease = gcs.bucket(ckpt_bucket).blob("runs/adopt/_tpu_ops/lease.json")
     first = cli.start()
     wait_for(lambda: (latest_complete_step(gcs, run_uri) or 0) >= every, 90, what="a first committed step")
-    # a second supervisor of the same run, while the first runs: refused, naming the holder
-    rc, _, err = cli.finish(cli.start())
-    assert rc == 1 and "LeaseHeldError" in err and f"pid {first.pid}" in err, err
     kill9(first)
     assert live_node(train_settings, "adopt") is not None  # the slice trains on without its supervisor
-    rc, out, err = cli.finish(cli.start())
+    second = cli.start()  # takes the lease over at once: its holder's process is gone
+    wait_for(lambda: lease.exists() and json.loads(lease.download_as_bytes())["pid"] == second.pid, 60,
+             what="the second supervisor holding the lease")  # fmt: skip
+    # a third supervisor of the same run, while the second runs: refused, naming the holder
+    rc, _, err = cli.finish(cli.start())
+    assert rc == 1 and "LeaseHeldError" in err and f"pid {second.pid}" in err, err
+    rc, out, err = cli.finish(second)
     assert rc == 0, err
     doc, raw = goodput_doc(gcs, ckpt_bucket, "adopt")
     assert json.loads(out)["goodput"] == doc["goodput"]
@@ -133,4 +139,20 @@ def test_preempted_while_unsupervised_is_replaced_and_reported_then_a_crash_adop
     # the recovered slice was adopted: no third one, and the terminated reports of the first were ignored
     assert len(slices_created(train_settings, "unsup")) == 2 and len(doc["incarnations"]) == 2
     assert doc["badput_s"]["infrastructure_recovery_from_disruption"] > 0
+    assert_sound(doc)
+
+
+def test_a_run_that_finished_while_unsupervised_is_accounted_and_torn_down(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path
+) -> None:
+    cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, "alone", steps=30, checkpoint_every=10)
+    first = cli.start()
+    wait_for(lambda: live_node(train_settings, "alone"), 90, what="a slice")
+    kill9(first)
+    wait_for(lambda: blob_exists(gcs, ckpt_bucket, "runs/alone/_tpu_ops/DONE"), 90, what="DONE")
+    rc, _, err = cli.finish(cli.start())
+    assert rc == 0, err
+    doc, _ = goodput_doc(gcs, ckpt_bucket, "alone")
+    assert doc["outcome"] == "done" and doc["recoveries"] == 0 and len(doc["incarnations"]) == 1
+    assert slices_created(train_settings, "alone") == [doc["incarnations"][0]["queued_resource"]]
     assert_sound(doc)

@@ -13,6 +13,13 @@ queued resource and node, the workers' exit reports, their heartbeats and the ru
   worker's log tail; no recovery loop.
 - Whatever happens, the run's slices are torn down and the goodput report is written to
   ``RUN/_tpu_ops/goodput.json``.
+
+What happened lives in ``RUN/_tpu_ops/state.json`` (``train.runstate``), written only by the holder of
+the run's lease, so a supervisor started again after its predecessor died (``kill -9``, OOM, a
+redeploy) takes the run over where it is: it adopts the live incarnation's slice (same incarnation
+id, so stale reports of earlier slices stay ignored), or records the preemption that happened
+meanwhile and replaces the slice. The report is derived from that state (``train.goodput``); a
+finished run's report is returned as stored and never rewritten.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport
-from tpu_ops.train.layout import RunLayout, exists, get_json, list_json, put_json
+from tpu_ops.train.layout import RunLayout, get_json, list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState, StateStore
 
 Notify = Callable[[str, dict[str, Any]], None]
@@ -181,7 +188,14 @@ class Supervisor:
     def _train(self) -> None:
         preemption = self._resume()
         while True:
-            if exists(self.gcs, self.layout.done):
+            done = self._done()
+            if done is not None:  # finished while no supervisor ran (or before this one could record it)
+                last = self.state.incarnations[-1] if self.state.incarnations else None
+                if last is not None and last.end in ("", "done"):
+                    self._completed(last, done)
+                else:
+                    self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+                    self.state.finished_at = max(float(done.get("time") or time.time()), self.state.started_at)
                 return
             inc = self._provision(preemption)
             try:
@@ -194,7 +208,10 @@ class Supervisor:
         """Take over the incarnation an earlier supervisor left live: adopt its slice if it is healthy,
         else record the preemption that happened while no supervisor ran."""
         live = self.state.live
-        if live is None or not live.queued_resource:
+        if live is None:  # an earlier supervisor died between deleting a lost slice and asking for the next
+            last = self.state.preemptions[-1] if self.state.preemptions else None
+            return last if last is not None and last.resume_step is None else None
+        if not live.queued_resource:
             return None
         self._heartbeats(live)  # its workers' progress meanwhile (and the exit heartbeats of a lost slice)
         lost = self._slice_lost(live)
