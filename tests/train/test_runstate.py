@@ -81,14 +81,17 @@ def test_kill9_rerun_adopts_the_live_slice_a_second_supervisor_is_refused_a_fini
     cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, "adopt", steps=steps, checkpoint_every=every,
               hyperparameters={"step_delay_s": 0.1, "slow_commit_step": 10, "commit_delay_s": 1.0})  # fmt: skip
     run_uri = f"gs://{ckpt_bucket}/runs/adopt"
-    lease = gcs.bucket(ckpt_bucket).blob("runs/adopt/_tpu_ops/lease.json")
+
+    def lease_pid() -> int | None:  # a new Blob each time: a downloaded one pins the generation it read
+        blob = gcs.bucket(ckpt_bucket).get_blob("runs/adopt/_tpu_ops/lease.json")
+        return None if blob is None else int(json.loads(blob.download_as_bytes())["pid"])
+
     first = cli.start()
     wait_for(lambda: (latest_complete_step(gcs, run_uri) or 0) >= every, 90, what="a first committed step")
     kill9(first)
     assert live_node(train_settings, "adopt") is not None  # the slice trains on without its supervisor
     second = cli.start()  # takes the lease over at once: its holder's process is gone
-    wait_for(lambda: lease.exists() and json.loads(lease.download_as_bytes())["pid"] == second.pid, 60,
-             what="the second supervisor holding the lease")  # fmt: skip
+    wait_for(lambda: lease_pid() == second.pid, 60, what="the second supervisor holding the lease")
     # a third supervisor of the same run, while the second runs: refused, naming the holder
     rc, _, err = cli.finish(cli.start())
     assert rc == 1 and "LeaseHeldError" in err and f"pid {second.pid}" in err, err
@@ -147,7 +150,7 @@ def test_a_run_that_finished_while_unsupervised_is_accounted_and_torn_down(
 ) -> None:
     cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, "alone", steps=30, checkpoint_every=10)
     first = cli.start()
-    wait_for(lambda: live_node(train_settings, "alone"), 90, what="a slice")
+    wait_for(lambda: latest_complete_step(gcs, f"gs://{ckpt_bucket}/runs/alone"), 90, what="a first committed step")
     kill9(first)
     wait_for(lambda: blob_exists(gcs, ckpt_bucket, "runs/alone/_tpu_ops/DONE"), 90, what="DONE")
     rc, _, err = cli.finish(cli.start())
