@@ -132,3 +132,28 @@ def test_state_writes_are_fenced_by_generation(gcs: Any, layout: RunLayout) -> N
     with pytest.raises(CloudError) as exc:
         write_if(gcs, layout.run_state, {}, 0)  # "create only": it exists
     assert exc.value.status == 412
+
+
+def test_the_agent_reads_the_trainers_step_log_incrementally_and_the_supervisor_merges_it(tmp_path: Any) -> None:
+    from tpu_ops.agent.goodput_hooks import STEP_LOG_ENV, StepTimeline, record
+    from tpu_ops.train.supervisor import merge_timeline
+
+    tl = StepTimeline(tmp_path, worker=0)
+    path = tl.path
+    os.environ[STEP_LOG_ENV] = str(path)
+    try:
+        record("data", None, 1.0, 2.0)
+        record("step", 1, 2.0, 3.0)
+    finally:
+        del os.environ[STEP_LOG_ENV]
+    with path.open("a") as f:
+        f.write('not json\n{"kind": "bogus", "step": 1, "start": 0, "end": 1}\n{"kind": "step", "step": 2, "start": 3')
+    assert tl.heartbeat_fields() == {"timeline": [["data", None, 1.0, 2.0], ["step", 1, 2.0, 3.0]]}
+    with path.open("a") as f:
+        f.write(', "end": 4}\n')  # the half-written line completes
+    assert tl.heartbeat_fields()["timeline"][-1] == ["step", 2, 3.0, 4.0]
+    assert StepTimeline(tmp_path / "w1", worker=1).heartbeat_fields() == {}
+
+    inc = IncarnationState(0, "0-a", 0.0, timeline=[["step", 1, 2.0, 3.0]])
+    merge_timeline(inc, [["step", 2, 3.0, 4.0], ["step", 1, 2.0, 3.0], ["data", None, 1.0, 2.0]])
+    assert inc.timeline == [["data", None, 1.0, 2.0], ["step", 1, 2.0, 3.0], ["step", 2, 3.0, 4.0]]

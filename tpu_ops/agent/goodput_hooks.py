@@ -3,8 +3,9 @@
 A trainer may append one JSON line per event to the file named by ``TPU_OPS_STEP_LOG``:
 ``{"kind": "step"|"save"|"restore"|"data"|"prep", "step": N, "start": t0, "end": t1}`` (wall-clock
 seconds). Worker 0's agent reads the new lines at every heartbeat and carries them all, as
-``timeline: [[kind, step, start, end], ...]``, in its heartbeat (a field added beside the others);
-the supervisor keeps them in the run's state and derives productive time from them.
+``timeline: [[kind, step, start, end], ...]`` (the newest ``HEARTBEAT_RECORDS``), in its heartbeat (a
+field added beside the others); the supervisor merges them into the run's state and derives productive
+time from them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 
 STEP_LOG_ENV = "TPU_OPS_STEP_LOG"
 KINDS = frozenset({"step", "save", "restore", "data", "prep", "init"})
-MAX_RECORDS = 200_000  # a heartbeat stays a few MB at most
+MAX_RECORDS = 1_000_000  # kept in memory (the Cloud Logging writer reads them all)
+HEARTBEAT_RECORDS = 5_000  # the newest ones ride in each heartbeat (~250 kB); the supervisor merges them
 
 
 class StepTimeline:
@@ -65,7 +67,7 @@ class StepTimeline:
     def heartbeat_fields(self) -> dict[str, Any]:
         """Fields added to this worker's heartbeat (only worker 0 carries the timeline)."""
         self.read()
-        return {"timeline": self.records} if self.worker == 0 else {}
+        return {"timeline": self.records[-HEARTBEAT_RECORDS:]} if self.worker == 0 else {}
 
 
 def record(kind: str, step: int | None, start: float, end: float) -> None:

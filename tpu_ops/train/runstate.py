@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpu_ops.cloud.translate import google_errors
@@ -81,13 +81,14 @@ class Lease:
         self.me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
         self.generation = 0
         self.lost: str | None = None
+        self._since = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def _doc(self) -> dict[str, Any]:
         now = time.time()
-        return {**self.me, "acquired_at": getattr(self, "_since", now), "renewed_at": now,
+        return {**self.me, "acquired_at": self._since, "renewed_at": now,
                 "expires_at": now + self.ttl_s, "ttl_s": self.ttl_s}  # fmt: skip
 
     def acquire(self) -> dict[str, Any] | None:
@@ -256,8 +257,6 @@ class RunState:
         return cls(**d, incarnations=incs, preemptions=pres)
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return {"version": 1, **asdict(self)}
 
 

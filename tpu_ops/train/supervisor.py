@@ -55,7 +55,7 @@ PREEMPTED_EVENT = "tpu-ops.slice.preempted"
 RECOVERED_EVENT = "tpu-ops.slice.recovered"
 PROVISIONED_EVENT = "tpu-ops.slice.provisioned"
 LEASE_MIN_S, LEASE_POLLS = 30.0, 20  # the lease lasts max(30 s, 20 polls); renewed every third of that
-STATE_SAVE_S = 2.0  # how often the run state is written while steps go by
+STATE_SAVE_S = 2.0  # the run state is written every max(2 s, 6 polls) while steps go by (and at every event)
 
 
 def check_command(job: TrainJobSpec, run_id: str) -> None:
@@ -80,6 +80,14 @@ def job_document(job: TrainJobSpec, run_id: str) -> Job:
         heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
         coordinator_port=t.coordinator_port,
     )  # fmt: skip
+
+
+def merge_timeline(inc: IncarnationState, records: list[list[Any]]) -> None:
+    """Add the records not seen yet (a heartbeat carries the newest ones, overlapping the last)."""
+    seen = {(r[0], r[1], r[2]) for r in inc.timeline}
+    new = [list(r) for r in records if (r[0], r[1], r[2]) not in seen]
+    if new:
+        inc.timeline = sorted([*inc.timeline, *new], key=lambda r: (float(r[2]), float(r[3])))
 
 
 class _Preempted(Exception):
@@ -114,6 +122,9 @@ class Supervisor:
         self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
         self.state = RunState(run_id, time.time(), job.train.steps)
         self._saved_at = 0.0
+        self._save_every = max(STATE_SAVE_S, 6 * self.poll_s)
+        self._progress_mark: tuple[Any, ...] = ()
+        self._progress_mono = time.monotonic()
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> GoodputReport:
@@ -260,7 +271,7 @@ class Supervisor:
     # -- watching ----------------------------------------------------------------------------
     def _watch(self, inc: IncarnationState) -> None:
         """Return when DONE; raise ``_Preempted`` or ``TrainingError``."""
-        self._progress_mark: tuple[Any, ...] = ()
+        self._progress_mark = ()
         self._progress_mono = time.monotonic()
         preemption = self.state.preemptions[-1] if self.state.preemptions else None
         if preemption is not None and preemption.incarnation != inc.number - 1:
@@ -307,7 +318,7 @@ class Supervisor:
             if self.stalls[step] >= 2:
                 raise TrainingError(f"run {self.run_id}: no progress past step {step} twice in a row; giving up")
             raise _Preempted(f"stalled: no new step for {self.stall_s:.0f}s")
-        if time.monotonic() - self._saved_at >= STATE_SAVE_S:
+        if time.monotonic() - self._saved_at >= self._save_every:
             self._save()  # the step records so far (the heartbeats hold them too, until the next slice)
         return None
 
@@ -348,13 +359,13 @@ class Supervisor:
 
     def _heartbeats(self, inc: IncarnationState, preemption: PreemptionState | None = None) -> None:
         beats = self._mine(inc, list_json(self.gcs, self.layout.heartbeats))
-        for b in beats:  # worker 0 carries the trainer's step records: keep the longest list seen
-            if b.get("worker") == 0 and len(b.get("timeline") or []) > len(inc.timeline):
-                inc.timeline = [list(r) for r in b["timeline"]]
+        for b in beats:  # worker 0 carries the trainer's newest step records: merge them in
+            if b.get("worker") == 0 and b.get("timeline"):
+                merge_timeline(inc, b["timeline"])
         steps = [b["step"] for b in beats if b.get("step") is not None]
         mark = (max(steps) if steps else None, sum(int(b.get("log_bytes", 0)) for b in beats))
         now = time.time()
-        if mark != self._progress_mark_get():
+        if mark != self._progress_mark:
             self._progress_mark, self._progress_mono = mark, time.monotonic()
         if beats:
             inc.last_seen_at = max(float(b["time"]) for b in beats)
@@ -370,9 +381,6 @@ class Supervisor:
             preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
             self._save()  # an event: the recovery is complete
             self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
-
-    def _progress_mark_get(self) -> tuple[Any, ...]:
-        return getattr(self, "_progress_mark", ())
 
     def _slice_lost(self, inc: IncarnationState) -> str | None:
         """Why the slice is gone (queued resource or node state), or None while it is healthy."""
