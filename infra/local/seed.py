@@ -138,9 +138,9 @@ def seed_audit(settings: Settings) -> str:
     aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases().get("Aliases", [])}
     key_id = aliases.get(AUDIT_KEY_ALIAS)
     if not key_id:
-        key_id = kms.create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY", Description="tpu-ops audit digests")[
-            "KeyMetadata"
-        ]["KeyId"]
+        key_id = kms.create_key(
+            KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY", Description="tpu-ops audit digests"
+        )["KeyMetadata"]["KeyId"]
         kms.create_alias(AliasName=AUDIT_KEY_ALIAS, TargetKeyId=key_id)
     return str(kms.describe_key(KeyId=key_id)["KeyMetadata"]["Arn"])
 
