@@ -154,6 +154,7 @@ def main() -> int:
         print(f"worker {env.worker}: fresh start", flush=True)
     lr, batch = float(hp.get("learning_rate", 0.1)), int(hp.get("batch_size", 64))
     delay = float(hp.get("step_delay_s", 0))
+    t_mark = time.time()  # iterations are recorded back to back: the loop's own overhead belongs to a step
     for step in range(start + 1, env.steps + 1):
         if int(hp.get("fail_at_step", -1)) == step:
             print(f"worker {env.worker}: injected failure at step {step}", file=sys.stderr, flush=True)
@@ -162,7 +163,7 @@ def main() -> int:
             print(f"worker {env.worker}: injected hang at step {step}", flush=True)
             while True:
                 time.sleep(3600)
-        t0 = time.time()
+        t0 = t_mark
         params = sgd_step(params, x, y, step, lr, batch)
         if delay:
             time.sleep(delay)
@@ -171,7 +172,8 @@ def main() -> int:
             save(gcs, env, step, params, hp)
             record("save", step, t1, time.time())
         _progress(env.progress_file, step)
-        record("step", step, t0, time.time())  # the whole iteration (its save is recorded apart)
+        t_mark = time.time()
+        record("step", step, t0, t_mark)  # the whole iteration (its save is recorded apart)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
     print(f"worker {env.worker}: done at step {env.steps}, loss {loss:.6f}", flush=True)
     return 0
