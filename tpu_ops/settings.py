@@ -196,6 +196,7 @@ class JobEnv(BaseSettings):
     checkpoint_every: int = Field(ge=1)
     hyperparameters: dict[str, Any] = Field(default_factory=dict, description="JSON object")
     progress_file: Path | None = Field(None, description="the trainer writes its current step here")
+    step_log: Path | None = Field(None, description="the trainer appends its step/save/restore records here")
     coordinator_address: str | None = None
 
 

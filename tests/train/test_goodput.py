@@ -136,16 +136,14 @@ def test_state_writes_are_fenced_by_generation(gcs: Any, layout: RunLayout) -> N
 
 def test_the_agent_reads_the_trainers_step_log_incrementally_and_the_supervisor_merges_it(tmp_path: Any) -> None:
     from tpu_ops.agent.goodput_hooks import STEP_LOG_ENV, StepTimeline, record
-    from tpu_ops.train.supervisor import merge_timeline
+    from tpu_ops.train.incarnations import merge_timeline
 
     tl = StepTimeline(tmp_path, worker=0)
     path = tl.path
-    os.environ[STEP_LOG_ENV] = str(path)
-    try:
-        record("data", None, 1.0, 2.0)
-        record("step", 1, 2.0, 3.0)
-    finally:
-        del os.environ[STEP_LOG_ENV]
+    assert tl.env() == {STEP_LOG_ENV: str(path)}
+    record(path, "data", None, 1.0, 2.0)
+    record(path, "step", 1, 2.0, 3.0)
+    record(None, "step", 9, 0.0, 1.0)  # no step log: nothing written
     with path.open("a") as f:
         f.write('not json\n{"kind": "bogus", "step": 1, "start": 0, "end": 1}\n{"kind": "step", "step": 2, "start": 3')
     assert tl.heartbeat_fields() == {"timeline": [["data", None, 1.0, 2.0], ["step", 1, 2.0, 3.0]]}

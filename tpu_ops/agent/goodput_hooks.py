@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import sys
 import time
 import urllib.parse
@@ -70,9 +69,8 @@ class StepTimeline:
         return {"timeline": self.records[-HEARTBEAT_RECORDS:]} if self.worker == 0 else {}
 
 
-def record(kind: str, step: int | None, start: float, end: float) -> None:
-    """For trainers: append one record to ``TPU_OPS_STEP_LOG`` (no-op when it is not set)."""
-    path = os.environ.get(STEP_LOG_ENV)
+def record(path: Path | str | None, kind: str, step: int | None, start: float, end: float) -> None:
+    """For trainers: append one record to the step log at ``path`` (``TPU_OPS_STEP_LOG``; no-op without one)."""
     if not path:
         return
     line = json.dumps({"kind": kind, "step": step, "start": start, "end": end}) + "\n"
@@ -82,7 +80,6 @@ def record(kind: str, step: int | None, start: float, end: float) -> None:
 
 # -- Cloud Logging: the entries ml-goodput-measurement's GoodputRecorder writes ---------------------
 
-LOGGING_ENDPOINT_ENV = "TPU_OPS_LOGGING_ENDPOINT"
 DEFAULT_LOGGING_ENDPOINT = "https://logging.googleapis.com"
 TOKEN_PATH = "instance/service-accounts/default/token"  # noqa: S105 - a metadata path, not a secret
 
@@ -105,14 +102,20 @@ class GoodputLogWriter:
     with the payload fields ``GoodputRecorder`` uses, so Google's ``GoodputCalculator`` (and MaxText's goodput
     monitor) read tpu-ops runs. Checkpoint saves go in as custom badput events (``checkpoint_save``)."""
 
-    def __init__(self, conf: dict[str, Any], incarnation: int, metadata_get: Callable[[str], str],
-                 started_at: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        incarnation: int,
+        metadata_get: Callable[[str], str],
+        endpoint: str | None = None,
+        dry_run: bool = False,
+        started_at: float | None = None,
+    ) -> None:
         self.job_name, self.log_name = str(conf["job_name"]), str(conf["logger_name"])
         self.project, self.steps = str(conf["project"]), int(conf.get("steps") or 0)
-        self.endpoint = os.environ.get(LOGGING_ENDPOINT_ENV) or DEFAULT_LOGGING_ENDPOINT
-        dry_run = os.environ.get("TPU_OPS_DRY_RUN", "").lower() in ("1", "true", "yes")
+        self.endpoint = endpoint or DEFAULT_LOGGING_ENDPOINT  # the setting logging_endpoint (TPU_OPS_LOGGING_ENDPOINT)
         if not self.endpoint.startswith(("http://", "https://")) or (dry_run and not _is_loopback(self.endpoint)):
-            raise ValueError(f"{LOGGING_ENDPOINT_ENV}={self.endpoint!r}: not an http(s) address on loopback")
+            raise ValueError(f"logging endpoint {self.endpoint!r}: not an http(s) address on loopback (dry run)")
         self.metadata_get = metadata_get
         self.pending: list[tuple[float, dict[str, Any]]] = []
         self.sent = 0  # records of the timeline already turned into entries
@@ -180,13 +183,21 @@ class GoodputHooks:
     """What ``agent.run`` calls: the trainer's step log (all workers) and, on worker 0 when the job asks for
     it, the Cloud Logging entries. ``conf`` is the job document's ``goodput`` section."""
 
-    def __init__(self, workdir: Path, worker: int, conf: dict[str, Any], incarnation: str,
-                 metadata_get: Callable[[str], str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        workdir: Path,
+        worker: int,
+        conf: dict[str, Any],
+        incarnation: str,
+        metadata_get: Callable[[str], str],
+        endpoint: str | None = None,
+        dry_run: bool = False,
+    ) -> None:
         self.timeline = StepTimeline(workdir, worker)
         self.writer: GoodputLogWriter | None = None
         if worker == 0 and conf.get("logging"):
             number = int(incarnation.split("-", 1)[0]) if incarnation.split("-", 1)[0].isdigit() else 0
-            self.writer = GoodputLogWriter(conf, number, metadata_get)
+            self.writer = GoodputLogWriter(conf, number, metadata_get, endpoint, dry_run)
 
     def env(self) -> dict[str, str]:
         return self.timeline.env()

@@ -127,8 +127,15 @@ class Agent:
         self.who = MetadataClient(settings).identity()
         self.workdir = Path(settings.worker_dir or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.goodput = GoodputHooks(self.workdir, self.who.worker_number, self.job.goodput, self.incarnation,
-                                    MetadataClient(settings).get)  # step records; Cloud Logging entries  # fmt: skip
+        self.goodput = GoodputHooks(
+            self.workdir,
+            self.who.worker_number,
+            self.job.goodput,
+            self.incarnation,
+            MetadataClient(settings).get,
+            settings.logging_endpoint,
+            settings.dry_run,
+        )
         self.term_at: float | None = None
         self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
         self.proc: subprocess.Popen[bytes] | None = None

@@ -20,8 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpu_ops.errors import TpuOpsError
+from tpu_ops.errors import NotFoundError, TpuOpsError
+from tpu_ops.train.layout import get_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState
+from tpu_ops.uris import ObjectUri
 
 PRODUCTIVE = "productive"
 # Badput categories as ml-goodput-measurement names them (BadputType), plus where ours come from.
@@ -160,6 +162,15 @@ class GoodputReport:
         )  # fmt: skip
         report.check()
         return report
+
+    @classmethod
+    def finished(cls, gcs: Any, uri: ObjectUri) -> GoodputReport | None:
+        """A finished run's report at ``uri``, exactly as stored (None unless the run is done)."""
+        try:
+            doc = get_json(gcs, uri)
+        except NotFoundError:
+            return None
+        return cls.from_json(doc) if isinstance(doc, dict) and doc.get("outcome") in ("done", "already-done") else None
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> GoodputReport:

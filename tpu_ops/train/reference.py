@@ -143,18 +143,18 @@ def main() -> int:
     gcs = storage_client(Settings())
     t0 = time.time()
     x, y = load_data(gcs, env.dataset_manifest, hp)
-    record("data", None, t0, time.time())  # goodput: the trainer's own records (TPU_OPS_STEP_LOG)
+    record(env.step_log, "data", None, t0, time.time())  # goodput: the trainer's own records (TPU_OPS_STEP_LOG)
     if env.resume_step is not None:
         t0 = time.time()
         params, start = restore(gcs, env, env.resume_step), env.resume_step
-        record("restore", start, t0, time.time())
+        record(env.step_log, "restore", start, t0, time.time())
         print(f"worker {env.worker}: restored step {start}", flush=True)
     else:
         params, start = np.random.default_rng(int(hp.get("seed", 0))).normal(0, 0.1, x.shape[1] + 1), 0
         print(f"worker {env.worker}: fresh start", flush=True)
     lr, batch = float(hp.get("learning_rate", 0.1)), int(hp.get("batch_size", 64))
     delay = float(hp.get("step_delay_s", 0))
-    t_mark = time.time()  # iterations are recorded back to back: the loop's own overhead belongs to a step
+    t_mark = time.time()  # records back to back: the loop's own overhead belongs to the next step
     for step in range(start + 1, env.steps + 1):
         if int(hp.get("fail_at_step", -1)) == step:
             print(f"worker {env.worker}: injected failure at step {step}", file=sys.stderr, flush=True)
@@ -167,13 +167,14 @@ def main() -> int:
         params = sgd_step(params, x, y, step, lr, batch)
         if delay:
             time.sleep(delay)
-        if step % env.checkpoint_every == 0 or step == env.steps:
-            t1 = time.time()
-            save(gcs, env, step, params, hp)
-            record("save", step, t1, time.time())
-        _progress(env.progress_file, step)
         t_mark = time.time()
-        record("step", step, t0, t_mark)  # the whole iteration (its save is recorded apart)
+        record(env.step_log, "step", step, t0, t_mark)  # before the save: a committed step is always recorded
+        if step % env.checkpoint_every == 0 or step == env.steps:
+            save(gcs, env, step, params, hp)
+            saved = time.time()
+            record(env.step_log, "save", step, t_mark, saved)
+            t_mark = saved
+        _progress(env.progress_file, step)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
     print(f"worker {env.worker}: done at step {env.steps}, loss {loss:.6f}", flush=True)
     return 0

@@ -1,25 +1,17 @@
 """The training supervisor: provision, watch, recover from preemption, tear down, account.
 
-``supervise(job, run_id, settings)`` provisions a slice through the capacity ladder with a
-startup script that runs the agent on every worker, then polls every ``poll_interval``: the
-queued resource and node, the workers' exit reports, their heartbeats and the run's DONE marker.
-
-- PREEMPTED/SUSPENDED/missing slice, or no new step for ``stall_limit``: a preemption. The slice
-  is force-deleted, a new one provisioned through the ladder (another zone or tier may win) and
-  the new workers resume from the newest complete checkpoint. Up to ``max_recoveries`` times,
-  within ``max_duration``.
-- A worker whose trainer exits non-zero while its slice is healthy and was not told to stop, or a
-  stall twice at the same step: the trainer's own failure. ``TrainingError`` at once, with the
-  worker's log tail; no recovery loop.
-- Whatever happens, the run's slices are torn down and the goodput report is written to
-  ``RUN/_tpu_ops/goodput.json``.
+``supervise(job, run_id, settings)`` provisions a slice through the capacity ladder (a startup script
+runs the agent on every worker), then polls every ``poll_interval``: slice state, exit reports,
+heartbeats, DONE. A lost slice or no new step for ``stall_limit`` is a preemption: force-delete, a new
+slice through the ladder, resume from the newest complete checkpoint (up to ``max_recoveries``, within
+``max_duration``). A trainer exiting non-zero on a healthy slice, or a stall twice at one step, is the
+trainer's failure: ``TrainingError`` with its log tail. Whatever happens: teardown, and the report.
 
 What happened lives in ``RUN/_tpu_ops/state.json`` (``train.runstate``), written only by the holder of
-the run's lease, so a supervisor started again after its predecessor died (``kill -9``, OOM, a
-redeploy) takes the run over where it is: it adopts the live incarnation's slice (same incarnation
-id, so stale reports of earlier slices stay ignored), or records the preemption that happened
-meanwhile and replaces the slice. The report is derived from that state (``train.goodput``); a
-finished run's report is returned as stored and never rewritten.
+the run's lease, so a supervisor started after its predecessor died (``kill -9``, OOM, a redeploy)
+takes over where the run is: it adopts the live incarnation's slice (same incarnation id, so stale
+reports of earlier slices stay ignored), or records the preemption that happened meanwhile. The report
+is derived from that state (``train.goodput``); a finished run's report is never rewritten.
 """
 
 from __future__ import annotations
@@ -32,10 +24,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tpu_ops.agent.run import Job
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
-from tpu_ops.errors import NotFoundError, SpecError, TpuOpsError, TrainingError, TransientError
+from tpu_ops.cloud.tpu import TpuApi
+from tpu_ops.errors import NotFoundError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
@@ -47,7 +38,15 @@ from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport
-from tpu_ops.train.layout import RunLayout, get_json, list_json, put_json
+from tpu_ops.train.incarnations import (
+    absorb_heartbeats,
+    check_command,
+    job_document,
+    mine,
+    preemption_event,
+    slice_lost,
+)
+from tpu_ops.train.layout import get_json, list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState, StateStore
 
 Notify = Callable[[str, dict[str, Any]], None]
@@ -56,38 +55,6 @@ RECOVERED_EVENT = "tpu-ops.slice.recovered"
 PROVISIONED_EVENT = "tpu-ops.slice.provisioned"
 LEASE_MIN_S, LEASE_POLLS = 30.0, 20  # the lease lasts max(30 s, 20 polls); renewed every third of that
 STATE_SAVE_S = 2.0  # the run state is written every max(2 s, 6 polls) while steps go by (and at every event)
-
-
-def check_command(job: TrainJobSpec, run_id: str) -> None:
-    """A MaxText-style ``run_name=`` in the command must be the run id, or its auto-resume and ours disagree."""
-    for arg in job.train.command or []:
-        if arg.startswith("run_name=") and arg.removeprefix("run_name=") != run_id:
-            raise SpecError(
-                f"train.command sets {arg!r} but the run id is {run_id!r}: they must match so the trainer's own "
-                f"resume reads the same checkpoints (<checkpoint_dir>/<run_id>/{job.train.checkpoint_subdir})",
-                [{"field": "train.command", "value": arg}],
-            )
-
-
-def job_document(job: TrainJobSpec, run_id: str) -> Job:
-    """The job spec every worker's agent reads from ``RUN/_tpu_ops/job.json``."""
-    t = job.train
-    layout = RunLayout.of(t.checkpoint_dir, run_id, t.checkpoint_subdir)
-    return Job(
-        run_id=run_id, run_uri=layout.run_uri, steps=t.steps, checkpoint_every=t.checkpoint_every,
-        command=list(t.command) if t.command else None, trainer=t.trainer, checkpoint_subdir=t.checkpoint_subdir,
-        dataset_manifest=t.dataset_manifest, hyperparameters=dict(t.hyperparameters),
-        heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
-        coordinator_port=t.coordinator_port,
-    )  # fmt: skip
-
-
-def merge_timeline(inc: IncarnationState, records: list[list[Any]]) -> None:
-    """Add the records not seen yet (a heartbeat carries the newest ones, overlapping the last)."""
-    seen = {(r[0], r[1], r[2]) for r in inc.timeline}
-    new = [list(r) for r in records if (r[0], r[1], r[2]) not in seen]
-    if new:
-        inc.timeline = sorted([*inc.timeline, *new], key=lambda r: (float(r[2]), float(r[3])))
 
 
 class _Preempted(Exception):
@@ -106,7 +73,7 @@ class Supervisor:
         check_command(job, run_id)
         self.api = api or TpuApi(settings)
         self.gcs = storage_client(settings)
-        self.doc = job_document(job, run_id)
+        self.doc = job_document(job, run_id, settings.gcp_project)
         self.layout = self.doc.layout
         self.wheel, self.notify, self.on_attempt = wheel, notify or (lambda name, payload: None), on_attempt
         self.poll_s = job.train.poll_interval.total_seconds()
@@ -116,8 +83,6 @@ class Supervisor:
         self.stalls: dict[int | None, int] = {}
         if job.train.goodput_logging:
             settings.check_safe("logging_endpoint")  # a dry run writes to the local fake only
-        self.doc.goodput = {"logging": job.train.goodput_logging, "job_name": run_id, "project": settings.gcp_project,
-                            "logger_name": f"goodput_{run_id}", "steps": job.train.steps}  # fmt: skip
         self.store = StateStore(self.gcs, self.layout.run_state)
         self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
         self.state = RunState(run_id, time.time(), job.train.steps)
@@ -126,13 +91,12 @@ class Supervisor:
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
 
-    # -- the run -----------------------------------------------------------------------------
     def run(self) -> GoodputReport:
         """Train to the end (or fail); always tear down and write the goodput report.
 
         A run whose report says it is done is not touched: its stored report is returned as it is.
         """
-        stored = self._stored_report()
+        stored = GoodputReport.finished(self.gcs, self.layout.goodput)
         if stored is not None:
             self.report = stored
             return stored
@@ -145,7 +109,7 @@ class Supervisor:
             self._train()
             self.state.outcome = "done"
         except LeaseLostError:
-            lost = True  # another supervisor took the run over: its slice and its state are not ours to touch
+            lost = True  # another supervisor took the run over: its slice and state are not ours
             raise
         except BaseException as exc:
             self.state.outcome, self.state.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -160,16 +124,6 @@ class Supervisor:
             finally:
                 self.lease.release()
         return self.report
-
-    def _stored_report(self) -> GoodputReport | None:
-        """A finished run's report, exactly as stored (None unless the run is done)."""
-        try:
-            doc = get_json(self.gcs, self.layout.goodput)
-        except NotFoundError:
-            return None
-        if not isinstance(doc, dict) or doc.get("outcome") not in ("done", "already-done"):
-            return None
-        return GoodputReport.from_json(doc)
 
     def _load_state(self) -> None:
         """The run's state from GCS (an earlier supervisor's), or a new one."""
@@ -225,7 +179,7 @@ class Supervisor:
         if not live.queued_resource:
             return None
         self._heartbeats(live)  # its workers' progress meanwhile (and the exit heartbeats of a lost slice)
-        lost = self._slice_lost(live)
+        lost = slice_lost(self.api, live)
         if lost is None:
             return None  # _provision adopts it (same incarnation id: its workers' reports stay current)
         return self._recover(live, lost, unsupervised=True)
@@ -268,7 +222,6 @@ class Supervisor:
                                         "resume_step": inc.resume_step})  # fmt: skip
         return inc
 
-    # -- watching ----------------------------------------------------------------------------
     def _watch(self, inc: IncarnationState) -> None:
         """Return when DONE; raise ``_Preempted`` or ``TrainingError``."""
         self._progress_mark = ()
@@ -292,7 +245,7 @@ class Supervisor:
     def _check(self, inc: IncarnationState, preemption: PreemptionState | None) -> bool | None:
         self.lease.check()
         try:
-            reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
+            reports = mine(inc, list_json(self.gcs, self.layout.workers))
             self._heartbeats(inc, preemption)
             done = self._done()
             if done is not None:
@@ -323,13 +276,9 @@ class Supervisor:
         return None
 
     def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
-        """Every sign that the slice is being taken away, gathered in one place; the reason, or None.
-
-        The slice's state in the TPU API, and this incarnation's workers reporting that they were told
-        to stop (SIGTERM from the host, not the trainer's own failure). Further signals (the agents'
-        SIGTERM notices under ``RUN/_tpu_ops/notices/``) belong here.
-        """
-        lost = self._slice_lost(inc)
+        """Every sign that the slice is being taken away, in one place (the agents' SIGTERM notices under
+        ``RUN/_tpu_ops/notices/`` belong here too); the reason, or None."""
+        lost = slice_lost(self.api, inc)
         if lost:
             return lost
         if any(r.get("terminated") and r["exit_code"] != 0 for r in reports):
@@ -353,46 +302,16 @@ class Supervisor:
         self.state.finished_at = max(min(last, inc.ended_at), self.state.started_at)
         self._save()
 
-    def _mine(self, inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:
-        """Only this incarnation's documents: a stale report of an earlier slice is never taken for news."""
-        return [d for d in docs if isinstance(d, dict) and d.get("incarnation") == inc.id]
-
     def _heartbeats(self, inc: IncarnationState, preemption: PreemptionState | None = None) -> None:
-        beats = self._mine(inc, list_json(self.gcs, self.layout.heartbeats))
-        for b in beats:  # worker 0 carries the trainer's newest step records: merge them in
-            if b.get("worker") == 0 and b.get("timeline"):
-                merge_timeline(inc, b["timeline"])
-        steps = [b["step"] for b in beats if b.get("step") is not None]
-        mark = (max(steps) if steps else None, sum(int(b.get("log_bytes", 0)) for b in beats))
-        now = time.time()
+        mark = absorb_heartbeats(inc, mine(inc, list_json(self.gcs, self.layout.heartbeats)))
         if mark != self._progress_mark:
             self._progress_mark, self._progress_mono = mark, time.monotonic()
-        if beats:
-            inc.last_seen_at = max(float(b["time"]) for b in beats)
-        top = mark[0]
-        if top is None or (inc.last_step is not None and top <= inc.last_step):
-            return
-        if top > (inc.resume_step or 0) and inc.first_step_at is None:
-            # When the agents saw the first new step (they heartbeat at once then), else when we did.
-            seen = [float(b["first_step_at"]) for b in beats if b.get("first_step_at")]
-            inc.first_step_at = min(seen, default=now)
-        inc.last_step = top
         if preemption is not None and preemption.restore_s is None and inc.first_step_at and inc.ready_at:
             preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
             self._save()  # an event: the recovery is complete
-            self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
+            payload = preemption_event(self.run_id, preemption, resumed_from=inc.resume_step, step=mark[0])
+            self.notify(RECOVERED_EVENT, payload)
 
-    def _slice_lost(self, inc: IncarnationState) -> str | None:
-        """Why the slice is gone (queued resource or node state), or None while it is healthy."""
-        qr = self.api.find_queued_resource(inc.zone, inc.queued_resource)
-        if qr is None or qr.state not in QrState.ACTIVE:
-            return f"queued resource {qr.state if qr else 'missing'}"
-        node = self.api.find_node(inc.zone, qr.node_id)
-        if node is None or node.state in NodeState.DEAD or node.state in NodeState.GOING:
-            return f"node {node.state if node else 'missing'}"
-        return None
-
-    # -- recovery ----------------------------------------------------------------------------
     def _recover(self, inc: IncarnationState, reason: str, *, unsupervised: bool = False) -> PreemptionState:
         detected = time.time()
         p = PreemptionState(len(self.state.preemptions) + 1, inc.number, reason, inc.queued_resource, inc.zone,
@@ -404,14 +323,14 @@ class Supervisor:
         self._save()
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
-        self.notify(PREEMPTED_EVENT, self._event(p))
+        self.notify(PREEMPTED_EVENT, preemption_event(self.run_id, p))
         t0 = time.monotonic()
         teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
         p.delete_s = time.monotonic() - t0
         # The killed workers' exit heartbeats and reports (written on SIGTERM) name the step each really reached.
         with contextlib.suppress(TransientError):
             self._heartbeats(inc)
-        reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
+        reports = mine(inc, list_json(self.gcs, self.layout.workers))
         reached = [s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None]
         p.last_step = max(reached, default=None)
         inc.kept_until = latest_complete_step(self.gcs, self.layout.steps_uri)
@@ -427,14 +346,8 @@ class Supervisor:
         if time.monotonic() >= self.deadline:
             raise TrainingError(f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached")
 
-    def _event(self, p: PreemptionState, **extra: Any) -> dict[str, Any]:
-        return {"run_id": self.run_id, "preemption": p.number, "reason": p.reason, "zone": p.zone, "tier": p.tier,
-                "queued_resource": p.queued_resource, "last_step": p.last_step, "unsupervised": p.unsupervised,
-                **extra}  # fmt: skip
-
     def _finish(self) -> None:
-        """The report derived from the run's state, with cost from the ledger, in GCS (best effort: never
-        masks an error). A run that has not ended yet (failed) is measured up to now."""
+        """The report (derived from the run's state, cost from the ledger) to GCS; best effort, never masks an error."""
         if self.state.final_step is None:
             with contextlib.suppress(TpuOpsError):
                 self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)

@@ -1,0 +1,89 @@
+"""One incarnation of a run's slice: the job document its agents read, its heartbeats, its slice's health."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tpu_ops.agent.run import Job
+from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
+from tpu_ops.errors import SpecError
+from tpu_ops.specs.jobs import TrainJobSpec
+from tpu_ops.train.layout import RunLayout
+from tpu_ops.train.runstate import IncarnationState, PreemptionState
+
+
+def check_command(job: TrainJobSpec, run_id: str) -> None:
+    """A MaxText-style ``run_name=`` in the command must be the run id, or its auto-resume and ours disagree."""
+    for arg in job.train.command or []:
+        if arg.startswith("run_name=") and arg.removeprefix("run_name=") != run_id:
+            raise SpecError(
+                f"train.command sets {arg!r} but the run id is {run_id!r}: they must match so the trainer's own "
+                f"resume reads the same checkpoints (<checkpoint_dir>/<run_id>/{job.train.checkpoint_subdir})",
+                [{"field": "train.command", "value": arg}],
+            )
+
+
+def job_document(job: TrainJobSpec, run_id: str, project: str) -> Job:
+    """The job spec every worker's agent reads from ``RUN/_tpu_ops/job.json``."""
+    t = job.train
+    layout = RunLayout.of(t.checkpoint_dir, run_id, t.checkpoint_subdir)
+    # what worker 0 needs to write ml-goodput-measurement's entries (agent.goodput_hooks)
+    goodput = {"logging": t.goodput_logging, "job_name": run_id, "logger_name": f"goodput_{run_id}",
+               "project": project, "steps": t.steps}  # fmt: skip
+    return Job(
+        run_id=run_id, run_uri=layout.run_uri, steps=t.steps, checkpoint_every=t.checkpoint_every,
+        command=list(t.command) if t.command else None, trainer=t.trainer, checkpoint_subdir=t.checkpoint_subdir,
+        dataset_manifest=t.dataset_manifest, hyperparameters=dict(t.hyperparameters),
+        heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
+        coordinator_port=t.coordinator_port, goodput=goodput,
+    )  # fmt: skip
+
+
+def merge_timeline(inc: IncarnationState, records: list[list[Any]]) -> None:
+    """Add the records not seen yet (a heartbeat carries the newest ones, overlapping the last)."""
+    seen = {(r[0], r[1], r[2]) for r in inc.timeline}
+    new = [list(r) for r in records if (r[0], r[1], r[2]) not in seen]
+    if new:
+        inc.timeline = sorted([*inc.timeline, *new], key=lambda r: (float(r[2]), float(r[3])))
+
+
+def absorb_heartbeats(inc: IncarnationState, beats: list[dict[str, Any]]) -> tuple[int | None, int]:
+    """Take this incarnation's heartbeats into its state; the progress mark (top step, log bytes)."""
+    for b in beats:  # worker 0 carries the trainer's newest step records: merge them in
+        if b.get("worker") == 0 and b.get("timeline"):
+            merge_timeline(inc, b["timeline"])
+    steps = [int(b["step"]) for b in beats if b.get("step") is not None]
+    top = max(steps) if steps else None
+    if beats:
+        inc.last_seen_at = max(float(b["time"]) for b in beats)
+    if top is not None and (inc.last_step is None or top > inc.last_step):
+        if top > (inc.resume_step or 0) and inc.first_step_at is None:
+            # When the agents saw the first new step (they heartbeat at once then), else when we did.
+            seen = [float(b["first_step_at"]) for b in beats if b.get("first_step_at")]
+            inc.first_step_at = min(seen, default=time.time())
+        inc.last_step = top
+    return top, sum(int(b.get("log_bytes", 0)) for b in beats)
+
+
+def slice_lost(api: TpuApi, inc: IncarnationState) -> str | None:
+    """Why the incarnation's slice is gone (queued resource or node state), or None while it is healthy."""
+    qr = api.find_queued_resource(inc.zone, inc.queued_resource)
+    if qr is None or qr.state not in QrState.ACTIVE:
+        return f"queued resource {qr.state if qr else 'missing'}"
+    node = api.find_node(inc.zone, qr.node_id)
+    if node is None or node.state in NodeState.DEAD or node.state in NodeState.GOING:
+        return f"node {node.state if node else 'missing'}"
+    return None
+
+
+def mine(inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:
+    """Only this incarnation's documents: a stale report of an earlier slice is never taken for news."""
+    return [d for d in docs if isinstance(d, dict) and d.get("incarnation") == inc.id]
+
+
+def preemption_event(run_id: str, p: PreemptionState, **extra: Any) -> dict[str, Any]:
+    """The payload of the ``tpu-ops.slice.preempted`` / ``recovered`` events."""
+    return {"run_id": run_id, "preemption": p.number, "reason": p.reason, "zone": p.zone, "tier": p.tier,
+            "queued_resource": p.queued_resource, "last_step": p.last_step, "unsupervised": p.unsupervised,
+            **extra}  # fmt: skip
