@@ -74,15 +74,12 @@ def test_the_fake_answers_the_librarys_filter() -> None:
     assert backend.list({"resourceNames": ["projects/q"], "filter": ""})["entries"] == []
 
 
-def test_a_dry_run_refuses_a_logging_endpoint_off_loopback(
-    stack: Any, ckpt_bucket: str, train_settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_dry_run_refuses_a_logging_endpoint_off_loopback(stack: Any, ckpt_bucket: str, train_settings: Any) -> None:
     job = job_spec(ckpt_bucket, goodput_logging=True)
+    google = "https://logging.googleapis.com"
     with pytest.raises(ConfigError, match="logging_endpoint"):
-        Supervisor(
-            job, "gp-off", train_settings.model_copy(update={"logging_endpoint": "https://logging.googleapis.com"})
-        )
-    monkeypatch.setenv("TPU_OPS_DRY_RUN", "true")
-    monkeypatch.setenv("TPU_OPS_LOGGING_ENDPOINT", "https://logging.googleapis.com")
-    with pytest.raises(ValueError, match="loopback"):
-        GoodputLogWriter({"job_name": "r", "logger_name": "goodput_r", "project": "p"}, 0, lambda path: "{}")
+        Supervisor(job, "gp-off", train_settings.model_copy(update={"logging_endpoint": google}))
+    conf = {"job_name": "r", "logger_name": "goodput_r", "project": "p"}
+    with pytest.raises(ValueError, match="loopback"):  # the agent's own check, on the worker
+        GoodputLogWriter(conf, 0, lambda path: "{}", google, dry_run=True)
+    assert GoodputLogWriter(conf, 0, lambda path: "{}", None, dry_run=False).endpoint == google
