@@ -81,7 +81,8 @@ def audit_event(
             request_ids=request_ids, links=links, error=error,
         )  # fmt: skip
         if written.spooled:
-            log.warning("audit: S3 unreachable, %s for run %s spooled to %s", event, run_id, trail.spool.path)
+            log.warning("audit: %s for run %s spooled to %s (S3 unreachable, or an earlier record of the run waits "
+                        "there)", event, run_id, trail.spool.path)  # fmt: skip
         return written.record
     except Exception as exc:
         log.warning("audit: could not record %s for run %s: %s", event, run_id, exc)

@@ -1,8 +1,9 @@
 """Deployments: ``tpu-ops serve`` (or ``python -m flows.deployments``) serves them to a Prefect API.
 
 Served: the retraining pipeline (on its spec's cron schedule when a spec is given), the mirror,
-``provision-slice`` and ``run-on-slice`` for the UI's forms and ``run_deployment``, and the reaper
-every 15 minutes. In production, ``deploy`` the same objects to a work pool instead.
+``provision-slice`` and ``run-on-slice`` for the UI's forms and ``run_deployment``, the reaper
+every 15 minutes, and the audit trail's seal every ``audit_seal_interval_s`` (hourly by default).
+In production, ``deploy`` the same objects to a work pool instead.
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ def deployments(pipeline: PipelineSpec | None = None, reap_interval: timedelta =
     from flows.pipeline import retraining_pipeline
     from flows.provision import provision_slice, run_on_slice
     from flows.reaper import reap_tpu_slices
+    from flows.seal import seal_audit_trail
     from flows.train import train
+    from tpu_ops.settings import Settings
 
     retrain: dict[str, Any] = {"name": "default", "tags": ["tpu-ops", "pipeline"]}
     if pipeline is not None:
         retrain.update(name=pipeline.name, parameters={"spec": pipeline.model_dump(mode="json")})
         if pipeline.schedule:
             retrain["cron"] = pipeline.schedule
-    return [
+    served = [
         retraining_pipeline.to_deployment(**retrain),
         mirror_dataset.to_deployment(name="default", tags=["tpu-ops", "mirror"]),
         provision_slice.to_deployment(name="default", tags=["tpu-ops"]),
@@ -61,6 +64,14 @@ def deployments(pipeline: PipelineSpec | None = None, reap_interval: timedelta =
             tags=["tpu-ops", "reaper"],
         ),
     ]
+    seal_every = Settings().audit_seal_interval_s
+    if seal_every:  # a digest even when nothing happened: verify detects a cut-off trail within one interval
+        served.append(
+            seal_audit_trail.to_deployment(
+                name=f"every-{seal_every}s", interval=timedelta(seconds=seal_every), tags=["tpu-ops", "audit"]
+            )
+        )
+    return served
 
 
 def _arm_shutdown_deadline(grace_s: float) -> None:

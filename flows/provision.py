@@ -127,7 +127,9 @@ def provision_task(
 
     settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
     params = {"accelerator_type": spec.slice.accelerator_type, "zones": list(spec.slice.zones),
-              "ladder": [r.model_dump() for r in spec.ladder], "budget_usd": spec.budget_usd}  # fmt: skip
+              "ladder": [r.model_dump() for r in spec.ladder], "budget_usd": spec.budget_usd,
+              "backend": spec.slice.resolved_backend.value}  # fmt: skip
+    logger.info("backend %s: %s", spec.slice.resolved_backend, spec.slice.backend_reason)
     with audited("slice.provisioned", run_id, params=params, settings=settings) as rec:
         s = provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
         rec["params"].update(tier=s.tier, zone=s.zone, queued_resource=s.queued_resource, node=s.node,
@@ -139,7 +141,7 @@ def provision_task(
 
 def slice_event(s: Slice) -> dict[str, Any]:
     """The payload of ``tpu-ops.slice.provisioned``: which slice, where, on which tier."""
-    keys = ("queued_resource", "node", "zone", "tier", "accelerator_type", "chips", "hosts")
+    keys = ("queued_resource", "node", "zone", "tier", "accelerator_type", "chips", "hosts", "backend")
     return {k: getattr(s, k) for k in keys}
 
 

@@ -1,8 +1,12 @@
 """The one table of TPU accelerator types tpu-ops knows.
 
-Naming follows Cloud TPU: the suffix counts TensorCores for v2-v4 and v5p (two per chip), and
-chips for v5e (``v5litepod``) and v6e (one TensorCore per chip). Hosts are the worker VMs of a
+Naming follows Cloud TPU: the suffix counts TensorCores for v2-v4, v5p and TPU7x (two per chip),
+and chips for v5e (``v5litepod``) and v6e (one TensorCore per chip). Hosts are the worker VMs of a
 slice, which is what ``len(node.networkEndpoints)`` reports at run time.
+
+``machine_type`` is the Compute Engine machine type of each host (empty where Compute Engine does
+not offer the generation: v4, v5e). A multi-host slice uses the 4-chip type, hosts = chips / 4,
+and its ``topology`` is the workload policy's ``acceleratorTopology``.
 """
 
 from __future__ import annotations
@@ -21,20 +25,26 @@ class AcceleratorType:
     hosts: int
     topology: str
     cores_per_chip: int
+    machine_type: str = ""
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
 
 
 def _rows() -> dict[str, AcceleratorType]:
     rows: dict[str, AcceleratorType] = {}
 
-    def add(gen: str, prefix: str, suffix: int, chips: int, hosts: int, topo: str, cores: int) -> None:
+    def add(gen: str, prefix: str, suffix: int, chips: int, hosts: int, topo: str, cores: int, mt: str = "") -> None:
         name = f"{prefix}-{suffix}"
-        rows[name] = AcceleratorType(name, gen, chips, hosts, topo, cores)
+        rows[name] = AcceleratorType(name, gen, chips, hosts, topo, cores, mt)
 
-    # v4 and v5p: 4 chips per host, 2 TensorCores per chip, 3-D torus.
+    # v4, v5p and TPU7x: 4 chips per host, 2 TensorCores per chip, 3-D torus.
     cube = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8"}
-    for gen, prefix in (("v4", "v4"), ("v5p", "v5p")):
+    host4 = (("v4", "v4", ""), ("v5p", "v5p", "ct5p-hightpu-4t"), ("tpu7x", "tpu7x", "tpu7x-standard-4t"))
+    for gen, prefix, mt in host4:
         for chips, topo in cube.items():
-            add(gen, prefix, chips * 2, chips, max(1, chips // 4), topo, 2)
+            add(gen, prefix, chips * 2, chips, max(1, chips // 4), topo, 2, mt)
     # v5e: 8 chips per host (v5litepod-16 = 2 hosts of 8 chips), 2-D torus.
     flat = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
     for chips, topo in flat.items():
@@ -42,12 +52,12 @@ def _rows() -> dict[str, AcceleratorType]:
     # v6e: single-host up to 8 chips, multi-host slices use 4 chips per host.
     for chips, topo in flat.items():
         hosts = 1 if chips <= 8 else chips // 4
-        add("v6e", "v6e", chips, chips, hosts, topo, 1)
+        add("v6e", "v6e", chips, chips, hosts, topo, 1, f"ct6e-standard-{chips}t" if hosts == 1 else "ct6e-standard-4t")
     return rows
 
 
 ACCELERATOR_TYPES: Final[dict[str, AcceleratorType]] = _rows()
-GENERATIONS: Final[tuple[str, ...]] = ("v4", "v5e", "v5p", "v6e")
+GENERATIONS: Final[tuple[str, ...]] = ("v4", "v5e", "v5p", "v6e", "tpu7x")
 
 # Runtime versions Cloud TPU offers per generation (the fake API serves these too).
 RUNTIME_VERSIONS: Final[dict[str, tuple[str, ...]]] = {
@@ -55,6 +65,17 @@ RUNTIME_VERSIONS: Final[dict[str, tuple[str, ...]]] = {
     "v5e": ("v2-alpha-tpuv5-lite", "tpu-ubuntu2204-base"),
     "v5p": ("v2-alpha-tpuv5", "tpu-ubuntu2204-base"),
     "v6e": ("v2-alpha-tpuv6e",),
+    "tpu7x": (),  # Compute Engine only: no TPU API runtime
+}
+
+# Compute Engine boot image families (project ``ubuntu-os-accelerator-images``) per generation.
+# Google documents the ``ubuntu-accel-2204-amd64-tpu-*`` families (22.04, Python 3.10) and
+# ``ubuntu-accel-2404-amd64-tpu-tpu7x`` for TPU7x; the v5p/v6e family suffixes are our reading.
+COMPUTE_IMAGE_PROJECT: Final = "ubuntu-os-accelerator-images"
+COMPUTE_IMAGES: Final[dict[str, str]] = {
+    "v5p": "ubuntu-accel-2204-amd64-tpu-v5p",
+    "v6e": "ubuntu-accel-2204-amd64-tpu-v6e",
+    "tpu7x": "ubuntu-accel-2404-amd64-tpu-tpu7x",
 }
 
 
@@ -68,4 +89,5 @@ def lookup(name: str) -> AcceleratorType:
 
 def known_names() -> list[str]:
     """All accelerator type names, grouped by generation and ordered by size."""
-    return sorted(ACCELERATOR_TYPES, key=lambda n: (ACCELERATOR_TYPES[n].generation, ACCELERATOR_TYPES[n].chips))
+    order = {g: i for i, g in enumerate(GENERATIONS)}
+    return sorted(ACCELERATOR_TYPES, key=lambda n: (order[ACCELERATOR_TYPES[n].generation], ACCELERATOR_TYPES[n].chips))

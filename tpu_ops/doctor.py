@@ -172,8 +172,68 @@ def _tpu_rest_get(settings: Settings, path: str) -> dict[str, Any]:
     return body
 
 
+def _compute_quota(api: Any, region: str, generation: str, chips: int, spot: bool) -> Check:
+    """The region's Compute Engine TPU quota for ``generation`` (a separate pool from the TPU API's)."""
+    quotas = api.region_quotas(region)
+    token = generation.upper()
+    prefix = "PREEMPTIBLE_" if spot else ""
+    metrics = {m: v for m, v in quotas.items() if "TPU" in m and token in m and m.startswith(prefix)}
+    if not spot:
+        metrics = {m: v for m, v in metrics.items() if not m.startswith("PREEMPTIBLE_")}
+    name = f"compute quota {'spot ' if spot else ''}{generation} in {region}"
+    if not metrics:
+        fix = f"request Compute Engine TPU quota for {generation} in {region} (console: IAM & Admin > Quotas)"
+        return _missing(name, f"no {prefix}TPU quota metric for {generation} in {region} ({len(quotas)} metrics)", fix)
+    metric, (usage, limit) = sorted(metrics.items())[0]
+    free = limit - usage
+    detail = f"{metric}: {usage:g} of {limit:g} used, {free:g} free; the slice needs {chips}"
+    if free < chips:
+        return _missing(name, detail, f"request more {metric} quota in {region}, or free some")
+    return _ok(name, detail)
+
+
+def compute_checks(settings: Settings, spec: PipelineSpec) -> list[Check]:
+    """Compute Engine: the API answers, the region's TPU quota covers the slice, named reservations exist."""
+    from tpu_ops.cloud.compute import ComputeApi
+
+    sl = spec.provision.slice
+    acc = sl.accelerator
+    enable = "gcloud services enable compute.googleapis.com; grant infra/iam/gcp/tpu_ops_flows.yaml (compute.*)"
+    out: list[Check] = []
+    api = ComputeApi(settings)
+
+    def reachable() -> Check:
+        api.region_quotas(sl.region)
+        return _ok("compute api", f"regions.get {sl.region} answers (backend compute: {sl.backend_reason})")
+
+    out += _guard("compute api", enable, reachable)
+    if out[-1].status != OK:
+        return out
+    kinds = {getattr(r, "kind", "") for r in spec.provision.ladder}
+    if kinds - {Tier.SPOT}:
+        out += _guard(f"compute quota {acc.generation}", enable,
+                      lambda: _compute_quota(api, sl.region, acc.generation, acc.chips, False))  # fmt: skip
+    if Tier.SPOT in kinds:
+        out += _guard(f"compute quota spot {acc.generation}", enable,
+                      lambda: _compute_quota(api, sl.region, acc.generation, acc.chips, True))  # fmt: skip
+    for rung in spec.provision.ladder:
+        if getattr(rung, "kind", "") == Tier.RESERVATION:
+            name, zone = str(rung.short_name), str(rung.zone)  # type: ignore[union-attr]
+            label = f"reservation {name} in {zone}"
+
+            def res(n: str = name, z: str = zone, label: str = label) -> Check:
+                if api.reservation_exists(z, n):
+                    return _ok(label, f"found ({acc.hosts} x {acc.machine_type} needed)")
+                return _missing(label, "not found", f"gcloud compute reservations create {n} --zone={z} "
+                                f"--machine-type={acc.machine_type} --vm-count={acc.hosts}")  # fmt: skip
+
+            out += _guard(label, enable, res)
+    return out
+
+
 def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
-    """GCS buckets (permissions), TPU locations and accelerator types, reservations."""
+    """GCS buckets (permissions); TPU locations, accelerator types and reservations on the TPU API, or
+    the Compute Engine API, its TPU quota and reservations when the spec's backend is compute."""
     from tpu_ops.cloud.clients import storage_client, tpu_client
 
     out: list[Check] = []
@@ -182,6 +242,8 @@ def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
         for uri, role in ((spec.mirror.destination, "dataset"), (spec.train.checkpoint_dir, "checkpoints")):
             fix = f"create it: gcloud storage buckets create gs://{parse_uri(uri, 'gs').bucket} --location=REGION"
             out += _guard(f"gcs {role}", fix, lambda u=uri, r=role: _gcs_bucket(settings, gcs, u, r))  # type: ignore[misc]
+    if spec is not None and spec.provision.slice.resolved_backend == "compute":
+        return out + compute_checks(settings, spec)
     tpu = tpu_client(settings)
     zones = list(spec.provision.slice.zones) if spec is not None else []
     enable = "gcloud services enable tpu.googleapis.com; grant tpu.locations.list (infra/iam/gcp/tpu_ops_flows.yaml)"
@@ -310,7 +372,7 @@ def _unanswered(settings: Settings, timeout_s: float = 3.0) -> list[tuple[str, s
     from urllib.parse import urlsplit
 
     out = []
-    for name in ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint"):
+    for name in ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint", "compute_endpoint"):
         url = settings.endpoints()[name]
         if not url:
             continue  # the real cloud's own endpoint: the checks below reach it

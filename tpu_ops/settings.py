@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     aws_endpoint_url: str | None = Field(None, validation_alias=_env("aws_endpoint_url", "AWS_ENDPOINT_URL"))
     gcs_endpoint: str | None = Field(None, validation_alias=_env("gcs_endpoint", "STORAGE_EMULATOR_HOST"))
     tpu_endpoint: str | None = Field(None, validation_alias=_env("tpu_endpoint"))
+    compute_endpoint: str | None = Field(
+        None,
+        validation_alias=_env("compute_endpoint"),
+        description="Compute Engine API (a local fake in a dry run), e.g. http://127.0.0.1:PORT.",
+    )
     sts_endpoint: str | None = Field(
         None, validation_alias=_env("sts_endpoint"), description="Storage Transfer Service (a local fake in a dry run)."
     )
@@ -110,7 +115,16 @@ class Settings(BaseSettings):
         2555, ge=1, le=36500, description="Object Lock retention (compliance mode) of each audit record."
     )
     audit_kms_key_id: str | None = Field(
-        None, description="KMS asymmetric key (ECC_NIST_P256, SIGN_VERIFY) that signs audit digests."
+        None,
+        description="KMS asymmetric key (ECC_NIST_P256, SIGN_VERIFY) that signs audit digests; `audit verify` "
+        "checks digest signatures only against this pinned key (or its --key).",
+    )
+    audit_seal_interval_s: int = Field(
+        3600,
+        ge=0,
+        le=7 * 86400,
+        description="Seconds between scheduled audit seals (`tpu-ops audit seal`, the served `seal-audit-trail` "
+        "deployment); `audit verify` fails when the newest digest is older than this (+10%). 0: no schedule.",
     )
     audit_spool: Path | None = Field(
         None, description="Local JSONL spool for audit records while S3 is unreachable (default: state_dir)."
@@ -151,6 +165,7 @@ class Settings(BaseSettings):
             "aws_endpoint_url": self.aws_endpoint_url,
             "gcs_endpoint": self.gcs_endpoint,
             "tpu_endpoint": self.tpu_endpoint,
+            "compute_endpoint": self.compute_endpoint,
             "sts_endpoint": self.sts_endpoint,
             "logging_endpoint": self.logging_endpoint,
             "metadata_host": self.metadata_host,
@@ -162,7 +177,10 @@ class Settings(BaseSettings):
         ``needed`` names endpoint settings (default: all of them). Outside a dry run an unset
         endpoint means the real cloud, which is the point of production.
         """
-        names = needed or ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint")
+        # Compute Engine is checked by default only when set: a dry run on the TPU API needs none.
+        names = needed or ("aws_endpoint_url", "gcs_endpoint", "tpu_endpoint") + (
+            ("compute_endpoint",) if self.compute_endpoint else ()
+        )
         if not self.dry_run:
             return
         for name in names:
@@ -175,44 +193,3 @@ class Settings(BaseSettings):
                 )
             if not is_loopback(value):
                 raise ConfigError(f"dry run: endpoint {name}={value!r} is not on loopback; refusing to start")
-
-
-class JobEnv(BaseSettings):
-    """The job contract as a trainer reads it: the ``TPU_OPS_*`` variables the agent sets.
-
-    The agent sets them on every worker; README ("Training") documents each. Trainers in other
-    languages read the same variables.
-    """
-
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
-
-    run_id: str
-    worker: int = Field(0, ge=0)
-    workers: int = Field(1, ge=1)
-    checkpoint_dir: str = Field(description="gs:// directory the trainer writes <step>/ entries into")
-    resume_step: int | None = Field(None, description="absent on a fresh start")
-    dataset_manifest: str | None = None
-    steps: int = Field(ge=1)
-    checkpoint_every: int = Field(ge=1)
-    hyperparameters: dict[str, Any] = Field(default_factory=dict, description="JSON object")
-    progress_file: Path | None = Field(None, description="the trainer writes its current step here")
-    step_log: Path | None = Field(None, description="the trainer appends its step/save/restore records here")
-    coordinator_address: str | None = None
-
-
-def child_environment(extra: dict[str, str], drop: tuple[str, ...] = ()) -> dict[str, str]:
-    """This process's environment plus ``extra`` (minus ``drop``), for a child process."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(extra)
-    return env
-
-
-def export_environment(values: dict[str, str], drop: tuple[str, ...] = ()) -> None:
-    """Set ``values`` (and unset ``drop``) in this process's environment (a warm-started trainer's)."""
-    import os
-
-    for key in drop:
-        os.environ.pop(key, None)
-    os.environ.update(values)

@@ -4,8 +4,13 @@ The script runs as root on N hosts at once, and again after a recreate (with a f
 "already done" is the run-level ``DONE`` marker in GCS, never a local file. A small stdlib-only
 bootstrap checks that marker and fetches the agent wheel the flow uploaded under
 ``RUN/_tpu_ops/agent/``, both with the VM's service account (a token from the metadata server):
-a real slice needs no package index. If the VM cannot import tpu-ops yet, the wheel (and any
-dependency wheels beside it) is installed into a venv with ``--no-index``.
+a real slice needs no package index. The wheel is pure Python with no dependencies, so the
+bootstrap unpacks it and the image's own ``python3`` (3.10 on Google's TPU images) runs the agent
+from there: no pip, no venv, no index.
+
+Output goes where a person looks on a VM (the guest agent copies it to the serial console and
+``journalctl -u google-startup-scripts.service``); a failure before the agent starts also leaves
+one line with the reason on the console and in the journal (``logger``).
 
 Every value is passed through ``shlex.quote``; the script carries no credentials. It is clean
 under ``shellcheck`` (a test runs it on rendered scripts).
@@ -23,7 +28,7 @@ from tpu_ops.uris import parse_gs
 # Exit status 3 = the run is done. Reads only its argv: the script passes the standard endpoint
 # variables (GCE_METADATA_HOST, STORAGE_EMULATOR_HOST; both unset on a real VM).
 BOOTSTRAP = r"""
-import json, os, sys, time, urllib.error, urllib.parse, urllib.request
+import json, os, sys, time, urllib.error, urllib.parse, urllib.request, zipfile
 run_uri, prefix, dest, md, api = sys.argv[1:6]
 md = md or "metadata.google.internal"
 api = api or "https://storage.googleapis.com"
@@ -76,6 +81,13 @@ if prefix:
             with open(os.path.join(dest, name), "wb") as f:
                 f.write(data)
             print("tpu-ops bootstrap: fetched " + name)
+            if name.startswith("tpu_ops-"):  # pure Python, no dependencies: unpacked, it is importable
+                lib = os.path.join(os.path.dirname(dest), "agent")
+                with zipfile.ZipFile(os.path.join(dest, name)) as z:
+                    for member in z.namelist():
+                        if member.startswith("/") or ".." in member.split("/"):
+                            raise SystemExit("tpu-ops bootstrap: unsafe path in " + name + ": " + member)
+                    z.extractall(lib)
 """
 
 TEMPLATE = """#!/bin/bash
@@ -87,11 +99,26 @@ RUN_ID={run_id}
 RUN_URI={run_uri}
 AGENT_PREFIX={agent_prefix}
 PYTHON={python}
+STAGE="preparing the worker directory"
+# A failure before the agent runs: one line with the reason on the console and in the journal.
+say_failure() {{
+  local status=$?
+  [ "$status" -eq 0 ] && return 0
+  local line="tpu-ops startup for run $RUN_ID failed (exit $status) while $STAGE"
+  echo "$line" >&2
+  if command -v logger >/dev/null 2>&1; then logger -t tpu-ops-startup -- "$line" || true; fi
+  local console="${{TPU_OPS_CONSOLE:-/dev/console}}"
+  if {{ [ -e "$console" ] && [ -w "$console" ]; }} || {{ [ ! -e "$console" ] && [ "$console" != /dev/console ]; }}; then
+    echo "$line" >>"$console" 2>/dev/null || true
+  fi
+}}
+trap say_failure EXIT
 # A host may give each worker its own scratch directory (the local simulator does).
 BASE="${{TPU_OPS_WORKER_DIR:-}}"
 [ -n "$BASE" ] || BASE={state_dir}
 WORK="$BASE/$RUN_ID"
 mkdir -p "$WORK"
+STAGE="fetching the DONE marker, the job spec and the agent from GCS ($PYTHON)"
 status=0
 "$PYTHON" - "$RUN_URI" "$AGENT_PREFIX" "$WORK/wheels" "${{GCE_METADATA_HOST:-}}" "${{STORAGE_EMULATOR_HOST:-}}" \
   <<'BOOTSTRAP' || status=$?
@@ -102,18 +129,18 @@ if [ "$status" -eq 3 ]; then
   exit 0
 fi
 if [ "$status" -ne 0 ]; then
-  echo "tpu-ops: bootstrap failed with status $status" >&2
   exit "$status"
 fi
-AGENT_PYTHON="$PYTHON"
-if ! "$PYTHON" -c 'import tpu_ops' 2>/dev/null; then
-  "$PYTHON" -m venv --system-site-packages "$WORK/venv"
-  "$WORK/venv/bin/python" -m pip install --quiet --no-index --find-links "$WORK/wheels" tpu-ops
-  AGENT_PYTHON="$WORK/venv/bin/python"
+if [ -d "$WORK/agent/tpu_ops" ]; then
+  # the unpacked agent wheel (standard library only) comes first on the path
+  export PYTHONPATH="$WORK/agent${{PYTHONPATH:+:$PYTHONPATH}}"
 fi
+STAGE="starting the agent ($PYTHON -m tpu_ops.agent)"
+"$PYTHON" -c 'import tpu_ops.agent.run'
 export TPU_OPS_WORKER_DIR="$WORK"
 cd "$WORK"
-exec "$AGENT_PYTHON" -m tpu_ops.agent {args}
+trap - EXIT
+exec "$PYTHON" -m tpu_ops.agent {args}
 """
 
 _RUN_ID = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")

@@ -13,7 +13,19 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "dryrun.yaml"
+TPU_API_SPEC = Path(__file__).resolve().parents[1] / "dryrun.yaml"  # v4-32 queued resources
+COMPUTE_SPEC = Path(__file__).resolve().parents[1] / "dryrun-compute.yaml"  # a v5p-32 group of 4 hosts
+DEFAULT_SPEC = TPU_API_SPEC  # what `local seed` seeds: the dataset is the same in both
+SPECS = {"compute": COMPUTE_SPEC, "tpu-api": TPU_API_SPEC}
+# The fake Compute Engine's capacity for the dry run: the reservation holds 2 of the 4 hosts, spot
+# is stocked out in zone b, so the group comes from spot in zone c.
+COMPUTE_CAPACITY: dict[str, Any] = {
+    "us-east5-b": {
+        "SPOT": 0,
+        "reservations": {"fraud-v5p-reservation": {"count": 2, "machineType": "ct5p-hightpu-4t"}},
+    },
+    "us-east5-c": {"SPOT": 64},
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,7 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "simulator), seeds a curated dataset, and runs the retraining-pipeline flow on it. Uses a "
         "temporary Prefect server unless PREFECT_API_URL points at one (e.g. `make ui`).",
     )
-    p.add_argument("--spec", type=Path, default=DEFAULT_SPEC, help="pipeline spec (default: the shipped one)")
+    p.add_argument("--spec", type=Path, help="pipeline spec (default: the shipped one for the backend)")
+    p.add_argument(
+        "--backend",
+        choices=sorted(SPECS),
+        help="control plane: compute (default: a v5p-32 group on Compute Engine) or tpu-api (v4-32 queued "
+        "resources); with --spec, overrides its slice.backend",
+    )
     p.add_argument("--run-id", help="run id (default: derived from the spec's name and the time)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--workdir", type=Path, default=Path(".tpu-ops/dry-run"), help="where workers' files go")
@@ -36,6 +54,9 @@ class PreemptOnce(threading.Thread):
 
     def __init__(self, stack: Any, settings: Any, spec: Any, run_id: str) -> None:
         super().__init__(name="preempt-once", daemon=True)
+        from tpu_ops.provision.providers import for_spec
+
+        self.provider = for_spec(spec.provision, settings)
         from tpu_ops.train.layout import RunLayout
 
         self.stack, self.settings, self.spec, self.run_id = stack, settings, spec, run_id
@@ -45,22 +66,27 @@ class PreemptOnce(threading.Thread):
 
     def run(self) -> None:
         from tpu_ops.cloud.clients import storage_client
-        from tpu_ops.cloud.tpu import TpuApi
         from tpu_ops.errors import TpuOpsError
+        from tpu_ops.provision.providers import SliceState
         from tpu_ops.train.checkpoints import latest_complete_step
 
-        gcs, api = storage_client(self.settings), TpuApi(self.settings)
+        gcs = storage_client(self.settings)
         while not self._done.wait(0.2):
             try:
                 if latest_complete_step(gcs, self.layout.steps_uri) is None:
                     continue
-                for zone in self.spec.provision.slice.zones:
-                    for node in api.list_nodes(zone):
-                        if node.node_id.startswith(self.run_id) and node.state == "READY":
-                            self.stack.preempt(zone, node.node_id)
-                            self.preempted = f"{node.node_id} in {zone}"
-                            print(f"==> injected a spot preemption of {self.preempted}", flush=True)
-                            return
+                for rec in self.provider.slices(list(self.spec.provision.slice.zones), self.run_id):
+                    if rec.state not in SliceState.RUNNING:
+                        continue
+                    if self.provider.name == "tpu-api":
+                        self.stack.preempt(rec.zone, rec.slice_id)
+                        self.preempted = f"{rec.slice_id} in {rec.zone}"
+                    else:  # one host of the group: the whole slice is lost, and recreated whole
+                        host = rec.hosts[-1].name.split(".")[0]
+                        self.stack.preempt_instance(rec.zone, host)
+                        self.preempted = f"host {host} of {rec.slice_id} in {rec.zone}"
+                    print(f"==> injected a spot preemption of {self.preempted}", flush=True)
+                    return
             except TpuOpsError:
                 continue
 
@@ -117,7 +143,11 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
 
-    spec = load_spec(args.spec, PipelineSpec)  # bad input fails here, before anything starts
+    spec = load_spec(args.spec or SPECS[args.backend or "compute"], PipelineSpec)  # bad input fails here
+    if args.backend and args.spec:
+        doc = spec.model_dump(mode="json")
+        doc["provision"]["slice"]["backend"] = args.backend
+        spec = parse_spec(PipelineSpec, doc, what="--backend")
     # A temporary Prefect server must not try to phone home from a machine with no network.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # On a loaded machine the temporary server can take longer than Prefect's default 20 s to answer.
@@ -128,7 +158,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
     started = time.monotonic()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    _step("starting the local stack (moto, fake-gcs-server, fake Cloud TPU API, host simulator)")
+    backend = spec.provision.slice.resolved_backend
+    _step("starting the local stack (moto, fake-gcs-server, fake Cloud TPU API, fake Compute Engine, host simulators)")
     with LocalStack(workdir=args.workdir.resolve() / "workers", grace_s=2.0) as stack:
         # The flows read Settings from the environment, exactly as a deployment would.
         os.environ.update(stack.env())
@@ -139,9 +170,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         seeded = seed_pipeline(settings, spec)
         ensure_model_bucket(settings, spec.export.destination)  # where the pipeline exports to
         stack.set_capacity(DRY_RUN_CAPACITY)
-        print(
-            f"    {seeded.shards} shards, {seeded.bytes / 2**20:.1f} MiB; TPU capacity: {json.dumps(DRY_RUN_CAPACITY)}"
-        )
+        stack.set_compute_capacity(COMPUTE_CAPACITY)
+        capacity = COMPUTE_CAPACITY if backend == "compute" else DRY_RUN_CAPACITY
+        print(f"    {seeded.shards} shards, {seeded.bytes / 2**20:.1f} MiB; TPU capacity: {json.dumps(capacity)}")
+        print(f"    backend {backend}: {spec.provision.slice.backend_reason}")
 
         from flows.pipeline import new_run_id, retraining_pipeline
 
@@ -159,9 +191,18 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         _step("verifying the audit trail")
         summary["audit"] = audit_verified(settings)
         left = stack.state()
-        leftover = int(left["queued_resources"]) + int(left["nodes"])
+        ce = left.get("compute") or {}
+        leftover = (
+            int(left["queued_resources"])
+            + int(left["nodes"])
+            + sum(
+                int(ce.get(k, 0))
+                for k in ("instances", "instance_group_managers", "instance_templates", "resource_policies")
+            )
+        )
         summary["left_behind"] = {"tpu_resources": leftover, "worker_processes": len(left.get("worker_pids", []))}
         summary["lineage"] = _lineage(settings, run_id)
+        summary["backend"] = backend.value
     summary["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         print(json.dumps(summary, indent=2, default=str), file=out)

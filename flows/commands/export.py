@@ -66,10 +66,14 @@ def run_export(args: argparse.Namespace) -> int:
         result = export_model(spec, run_id, base, manifest)
     art = result["artifact"]
     verb = "registered" if result["package_created"] else "already registered"
+    status = result.get("package_status") or "PendingManualApproval"
     text = (
         f"run {run_id}: {art['uri']} ({art['size']} bytes, sha256 {art['sha256']}"
         f"{', adopted' if art['adopted'] else ''}) from {result['source']['uri']}\n"
-        f"model package {result['package_arn']} {verb} (PendingManualApproval until approved)"
+        f"model package {result['package_arn']} {verb} ({status}"
+        f"{' until approved' if status == 'PendingManualApproval' else ''})"
     )
+    if not result.get("manifest_uri"):
+        text += "\ndataset: none recorded (the run's train spec had no dataset_manifest)"
     show(result, args.json, text)
     return 0

@@ -15,8 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "provision",
         help="Get a TPU slice through the capacity ladder (reservation → spot → on-demand, zone by zone).",
-        description="Runs the provision-slice Prefect flow: budget check first, then one queued resource per "
-        "attempt. Re-running with the same --run-id adopts the existing slice. The slice stays up until "
+        description="Runs the provision-slice Prefect flow: budget check first, then one slice request per "
+        "attempt (a queued resource, or a Compute Engine instance or instance group, per slice.backend). "
+        "Re-running with the same --run-id adopts the existing slice. The slice stays up until "
         "`tpu-ops teardown RUN_ID`.",
     )
     p.add_argument("--spec", required=True, metavar="FILE", help="a provision spec (YAML or JSON)")
@@ -49,10 +50,15 @@ def run(args: argparse.Namespace) -> int:
 
         with tags(run_tag(run_id)):
             result = provision_slice(spec, run_id)
+    what = (
+        f"queued resource {result['queued_resource']}, node {result['node']}"
+        if result.get("backend", "tpu-api") == "tpu-api"
+        else f"Compute Engine {'group' if result['hosts'] > 1 else 'instance'} {result['queued_resource']}"
+    )
     text = (
-        f"run {run_id}: {result['accelerator_type']} on {result['tier']} in {result['zone']} — queued resource "
-        f"{result['queued_resource']}, node {result['node']}, {result['hosts']} hosts "
-        f"({len(result['attempts'])} attempt(s))"
+        f"run {run_id}: {result['accelerator_type']} on {result['tier']} in {result['zone']} — {what}, "
+        f"{result['hosts']} hosts ({len(result['attempts'])} attempt(s)); backend {spec.slice.resolved_backend} "
+        f"({spec.slice.backend_reason})"
     )
     show(result, args.json, text)
     return 0

@@ -1,4 +1,4 @@
-"""``tpu-ops teardown RUN_ID``: force-delete a run's queued resources and nodes; confirm they are gone."""
+"""``tpu-ops teardown RUN_ID``: delete a run's slices on every control plane; confirm they are gone."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from flows.commands._common import shell_settings, show
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    t = sub.add_parser("teardown", help="Force-delete a run's queued resources and nodes; confirm they are gone.")
+    t = sub.add_parser(
+        "teardown",
+        help="Delete a run's queued resources and nodes (Cloud TPU API) and its instances, groups, templates "
+        "and workload policies (Compute Engine); confirm they are gone.",
+    )
     t.add_argument("run_id", metavar="RUN_ID")
     t.add_argument("--zone", action="append", dest="zones", metavar="ZONE", help="only these zones (default: all)")
     t.add_argument("--json", action="store_true", help="print the report as JSON")

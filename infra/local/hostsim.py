@@ -1,10 +1,21 @@
 """TPU-VM host simulator: runs a READY node's ``startup-script`` once per worker host, locally.
 
+``variant="compute"`` plays Compute Engine TPU VMs instead: one worker per RUNNING instance (its
+rank is the event's ``workerId``), with Compute Engine's metadata (``worker-id``, host names in
+``worker-network-endpoints``); a ``terminating`` event (spot preemption notice) sends SIGTERM and
+the following ``stopped`` kills at once.
+
 Each worker is ``bash startup-script.sh`` in its own process group and working directory, with
-its own fake metadata server (``GCE_METADATA_HOST``/``GCE_METADATA_IP``) and the stack's endpoint
-environment. When the node is preempted, deleted or the fake is reset, every worker's group gets
-SIGTERM and, after ``grace_s``, SIGKILL. stdout/stderr go to files in the worker's directory and
-stay readable after the worker ends (``logs``). ``stop()`` ends everything it started.
+its own fake metadata server (``GCE_METADATA_HOST``/``GCE_METADATA_IP``). Like Google's TPU
+images, a worker sees a bare interpreter: ``python3`` is a virtual environment of the host's
+base Python without pip or any third-party package, pip finds no index (``PIP_NO_INDEX=1``, no
+config file), and the environment is rebuilt from scratch: only the endpoints a VM would know
+(metadata server, GCS emulator and what TensorStore needs to reach it) and the dry-run flag pass
+through, never the host's ``PATH``, virtual environment or credentials. When the node is
+preempted, deleted or the fake is reset, every worker's group gets SIGTERM (the notice) and, after
+``grace_s``, SIGKILL. stdout/stderr go to files in the worker's directory and stay readable after
+the worker ends (``logs``); ``console.log`` stands in for the serial console. ``stop()`` ends
+everything it started.
 """
 
 from __future__ import annotations
@@ -17,13 +28,30 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from infra.local._proc import kill_group, wait_until
-from infra.local.metadata import MetadataServer, tpu_vm_values
-from infra.local.tpu.models import NodeEvent, TpuBackend
+from infra.local.core.backend import NodeEvent
+from infra.local.metadata import MetadataServer, compute_vm_values, tpu_vm_values
+
+
+class HostBackend(Protocol):
+    """What the simulator needs of a fake (the TPU API's or Compute Engine's backend)."""
+
+    def subscribe(self, listener: Callable[[NodeEvent], None]) -> None: ...
+
+    def set_guest_attribute(self, name: str, worker: int, namespace: str, key: str, value: str) -> None: ...
+
+
+# The only variables of the stack's environment a worker inherits: what a VM knows (on Google's
+# cloud these point at Google; here at the emulators) and the dry-run flag.
+WORKER_ENV = frozenset({
+    "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "TPU_OPS_DRY_RUN",
+    "TPU_OPS_LOGGING_ENDPOINT", "GOOGLE_CLOUD_PROJECT",
+})  # fmt: skip
 
 # A worker's bash hangs off a lifeline: stdin is a pipe only the simulator's process holds. A
 # background subshell waits on it and kills the worker's whole process group when it closes,
@@ -69,12 +97,20 @@ def _read(path: Path) -> str:
 
 
 class HostSimulator:
-    """Subscribe to a ``TpuBackend`` and play the worker hosts of its nodes."""
+    """Subscribe to a fake's backend and play the worker hosts of its nodes (or instances)."""
 
     def __init__(
-        self, backend: TpuBackend, env: dict[str, str], *, grace_s: float = 5.0, workdir: Path | None = None
+        self,
+        backend: HostBackend,
+        env: dict[str, str],
+        *,
+        grace_s: float = 5.0,
+        workdir: Path | None = None,
+        variant: Literal["tpu-api", "compute"] = "tpu-api",
     ) -> None:
         self.backend = backend
+        self.variant = variant
+        self._terminating: set[tuple[str, str]] = set()  # told to stop (SIGTERM sent), kill comes next
         self.grace_s = grace_s
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tpu-ops-hosts-"))
@@ -83,20 +119,41 @@ class HostSimulator:
         self._nodes: dict[tuple[str, str], list[Worker]] = {}  # (zone, node id) -> latest incarnation
         self._reapers: list[threading.Thread] = []
         self._closed = False
+        self._bare: Path | None = None
         backend.subscribe(self._on_event)
 
     # -- events from the fake TPU API ----------------------------------------------------------
     def _on_event(self, event: NodeEvent) -> None:
         if event.kind == "ready":
             self._start_node(event)
+        elif event.kind == "terminating":
+            self._term_node(event.zone, event.node_id)
         elif event.kind == "stopped":
             self._stop_node(event.zone, event.node_id)
 
-    def _base_env(self) -> dict[str, str]:
-        env = {**os.environ, **self._env}
-        venv_bin = str(Path(sys.executable).parent)
-        env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
-        env.setdefault("VIRTUAL_ENV", str(Path(sys.executable).parent.parent))
+    def _bare_python(self) -> Path:
+        """A pip-less virtual environment of the host's base interpreter: the image's ``python3``."""
+        with self._lock:
+            if self._bare is None:
+                bare = self.workdir / "image-python"
+                base = getattr(sys, "_base_executable", None) or sys.executable
+                if not (bare / "bin" / "python3").exists():
+                    subprocess.run([base, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120,
+                                   env={"PATH": "/usr/bin:/bin"}, capture_output=True)  # fmt: skip
+                self._bare = bare
+            return self._bare
+
+    def _base_env(self, wd: Path) -> dict[str, str]:
+        """What a worker's startup script sees: a VM's environment, nothing of the host's."""
+        env = {k: v for k, v in self._env.items() if k in WORKER_ENV}
+        env.update({
+            "PATH": f"{self._bare_python() / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(wd),
+            "LANG": "C.UTF-8",
+            "PIP_NO_INDEX": "1",
+            "PIP_CONFIG_FILE": os.devnull,  # no pip.conf of the host's (its index, find-links, constraints)
+            "TPU_OPS_CONSOLE": str(wd / "console.log"),
+        })  # fmt: skip
         return env
 
     def _start_node(self, event: NodeEvent) -> None:
@@ -107,7 +164,8 @@ class HostSimulator:
             return
         base = self.workdir / event.project / event.zone / f"{event.node_id}-{node.get('id', '0')}"
         workers = []
-        for w in range(hosts):
+        # A Compute Engine instance is one host of its slice; a TPU API node is all of them.
+        for w in [int(node["workerId"])] if self.variant == "compute" else range(hosts):
             workers.append(self._start_worker(event, node, w, base / f"worker-{w}", script))
         with self._lock:
             old = self._nodes.get((event.zone, event.node_id), [])
@@ -122,15 +180,10 @@ class HostSimulator:
         def sink(ns: str, key: str, value: str) -> None:
             self.backend.set_guest_attribute(name, w, ns, key, value)
 
-        md = MetadataServer(tpu_vm_values(node, event.project, event.zone, w), sink).start()
-        env = self._base_env()
-        env.update({
-            "GCE_METADATA_HOST": md.host,
-            "GCE_METADATA_IP": md.host,
-            "TPU_WORKER_ID": str(w),
-            "TPU_OPS_WORKER_DIR": str(wd),
-            "HOME": str(wd),
-        })  # fmt: skip
+        values = (compute_vm_values if self.variant == "compute" else tpu_vm_values)(node, event.project, event.zone, w)
+        md = MetadataServer(values, sink).start()
+        env = self._base_env(wd)
+        env.update({"GCE_METADATA_HOST": md.host, "GCE_METADATA_IP": md.host, "TPU_OPS_WORKER_DIR": str(wd)})
         with open(wd / "stdout.log", "wb") as out, open(wd / "stderr.log", "wb") as err:
             proc = subprocess.Popen(
                 ["bash", "-c", _LIFELINE, str(wd / "startup-script.sh")],
@@ -138,15 +191,28 @@ class HostSimulator:
             )  # fmt: skip
         return Worker(w, wd, proc, md)
 
+    def _term_node(self, zone: str, node_id: str) -> None:
+        """SIGTERM only: the kill comes with the ``stopped`` event, when the fake's notice runs out."""
+        with self._lock:
+            workers = list(self._nodes.get((zone, node_id), []))
+            self._terminating.add((zone, node_id))
+        for wk in workers:
+            if wk.running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(wk.pid, signal.SIGTERM)
+
     def _stop_node(self, zone: str, node_id: str) -> None:
         with self._lock:
             workers = list(self._nodes.get((zone, node_id), []))
-        self._kill(workers)
+            noticed = (zone, node_id) in self._terminating
+            self._terminating.discard((zone, node_id))
+        self._kill(workers, 0.0 if noticed else self.grace_s)
 
-    def _kill(self, workers: list[Worker]) -> None:
+    def _kill(self, workers: list[Worker], grace_s: float | None = None) -> None:
         """SIGTERM now (so the caller's preempt/delete has signalled before it returns), SIGKILL later."""
         if not workers:
             return
+        grace = self.grace_s if grace_s is None else grace_s
         for wk in workers:
             if wk.running:
                 with contextlib.suppress(ProcessLookupError):
@@ -154,7 +220,7 @@ class HostSimulator:
 
         def reap() -> None:
             for wk in workers:
-                kill_group(wk.proc, self.grace_s)
+                kill_group(wk.proc, grace)
                 if wk.proc.stdin:
                     wk.proc.stdin.close()
                 wk.metadata.stop()

@@ -1,5 +1,8 @@
 """A fake GCE/TPU-VM metadata server for one worker host, on 127.0.0.1 (a free port).
 
+``tpu_vm_values`` is what a Cloud TPU API worker sees, ``compute_vm_values`` what a Compute
+Engine TPU VM sees (``worker-id``, host names in ``worker-network-endpoints``).
+
 Serves what a TPU VM's startup script and Google's libraries read: ``instance/attributes/*``
 (``agent-worker-number``, ``worker-network-endpoints``, ``tpu-env``, ``startup-script`` and the
 node's other metadata), ``project/project-id``, ``instance/zone|hostname|id|name`` and a fake
@@ -154,6 +157,47 @@ def tpu_vm_values(node: dict[str, Any], project: str, zone: str, worker: int) ->
         "instance/hostname": f"{host}.{zone}.c.{project}.internal",
         "instance/name": host,
         "instance/id": f"{node.get('id', '0')}{worker}",
+        "instance/network-interfaces/0/ip": ips[worker] if worker < len(ips) else "127.0.0.1",
+        "instance/service-accounts/default/email": f"tpu-vm@{project}.iam.gserviceaccount.com",
+        "instance/service-accounts/default/scopes": "https://www.googleapis.com/auth/cloud-platform",
+        "instance/service-accounts/default/token": json.dumps(
+            {"access_token": "fake-local-token", "expires_in": 3599, "token_type": "Bearer"}
+        ),
+    })  # fmt: skip
+    return values
+
+
+def compute_vm_values(node: dict[str, Any], project: str, zone: str, worker: int) -> dict[str, str]:
+    """The metadata a Compute Engine TPU VM (one instance of a slice) sees: ``worker-id`` instead
+    of ``agent-worker-number`` and ``worker-network-endpoints`` as the slice's host names."""
+    name = node["name"].rsplit("/", 1)[1]
+    ips = [e["ipAddress"] for e in node.get("networkEndpoints", [])]
+    hostnames = [str(h) for h in node.get("hostnames", [])]
+    accel = str(node.get("acceleratorType", ""))
+    tpu_env = {
+        "ACCELERATOR_TYPE": accel,
+        "WORKER_ID": str(worker),
+        "ZONE": zone,
+        "PROJECT": project,
+        "TOPOLOGY": str(node.get("topology", "")),
+        "HOSTS": str(len(ips)),
+    }
+    attrs: dict[str, str] = {str(k): str(v) for k, v in (node.get("metadata") or {}).items()}
+    attrs.update({
+        "worker-id": str(worker),
+        "worker-network-endpoints": ",".join(hostnames),
+        "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in tpu_env.items()),
+        "accelerator-type": accel,
+    })  # fmt: skip
+    values = {f"instance/attributes/{k}": v for k, v in attrs.items()}
+    values.update({
+        "project/project-id": project,
+        "project/numeric-project-id": "123456789012",
+        "instance/zone": f"projects/123456789012/zones/{zone}",
+        "instance/hostname": str(node.get("hostname", name)),
+        "instance/name": name,
+        "instance/id": str(node.get("id", "0")),
+        "instance/machine-type": f"projects/123456789012/machineTypes/{node.get('machineType', '')}",
         "instance/network-interfaces/0/ip": ips[worker] if worker < len(ips) else "127.0.0.1",
         "instance/service-accounts/default/email": f"tpu-vm@{project}.iam.gserviceaccount.com",
         "instance/service-accounts/default/scopes": "https://www.googleapis.com/auth/cloud-platform",

@@ -105,6 +105,11 @@ def seed_pipeline(settings: Settings, spec: PipelineSpec) -> SeededDataset:
     location = spec.mirror.allowed_locations[0] if spec.mirror.allowed_locations else "US-CENTRAL1"
     ensure_gcs_bucket(settings, spec.mirror.destination, location)
     ensure_gcs_bucket(settings, spec.train.checkpoint_dir, location)
+    # The reference trainer's numpy, where the spec's setup step fetches it (no index on a worker).
+    from infra.local.wheelhouse import upload_wheelhouse
+    from tpu_ops.uris import parse_gs
+
+    upload_wheelhouse(settings, f"gs://{parse_gs(spec.train.checkpoint_dir).bucket}/wheelhouse")
     return seeded
 
 

@@ -6,8 +6,9 @@
         stack.preempt("us-central2-b", "my-node")
 
 Parts: moto in server mode (S3, SageMaker, STS) in a thread, fake-gcs-server as a subprocess in
-its own process group, the fake Cloud TPU API in a thread, the fake Storage Transfer Service in a
-thread (copying between the two storage emulators), and the TPU-VM host simulator. Every
+its own process group, the fake Cloud TPU API in a thread, the fake Compute Engine in a thread,
+the fake Storage Transfer Service in a thread (copying between the two storage emulators), and
+the TPU-VM host simulators (one per TPU control plane). Every
 part binds 127.0.0.1 on a free port; ``stop()`` (or leaving the ``with``) stops all of them and
 kills every process the stack started.
 """
@@ -23,6 +24,9 @@ from typing import Any
 from infra.local._proc import http_call
 from infra.local.aws import MotoServer
 from infra.local.cloudlogging.server import CloudLoggingServer
+from infra.local.compute.models import ComputeBackend
+from infra.local.compute.models import Latency as ComputeLatency
+from infra.local.compute.server import ComputeServer
 from infra.local.gcs import FakeGcs
 from infra.local.hostsim import HostSimulator
 from infra.local.sts.models import StsBackend
@@ -43,10 +47,12 @@ FAKE_AWS_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testi
 class LocalStack:
     """Context manager owning the emulators. One live stack per process (moto state is global).
 
-    ``tpu=False`` skips the fake TPU API and the host simulator (S3 + GCS only, fastest).
-    ``provision_s``/``delete_s`` are the fake TPU latencies; ``grace_s`` is the SIGTERM->SIGKILL
-    grace period of simulated hosts; ``workdir`` keeps worker directories (default: a temp dir
-    removed on stop); ``gcs_access_log`` makes fake-gcs-server log every request to that file.
+    ``tpu=False`` skips the fake TPU API, the fake Compute Engine and the host simulators (S3 +
+    GCS only, fastest). ``provision_s``/``delete_s`` are the fake TPU and Compute Engine latencies;
+    ``grace_s`` is the SIGTERM->SIGKILL grace period of simulated hosts (on delete, and on a TPU
+    API preemption); ``preempt_notice_s`` is a Compute Engine spot VM's time between SIGTERM and
+    its end (Google: 30 s); ``workdir`` keeps worker directories (default: a temp dir removed on
+    stop); ``gcs_access_log`` makes fake-gcs-server log every request to that file.
     """
 
     def __init__(
@@ -57,6 +63,7 @@ class LocalStack:
         provision_s: float = 0.0,
         delete_s: float = 0.0,
         grace_s: float = 5.0,
+        preempt_notice_s: float = 30.0,
         workdir: Path | None = None,
         gcs_access_log: Path | None = None,
     ) -> None:
@@ -64,6 +71,7 @@ class LocalStack:
         self._tpu_enabled = tpu
         self._latency = Latency(provision_s, delete_s)
         self._grace_s = grace_s
+        self._preempt_notice_s = preempt_notice_s
         self._workdir = workdir
         self._gcs_access_log = gcs_access_log
         self.aws: MotoServer | None = None
@@ -72,6 +80,8 @@ class LocalStack:
         self.sts: StsServer | None = None
         self.hosts: HostSimulator | None = None
         self.logging: CloudLoggingServer | None = None
+        self.compute: ComputeServer | None = None
+        self.compute_hosts: HostSimulator | None = None
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -88,11 +98,18 @@ class LocalStack:
             if self._tpu_enabled:
                 backend = TpuBackend(latency=self._latency)
                 self.tpu = TpuServer(backend, logs=self._logs).start()
+                latency = ComputeLatency(self._latency.provision_s, self._latency.delete_s)
+                compute = ComputeBackend(latency=latency, preempt_notice_s=self._preempt_notice_s)
+                self.compute = ComputeServer(compute, logs=self.compute_worker_logs).start()
             self._started = True
             self.seed_audit()
             if self._tpu_enabled:
                 assert self.tpu is not None
                 self.hosts = HostSimulator(self.tpu.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir)
+                assert self.compute is not None
+                self.compute_hosts = HostSimulator(
+                    self.compute.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir, variant="compute"
+                )
         except BaseException:
             self.stop()
             raise
@@ -100,11 +117,13 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part (workers first); safe to call twice and after a failed start."""
-        for part in (self.hosts, self.tpu, self.sts, self.logging, self.aws, self.gcs):
+        parts = (self.hosts, self.compute_hosts, self.tpu, self.compute, self.sts, self.logging, self.aws, self.gcs)
+        for part in parts:
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
-        self.hosts = self.tpu = self.sts = self.logging = None
+        self.hosts = self.compute_hosts = self.tpu = self.sts = self.logging = None
+        self.compute = None
         self._started = False
 
     def __enter__(self) -> LocalStack:
@@ -135,6 +154,16 @@ class LocalStack:
         return str(self._need(self.tpu, "tpu").url)
 
     @property
+    def compute_endpoint(self) -> str:
+        """Fake Compute Engine: ``http://127.0.0.1:PORT`` (google-cloud-compute's ``api_endpoint``)."""
+        return str(self._need(self.compute, "compute").url)
+
+    @property
+    def compute_backend(self) -> ComputeBackend:
+        """The fake Compute Engine's state model (in-process control: capacity, preempt, faults)."""
+        return self._need(self.compute, "compute").backend  # type: ignore[no-any-return]
+
+    @property
     def sts_endpoint(self) -> str:
         """Fake Storage Transfer Service: ``http://127.0.0.1:PORT`` (the Python client's ``api_endpoint``)."""
         return str(self._need(self.sts, "sts").url)
@@ -161,6 +190,10 @@ class LocalStack:
             "AWS_DEFAULT_REGION": AWS_REGION,
             **FAKE_AWS_KEYS,
             "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
+            # TensorStore (Orbax's storage layer) ignores STORAGE_EMULATOR_HOST: without these an Orbax save
+            # to gs:// goes to Google's host and hangs. Any token will do for the emulator.
+            "TENSORSTORE_GCS_HTTP_URL": self.gcs_endpoint,
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "fake-local-token",
             "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
             "CLOUDSDK_CORE_PROJECT": self.project,
             "GOOGLE_CLOUD_PROJECT": self.project,
@@ -179,6 +212,8 @@ class LocalStack:
         if self.tpu is not None:
             env["TPU_OPS_TPU_ENDPOINT"] = self.tpu_endpoint
             env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] = self.tpu_endpoint + "/"  # gcloud needs the slash
+        if self.compute is not None:
+            env["TPU_OPS_COMPUTE_ENDPOINT"] = self.compute_endpoint
         return env
 
     def settings(self, **overrides: Any) -> Settings:
@@ -192,6 +227,8 @@ class LocalStack:
             "sts_endpoint": self.sts_endpoint,
             "logging_endpoint": self.logging_endpoint,
             "tpu_endpoint": self.tpu_endpoint if self.tpu is not None else None,
+            # Settings ignores fields it does not know (compute_endpoint arrives with the Compute Engine provider).
+            "compute_endpoint": self.compute_endpoint if self.compute is not None else None,
             "aws_access_key_id": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
             "audit_kms_key_id": AUDIT_KEY_ALIAS,
@@ -210,9 +247,21 @@ class LocalStack:
             client_options={"api_endpoint": self.tpu_endpoint},
         )
 
+    def compute_client(self, kind: str = "InstancesClient") -> Any:
+        """A ``google.cloud.compute_v1`` client (REST, anonymous) on the fake Compute Engine, e.g.
+        ``compute_client("ZoneOperationsClient")``; poll operations with these, never ``.result()``."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import compute_v1
+
+        return getattr(compute_v1, kind)(
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            client_options={"api_endpoint": self.compute_endpoint},
+        )
+
     # -- control -----------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget all cloud state: AWS (moto), GCS buckets, TPU nodes/queued resources (workers stopped)."""
+        """Forget all cloud state: AWS (moto), GCS buckets, TPU nodes/queued resources and Compute
+        Engine resources (workers stopped)."""
         self._need(self.aws, "aws").reset()
         self.seed_audit()
         self.reset_gcs()
@@ -220,6 +269,8 @@ class LocalStack:
         self._need(self.logging, "logging").backend.reset()
         if self.tpu is not None:
             self.tpu.backend.reset()
+        if self.compute is not None:
+            self.compute.backend.reset()
 
     def seed_audit(self) -> str:
         """The audit bucket (Object Lock) and KMS signing key; moto's reset forgets them, so after each."""
@@ -240,6 +291,15 @@ class LocalStack:
         """Spot-preempt a node: PREEMPTED, its queued resource SUSPENDED, its workers SIGTERMed."""
         return self.backend.preempt(zone, node_id, self.project)
 
+    def preempt_instance(self, zone: str, name: str) -> dict[str, Any]:
+        """Spot-preempt a Compute Engine instance: STOPPING, guest SIGTERMed, ended after the notice."""
+        return self.compute_backend.preempt(zone, name, self.project)
+
+    def set_compute_capacity(self, spec: dict[str, Any]) -> None:
+        """``{"<zone>"|"*": {"STANDARD"|"SPOT"|"FLEX_START": chips, "reservations": {name: {"count": vms,
+        "machineType": ...}}}}`` on the fake Compute Engine (0 chips = stocked out)."""
+        self.compute_backend.configure_capacity(spec)
+
     def set_capacity(self, spec: dict[str, Any]) -> None:
         """``{"<zone>"|"*": {"spot": chips, "on-demand": chips, "reservations": {name: chips}}}``."""
         self.backend.configure_capacity(spec)
@@ -252,13 +312,22 @@ class LocalStack:
         self.backend.set_latency(provision_s, delete_s)
 
     def state(self) -> dict[str, Any]:
-        """Fake TPU counts by state (``nodes``, ``queued_resources``, ...) plus running worker pids."""
+        """Fake TPU counts by state (``nodes``, ``queued_resources``, ...), running worker pids of
+        both simulators, and the fake Compute Engine's counts under ``compute``."""
         out = self.backend.state()
-        out["worker_pids"] = self.hosts.running_pids() if self.hosts else []
+        out["worker_pids"] = [pid for h in (self.hosts, self.compute_hosts) if h for pid in h.running_pids()]
+        if self.compute is not None:
+            out["compute"] = self.compute.backend.state()
         return out
 
     def worker_logs(self, zone: str, node_id: str) -> dict[str, Any]:
         return self._logs(zone, node_id)
+
+    def compute_worker_logs(self, zone: str, instance: str) -> dict[str, Any]:
+        """The output of a Compute Engine instance's simulated host (latest incarnation)."""
+        if self.compute_hosts is None:
+            return {"zone": zone, "node": instance, "workers": []}
+        return self.compute_hosts.logs(zone, instance)
 
     def _logs(self, zone: str, node_id: str) -> dict[str, Any]:
         if self.hosts is None:

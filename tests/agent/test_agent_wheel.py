@@ -11,14 +11,14 @@ from tpu_ops.settings import Settings
 from tpu_ops.train.wheel import agent_wheel
 
 
-def test_the_wheel_holds_the_library_and_installs_without_an_index(tmp_path: Path) -> None:
+def test_the_wheel_installs_without_an_index_or_dependencies(tmp_path: Path) -> None:
     wheel = agent_wheel(Settings(state_dir=tmp_path / "state"))
     assert agent_wheel(Settings(state_dir=tmp_path / "state")) == wheel  # cached per source state
     names = zipfile.ZipFile(wheel).namelist()
     assert "tpu_ops/agent/run.py" in names and "tpu_ops/train/reference.py" in names
     assert not any(n.startswith(("flows/", "infra/", "tests/")) for n in names)
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--target",
                     str(target), str(wheel)], check=True, timeout=120)  # fmt: skip
     assert (target / "tpu_ops" / "agent" / "run.py").is_file()
     assert "from tpu_ops.agent.__main__ import console" in (target / "bin" / "tpu-ops-agent").read_text()

@@ -1,5 +1,6 @@
-"""The pre-flight agent on a worker (fake metadata server, fake-gcs-server): an exact snapshot
-passes; a worker that sees a different object fails, and its report says which."""
+"""The pre-flight agent on a worker (fake metadata server, fake-gcs-server, the agent's stdlib GCS
+client): an exact snapshot passes from object metadata alone; a worker that sees a different object
+fails, and its report says which."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 import pytest
 
 from infra.local.metadata import MetadataServer, tpu_vm_values
-from tpu_ops.agent.preflight import preflight
+from tpu_ops.agent.gcs import Gcs
+from tpu_ops.agent.metadata import Metadata
+from tpu_ops.agent.preflight import SnapshotMismatch, preflight
 from tpu_ops.errors import IntegrityError
 from tpu_ops.mirror.engine import make_clients, mirror
 from tpu_ops.runs import collect_reports
@@ -31,10 +34,11 @@ def _stop_metadata_servers() -> Any:
 
 
 def _worker(settings: Any, number: int) -> Any:
-    """Settings as worker ``number`` of NODE sees them: its own metadata server."""
+    """(GCS client, identity) as worker ``number`` of NODE sees them: its own metadata server and token."""
     md = MetadataServer(tpu_vm_values(NODE, "p", "us-central2-b", number)).start()
     _SERVERS.append(md)
-    return settings.model_copy(update={"metadata_host": md.host})
+    meta = Metadata(md.host)
+    return Gcs.from_env({"STORAGE_EMULATOR_HOST": settings.gcs_endpoint}, meta), meta.identity()
 
 
 def test_a_worker_whose_snapshot_differs_fails_and_says_which(stack: Any) -> None:
@@ -47,13 +51,14 @@ def test_a_worker_whose_snapshot_differs_fails_and_says_which(stack: Any) -> Non
     snap = mirror(MirrorSpec(source="s3://pf-src/d", destination="gs://pf-dst/d"), settings, clients=(s3, gcs))
     out = str(RunLayout.of("gs://pf-dst/ckpt", "run-pf").state("preflight"))
 
-    report = preflight(_worker(settings, 0), "run-pf", snap.manifest_uri, out)
+    report = preflight(*_worker(settings, 0), "run-pf", snap.manifest_uri, out)
     assert report.ok and report.objects_checked == 3
 
     gcs.bucket("pf-dst").blob("d/1.bin").upload_from_string(b"\x01" * 101 + b"!")  # one object changes
-    with pytest.raises(IntegrityError, match=r"worker 1: snapshot .* differs"):
-        preflight(_worker(settings, 1), "run-pf", snap.manifest_uri, out)
+    with pytest.raises(SnapshotMismatch, match=r"worker 1: snapshot .* differs"):
+        preflight(*_worker(settings, 1), "run-pf", snap.manifest_uri, out)
     stored = json.loads(gcs.bucket("pf-dst").blob("ckpt/run-pf/_tpu_ops/preflight/worker-1.json").download_as_bytes())
     assert [p.split(":")[0] for p in stored["problems"]] == ["1.bin"]
+    assert set(stored["generations"]) == {"0.bin", "1.bin", "2.bin"}  # from object metadata, nothing downloaded
     with pytest.raises(IntegrityError, match=r"workers \[1\] found the snapshot differs"):
         collect_reports(settings, out, expected=2, timeout_s=10)

@@ -3,9 +3,11 @@ fetches the agent wheel with the VM's token, passes shellcheck and carries no cr
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +83,18 @@ def test_done_marker_in_gcs_makes_a_rerun_a_no_op(tmp_path: Path, vm: Any) -> No
 def test_the_agent_wheel_is_fetched_with_the_vm_token(tmp_path: Path, vm: Any) -> None:
     gcs, env = vm
     agent = RUN_URI + "/_tpu_ops/agent"
-    gcs.bucket("bkt").blob("ckpt/run-1/_tpu_ops/agent/tpu_ops-0.1.0-py3-none-any.whl").upload_from_string(b"PK-wheel")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("tpu_ops/agent/__init__.py", "")
+    wheel = buf.getvalue()
+    gcs.bucket("bkt").blob("ckpt/run-1/_tpu_ops/agent/tpu_ops-0.1.0-py3-none-any.whl").upload_from_string(wheel)
     gcs.bucket("bkt").blob("ckpt/run-1/_tpu_ops/agent/deeper/other.whl").upload_from_string(b"no")
     script = render(tmp_path, ["run"], python=str(fake_python(tmp_path, real_bootstrap=True)), agent_prefix=agent)
     subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True, cwd=tmp_path, env=env)
     wheels = tmp_path / "state" / "run-1" / "wheels"
     assert sorted(p.name for p in wheels.iterdir()) == ["tpu_ops-0.1.0-py3-none-any.whl"]
-    assert (wheels / "tpu_ops-0.1.0-py3-none-any.whl").read_bytes() == b"PK-wheel"
+    assert (wheels / "tpu_ops-0.1.0-py3-none-any.whl").read_bytes() == wheel
+    assert (tmp_path / "state" / "run-1" / "agent" / "tpu_ops" / "agent" / "__init__.py").is_file()  # unpacked
     assert (tmp_path / "argv.txt").read_text().splitlines() == ["-m", "tpu_ops.agent", "run"]
 
 
@@ -111,3 +118,17 @@ def test_rendered_scripts_pass_shellcheck_and_carry_no_credentials(tmp_path: Pat
         lowered = text.lower()
         for word in ("secret", "password", "aws_access_key", "private_key", "begin rsa"):
             assert word not in lowered
+
+
+def test_a_failed_bootstrap_leaves_one_line_with_the_reason_on_the_console(tmp_path: Path) -> None:
+    exe = tmp_path / "py"
+    exe.write_text('#!/bin/bash\nif [ "$1" = "-" ]; then cat >/dev/null; exit 5; fi\nexit 0\n')
+    exe.chmod(0o755)
+    script = render(tmp_path, ["run"], python=str(exe))
+    console = tmp_path / "console.log"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TPU_OPS_CONSOLE": str(console)}
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 5
+    (line,) = console.read_text().splitlines()
+    assert line.startswith("tpu-ops startup for run run-1 failed (exit 5) while fetching the DONE marker")
+    assert line in out.stderr

@@ -106,3 +106,26 @@ def test_doctor_refuses_a_dry_run_without_endpoints(stack: Any) -> None:
     checks = run_checks(stack.settings(tpu_endpoint=None), None)
     assert [c.status for c in checks] == [MISSING]
     assert "tpu_endpoint is not set" in checks[0].detail and "local up" in checks[0].fix
+
+
+def test_doctor_on_compute_engine_checks_the_api_quota_and_reservations(stack: Any) -> None:
+    from flows.commands.dryrun import COMPUTE_CAPACITY, COMPUTE_SPEC
+
+    spec = load_spec(COMPUTE_SPEC, PipelineSpec)
+    settings = stack.settings()
+    seed_pipeline(settings, spec)
+    stack.set_compute_capacity(COMPUTE_CAPACITY)
+    checks = {c.name: c for c in run_checks(settings, spec)}
+    assert checks["compute api"].status == OK and "backend compute" in checks["compute api"].detail
+    quota = checks["compute quota spot v5p in us-east5"]
+    assert quota.status == OK and "PREEMPTIBLE_" in quota.detail and "needs 16" in quota.detail
+    assert checks["reservation fraud-v5p-reservation in us-east5-b"].status == OK
+    assert not any(name.startswith("tpu ") for name in checks)  # the TPU API is not this spec's backend
+
+    stack.compute_backend.set_quotas({"us-east5": {"PREEMPTIBLE_TPU_PODSLICE_V5P": 8}})
+    stack.set_compute_capacity({"us-east5-b": {"reservations": {}}})
+    checks = {c.name: c for c in run_checks(settings, spec)}
+    quota = checks["compute quota spot v5p in us-east5"]
+    assert quota.status == MISSING and "8 free; the slice needs 16" in quota.detail
+    res = checks["reservation fraud-v5p-reservation in us-east5-b"]
+    assert res.status == MISSING and "--machine-type=ct5p-hightpu-4t --vm-count=4" in res.fix

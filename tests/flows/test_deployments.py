@@ -22,6 +22,7 @@ def test_deployments_expose_typed_forms_and_the_pipeline_schedule() -> None:
         "run-on-slice",
         "train",
         "reap-tpu-slices",
+        "seal-audit-trail",
     }
     pipeline = by_flow["retraining-pipeline"]
     assert pipeline.name == "fraud-model"
@@ -36,6 +37,7 @@ def test_deployments_expose_typed_forms_and_the_pipeline_schedule() -> None:
     mirror = by_flow["mirror_dataset"]._parameter_openapi_schema.model_dump()
     assert "MirrorSpec" in mirror["definitions"]
     assert by_flow["reap-tpu-slices"].schedules[0].schedule.interval.total_seconds() == 900
+    assert by_flow["seal-audit-trail"].schedules[0].schedule.interval.total_seconds() == 3600
 
 
 def test_serve_without_a_prefect_api_says_so_plainly() -> None:

@@ -52,10 +52,11 @@ def test_ladder_rungs_are_typed_choices_in_the_form() -> None:
     schema = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()
     items = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]["items"]["anyOf"]
     refs = [i.get("$ref", "").rsplit("/", 1)[-1] for i in items]
-    assert refs[:3] == ["ReservationRung", "SpotRung", "OnDemandRung"]  # one flat choice each: typed fields
-    assert items[3]["type"] == "string"  # and the shorthand, still accepted by the server's check
-    titles = [schema["definitions"][r]["title"] for r in refs[:3]]
-    assert titles == ["Reservation", "Spot", "On-demand"]
+    assert refs[:4] == ["ReservationRung", "SpotRung", "OnDemandRung", "FlexStartRung"]  # typed fields each
+    assert items[4]["type"] == "string"  # and the shorthand, still accepted by the server's check
+    titles = [schema["definitions"][r]["title"] for r in refs[:4]]
+    assert titles == ["Reservation", "Spot", "On-demand", "Flex-start"]
+    assert "max_run_duration" in schema["definitions"]["FlexStartRung"]["properties"]
     reservation = schema["definitions"]["ReservationRung"]["properties"]
     assert {"name", "zone", "kind"} <= set(reservation)
 

@@ -36,14 +36,58 @@ IAM_ONLY = {
 }
 BOTO_SERVICE = {"s3": "s3", "sagemaker": "sagemaker", "kms": "kms", "iam": "iam", "sts": "sts"}
 # GCP: the discovery document per permission prefix, and resource names that differ from the API's.
-DISCOVERY = {"storage": "storage.v1", "tpu": "tpu.v2", "storagetransfer": "storagetransfer.v1"}
+DISCOVERY = {"storage": "storage.v1", "tpu": "tpu.v2", "storagetransfer": "storagetransfer.v1", "compute": "compute.v1"}
 RESOURCE_ALIAS = {
     ("storagetransfer", "jobs"): "transferJobs",
     ("storagetransfer", "operations"): "transferOperations",
     ("storagetransfer", "projects"): "googleServiceAccounts",
 }
 VERB_ALIAS = {("storage", "create"): "insert", ("storagetransfer", "update"): "patch",
-              ("storagetransfer", "getServiceAccount"): "get"}  # fmt: skip
+              ("storagetransfer", "getServiceAccount"): "get", ("compute", "create"): "insert"}  # fmt: skip
+# Compute Engine permissions with no method of the same name: what each authorises (the resource
+# must still exist in compute.v1, checked by its ``get``).
+GCP_IAM_ONLY = {
+    "compute.images.useReadOnly": "a boot disk from a public image",
+    "compute.subnetworks.use": "a network interface on the subnet",
+    "compute.instanceTemplates.useReadOnly": "a group creating its instances from the template",
+    "compute.resourcePolicies.use": "a group placed under the workload policy",
+}
+# The Compute Engine permissions the provider needs, each with the client call (or create-time
+# field) that needs it: the role must hold exactly these.
+COMPUTE_USED = {
+    "compute.instances.create": "InstancesClient.insert_unary",
+    "compute.instances.get": "InstancesClient.get",
+    "compute.instances.list": "InstancesClient.list / aggregated_list",
+    "compute.instances.delete": "InstancesClient.delete_unary",
+    "compute.instances.setLabels": "insert with labels",
+    "compute.instances.setMetadata": "insert with metadata (startup script)",
+    "compute.instances.setServiceAccount": "insert with serviceAccounts",
+    "compute.disks.create": "insert with a boot disk",
+    "compute.images.useReadOnly": "the boot image",
+    "compute.subnetworks.use": "the network interface",
+    "compute.instanceTemplates.create": "InstanceTemplatesClient.insert_unary",
+    "compute.instanceTemplates.get": "InstanceTemplatesClient.get",
+    "compute.instanceTemplates.list": "InstanceTemplatesClient.list",
+    "compute.instanceTemplates.delete": "InstanceTemplatesClient.delete_unary",
+    "compute.instanceTemplates.useReadOnly": "the group's instance template",
+    "compute.instanceGroupManagers.create": "InstanceGroupManagersClient.insert_unary",
+    "compute.instanceGroupManagers.get": "get / list_managed_instances",
+    "compute.instanceGroupManagers.list": "InstanceGroupManagersClient.list",
+    "compute.instanceGroupManagers.delete": "InstanceGroupManagersClient.delete_unary",
+    "compute.instanceGroups.create": "the group's instance group",
+    "compute.instanceGroups.delete": "the group's instance group",
+    "compute.resourcePolicies.create": "ResourcePoliciesClient.insert_unary",
+    "compute.resourcePolicies.get": "ResourcePoliciesClient.get",
+    "compute.resourcePolicies.list": "ResourcePoliciesClient.list",
+    "compute.resourcePolicies.delete": "ResourcePoliciesClient.delete_unary",
+    "compute.resourcePolicies.use": "the group's workloadPolicy",
+    "compute.zoneOperations.get": "ZoneOperationsClient.get",
+    "compute.zoneOperations.list": "ZoneOperationsClient.list (preempted operations)",
+    "compute.regionOperations.get": "RegionOperationsClient.get",
+    "compute.globalOperations.get": "GlobalOperationsClient.get",
+    "compute.regions.get": "RegionsClient.get (doctor: quotas)",
+    "compute.reservations.get": "ReservationsClient.get (doctor)",
+}
 
 
 def _operations(service: str) -> set[str]:
@@ -107,7 +151,26 @@ def test_gcp_roles_name_real_permissions(path: Path) -> None:
         service, resource, verb = perm.split(".")
         methods = _methods_of(_discovery(service), RESOURCE_ALIAS.get((service, resource), resource))
         assert methods is not None, f"{path.name}: {perm}: no resource {resource} in {service}"
+        if perm in GCP_IAM_ONLY:
+            continue
         assert VERB_ALIAS.get((service, verb), verb) in methods, f"{path.name}: {perm}: no method {verb}"
+
+
+def test_flows_role_holds_exactly_the_compute_engine_permissions_the_provider_uses() -> None:
+    role = yaml.safe_load((ROOT / "infra" / "iam" / "gcp" / "tpu_ops_flows.yaml").read_text())
+    compute = {p for p in role["includedPermissions"] if p.startswith("compute.")}
+    assert compute == set(COMPUTE_USED)
+    # and every client the adapter builds is one whose permissions are listed
+    adapter = (ROOT / "tpu_ops" / "cloud" / "compute.py").read_text()
+    import re
+
+    clients = set(re.findall(r'client\("([A-Za-z]+)Client"\)', adapter))
+    names = ("Instances", "InstanceTemplates", "ResourcePolicies", "InstanceGroupManagers", "ZoneOperations",
+             "RegionOperations", "GlobalOperations", "Regions", "Reservations")  # fmt: skip
+    resource = {n: n[0].lower() + n[1:] for n in names}
+    assert clients <= set(resource), clients
+    for c in clients:
+        assert any(p.startswith(f"compute.{resource[c]}.") for p in compute), c
 
 
 def test_templates_render_from_a_spec_with_nothing_left_over() -> None:

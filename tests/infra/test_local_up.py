@@ -82,9 +82,11 @@ def test_local_up_serves_and_cleans_up(tmp_path):
         assert time.monotonic() - t0 < 15
         env = _parse(env_file)
         for key in ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "TPU_OPS_TPU_ENDPOINT", "TPU_OPS_GCS_ENDPOINT",
-                    "TPU_OPS_STS_ENDPOINT"):  # fmt: skip
+                    "TPU_OPS_STS_ENDPOINT", "TPU_OPS_COMPUTE_ENDPOINT"):  # fmt: skip
             assert is_loopback(env[key]), key
         assert env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"].endswith("/") and env["TPU_OPS_DRY_RUN"] == "true"
+        # what TensorStore (Orbax) needs to reach the GCS emulator instead of Google's host
+        assert env["TENSORSTORE_GCS_HTTP_URL"] == env["STORAGE_EMULATOR_HOST"] and env["GOOGLE_AUTH_TOKEN_FOR_TESTING"]
         # start worker processes through the fake TPU API, so there is something to clean up
         _create_node(env["TPU_OPS_TPU_ENDPOINT"], "trap '' TERM; while true; do sleep 0.05; done")  # needs SIGKILL
         wait_until(lambda: len(_descendants(proc.pid)) >= 3, 10, what="fake-gcs + 2 workers")

@@ -77,6 +77,19 @@ def tpu_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def compute_url(local_stack: Any) -> Iterator[str]:
+    """The fake Compute Engine of the local stack, or one started here if the stack has none."""
+    url = getattr(local_stack, "compute_endpoint", None)
+    if url:
+        yield str(url)
+        return
+    from infra.local.compute.server import ComputeServer
+
+    with ComputeServer() as server:
+        yield server.url
+
+
 @pytest.fixture
 def fake(tpu_url: str) -> FakeTpu:
     return FakeTpu(tpu_url)

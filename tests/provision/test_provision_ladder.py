@@ -12,6 +12,7 @@ from tpu_ops.errors import BudgetError, ProvisioningError
 from tpu_ops.provision import Outcome, provision, slice_for, teardown
 from tpu_ops.provision.ledger import Ledger
 from tpu_ops.provision.prices import shipped
+from tpu_ops.provision.providers.tpu_api import TpuApiProvider
 
 ZA, ZB = "us-central2-a", "us-central2-b"
 
@@ -98,7 +99,7 @@ def test_create_that_landed_but_answered_503_is_not_duplicated(fake: Any, settin
         return op
 
     api.create_queued_resource = flaky  # type: ignore[method-assign]
-    with slice_for(spec_factory(ladder=["spot"]), "run-lost", settings, api=api) as s:
+    with slice_for(spec_factory(ladder=["spot"]), "run-lost", settings, provider=TpuApiProvider(settings, api)) as s:
         assert len(calls) == 1  # the retry saw the request existed and did not create again
         assert fake.state()["queued_resources"] == 1
         assert s.queued_resource == "run-lost-a1"

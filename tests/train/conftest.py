@@ -43,9 +43,13 @@ def train_settings(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture
-def ckpt_bucket(gcs: Any, stack: Any) -> str:
-    """A fresh checkpoint bucket (the stack was just reset)."""
+def ckpt_bucket(gcs: Any, stack: Any, train_settings: Any) -> str:
+    """A fresh checkpoint bucket (the stack was just reset), with the reference trainer's wheelhouse
+    (numpy) under ``wheelhouse/``: its setup step installs from there, as on a VM without an index."""
+    from infra.local.wheelhouse import upload_wheelhouse
+
     gcs.create_bucket("ckpt")
+    upload_wheelhouse(train_settings, "gs://ckpt/wheelhouse")
     return "ckpt"
 
 

@@ -19,7 +19,7 @@ def test_empty_run_has_no_step(gcs: Any, bucket: str) -> None:
     assert latest_complete_step(gcs, f"gs://{bucket}/ckpt/run-1") is None
 
 
-def test_newest_complete_step_ignores_every_trap(gcs: Any, bucket: str) -> None:
+def test_newest_complete_step_ignores_every_trap(gcs: Any, bucket: str, local_stack: Any) -> None:
     run = "ckpt/run-1"
     lay_out(gcs, bucket, [
         f"{run}/100/commit_success.txt", f"{run}/100/state/data", f"{run}/100/_CHECKPOINT_METADATA",
@@ -39,6 +39,13 @@ def test_newest_complete_step_ignores_every_trap(gcs: Any, bucket: str) -> None:
     assert complete_steps(gcs, uri) == [100, 200]
     assert latest_complete_step(gcs, uri) == 200
     assert latest_complete_step(gcs, uri + "/") == 200
+    # the agent's standard-library finder (what a worker resumes from) agrees on every trap
+    from tpu_ops.agent import checkpoints as agent_finder
+    from tpu_ops.agent.gcs import Gcs
+
+    worker = Gcs(local_stack.gcs_endpoint)
+    assert agent_finder.complete_steps(worker, uri) == [100, 200]
+    assert agent_finder.latest_complete_step(worker, uri + "/") == 200
 
 
 def test_numeric_order_not_lexical(gcs: Any, bucket: str) -> None:

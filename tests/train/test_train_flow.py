@@ -23,6 +23,11 @@ def cli_env(stack: Any, train_settings: Any, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("TPU_OPS_POLL_INTERVAL_S", "0.1")
 
 
+def _run_objects(gcs: Any, bucket: str) -> list[str]:
+    """What a run wrote to the bucket (the wheelhouse the fixture put there is not the run's)."""
+    return [b.name for b in gcs.list_blobs(bucket) if not b.name.startswith("wheelhouse/")]
+
+
 def _spec_file(tmp_path: Path, doc: dict[str, Any]) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -55,7 +60,7 @@ def test_cli_refuses_bad_specs_before_any_cloud_call(
     assert code in (1, 2)
     assert words in capsys.readouterr().err
     assert stack.state()["faults_pending"] == 1
-    assert list(gcs.list_blobs(ckpt_bucket)) == []
+    assert _run_objects(gcs, ckpt_bucket) == []
 
 
 def test_cli_refuses_a_bad_run_id(stack: Any, ckpt_bucket: str, cli_env: None, tmp_path: Path, capsys: Any) -> None:
@@ -92,7 +97,7 @@ def test_train_flow_refuses_a_bad_spec_then_trains_a_good_one(
     stack.add_fault(".", 500, 1)
     with pytest.raises(Exception, match="checkpoint_every"):
         train(spec=bad, run_id="flow-bad")
-    assert stack.state()["faults_pending"] == 1 and list(gcs.list_blobs(ckpt_bucket)) == []
+    assert stack.state()["faults_pending"] == 1 and _run_objects(gcs, ckpt_bucket) == []
     stack.backend.reset()
 
     code = main(["train", "--spec", str(_spec_file(tmp_path, _good(ckpt_bucket))), "--run-id", "flow-ok", "--json"])

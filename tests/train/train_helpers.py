@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from infra.local.wheelhouse import reference_setup
 from tpu_ops.cloud.tpu import TpuApi
 from tpu_ops.settings import Settings
 from tpu_ops.specs import TrainJobSpec
@@ -24,6 +25,8 @@ ZONE = "us-central2-b"
 def job_spec(bucket: str, accelerator: str = "v4-8", **train: Any) -> TrainJobSpec:
     """A small, fast job: single-host v4-8 spot, short polls; ``train`` overrides TrainSpec fields."""
     hp = {"step_delay_s": 0.05, **train.pop("hyperparameters", {})}
+    if "command" not in train and "setup" not in train:  # the reference trainer: numpy from the wheelhouse
+        train.update(reference_setup(f"gs://{bucket}/wheelhouse"))
     body = {
         "checkpoint_dir": f"gs://{bucket}/runs", "steps": 30, "checkpoint_every": 5, "hyperparameters": hp,
         "poll_interval": 0.5, "heartbeat_interval": 0.25, "stall_limit": "30s", "term_grace": 1, **train,
@@ -106,5 +109,8 @@ def run_reference_locally(env: dict[str, str], checkpoint_dir: str, steps: int, 
     contract = {"TPU_OPS_RUN_ID": "baseline", "TPU_OPS_WORKER": "0", "TPU_OPS_WORKERS": "1",
                 "TPU_OPS_CHECKPOINT_DIR": checkpoint_dir, "TPU_OPS_STEPS": str(steps),
                 "TPU_OPS_CHECKPOINT_EVERY": str(every), "TPU_OPS_HYPERPARAMETERS": hp}  # fmt: skip
+    # A worker's environment has no OPENBLAS_* (the host simulator passes nothing of the host's); this
+    # machine sets OPENBLAS_CORETYPE, which picks other kernels and so other rounding: drop it here too.
+    env = {k: v for k, v in env.items() if not k.startswith("OPENBLAS_")}
     subprocess.run([sys.executable, "-m", "tpu_ops.train.reference"], env={**env, **contract}, check=True,
                    capture_output=True, timeout=120)  # fmt: skip

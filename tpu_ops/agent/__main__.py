@@ -1,4 +1,7 @@
-"""``tpu-ops-agent COMMAND`` (also ``python -m tpu_ops.agent``): what the startup script runs on each worker."""
+"""``tpu-ops-agent COMMAND`` (also ``python -m tpu_ops.agent``): what the startup script runs on each worker.
+
+Standard library only: it runs on the image's own Python 3.10+ with nothing installed.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +9,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from tpu_ops.errors import TpuOpsError
+from tpu_ops.agent.gcs import GcsError
+from tpu_ops.agent.metadata import MetadataError
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    from tpu_ops.agent.preflight import preflight
-    from tpu_ops.settings import Settings
+    from tpu_ops.agent.gcs import Gcs
+    from tpu_ops.agent.metadata import Metadata
+    from tpu_ops.agent.preflight import SnapshotMismatch, preflight
 
-    report = preflight(Settings(), args.run_id, args.manifest, args.out)
+    md = Metadata.from_env()
+    try:
+        report = preflight(Gcs.from_env(metadata=md), md.identity(), args.run_id, args.manifest, args.out)
+    except SnapshotMismatch as exc:
+        print(f"tpu-ops agent: {exc}", file=sys.stderr)
+        return 1
     print(
         f"tpu-ops agent: worker {report.worker_number}/{report.worker_count} verified snapshot "
         f"{report.snapshot_id}: {report.objects_checked} objects, {report.bytes_checked} bytes"
@@ -25,19 +35,26 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    # Before the heavy imports: a Python-entry-point trainer starts importing now (see agent.warm).
     from tpu_ops.agent.warm import warm_trainer
 
+    # First: a Python-entry-point trainer starts importing now, while the agent reads GCS.
     job_file = args.job_file.resolve() if args.job_file else None
     warm = warm_trainer(job_file, job_file.parent / "trainer.log") if job_file else None
     try:
         from tpu_ops.agent.run import run
-        from tpu_ops.settings import Settings
 
-        return run(Settings(), args.job, args.incarnation, warm)
+        return run(args.job, args.incarnation, warm)
     finally:
         if warm is not None and warm.poll() is None and warm.stdin and not warm.stdin.closed:
             warm.kill()  # the agent failed before handing it an environment
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from tpu_ops.agent.gcs import Gcs
+
+    written = Gcs.from_env().download_prefix(args.source, args.dest)
+    print(f"tpu-ops agent: fetched {len(written)} objects from {args.source} into {args.dest}")
+    return 0 if written or args.allow_empty else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,10 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--incarnation", default="0", help="which provisioning of the slice this is")
     run.add_argument("--job-file", type=Path, help="a local copy of the job spec (the bootstrap fetches it)")
     run.set_defaults(handler=_run)
+    fetch = sub.add_parser("fetch", help="copy gs://bucket/prefix/ into a local directory (for setup commands)")
+    fetch.add_argument("source", help="gs:// prefix, e.g. a wheelhouse or a Python runtime the user uploaded")
+    fetch.add_argument("dest", help="local directory")
+    fetch.add_argument("--allow-empty", action="store_true", help="succeed when nothing is under the prefix")
+    fetch.set_defaults(handler=_fetch)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
-    except TpuOpsError as exc:
+    except (GcsError, MetadataError, ValueError, OSError) as exc:
         print(f"tpu-ops agent: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 

@@ -1,108 +1,61 @@
-"""The per-worker training agent: resume step → trainer → heartbeats → exit report → DONE.
+"""The per-worker training agent: setup → resume step → trainer → heartbeats → exit report → DONE.
 
-What ``tpu-ops-agent run --job gs://…/_tpu_ops/job.json`` does on every worker of a slice:
+Standard library only (Python ≥ 3.10), so it runs on a TPU image's own interpreter. What
+``tpu-ops-agent run --job gs://…/_tpu_ops/job.json`` does on every worker of a slice:
 
 1. reads who it is from the metadata server and the job spec from GCS; exits at once if the
    run-level ``DONE`` marker exists (a recreated VM has a fresh disk, so the marker is in GCS);
-2. resolves the resume step with the checkpoint finder and starts the trainer with the job
-   contract's ``TPU_OPS_*`` variables (and the JAX coordinator address from the worker endpoints);
-3. writes ``heartbeats/worker-<n>.json`` (step, time, worker) every ``heartbeat_s``;
-4. on SIGTERM, forwards it to the trainer and SIGKILLs it after ``term_grace_s``;
-5. reports the exit status and the tail of the trainer's log in ``workers/worker-<n>.json``;
-   worker 0 writes ``DONE`` once every worker of this incarnation exited 0.
+2. runs the job's ``setup`` command once per VM disk (its output and exit status are reported like
+   the trainer's; a failure is the job's own, never a preemption);
+3. resolves the resume step with the checkpoint finder and starts the trainer with the job
+   contract's variables (``TPU_OPS_*``, the JAX coordinator, ``TPU_WORKER_ID``/``_HOSTNAMES``);
+4. writes ``heartbeats/worker-<n>.json`` (step, time, worker) every ``heartbeat_s``;
+5. on SIGTERM (a spot preemption's ACPI soft-off, or maintenance) writes
+   ``notices/worker-<n>.json`` at once, forwards SIGTERM to the trainer and SIGKILLs it once
+   ``term_grace_s`` has passed since the signal;
+6. reports the exit status and the tail of the log in ``workers/worker-<n>.json``; worker 0 writes
+   ``DONE`` once every worker of this incarnation exited 0.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
+from tpu_ops.agent.checkpoints import latest_complete_step
+from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
-from tpu_ops.agent.metadata import MetadataClient, WorkerIdentity
-from tpu_ops.cloud.clients import storage_client
-from tpu_ops.errors import TpuOpsError
-from tpu_ops.settings import Settings, child_environment
-from tpu_ops.train.checkpoints import latest_complete_step
-from tpu_ops.train.layout import RunLayout, exists, get_json, list_json, put_json
-from tpu_ops.uris import parse_gs
+from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
+from tpu_ops.agent.job import Job as Job
+from tpu_ops.agent.job import contract_env
+from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
+from tpu_ops.agent.metadata import Metadata
+from tpu_ops.agent.warm import release
 
 LOG_TAIL_BYTES = 4000
 DONE_WAIT_S = 120.0
-# Runs ``module:function`` (or ``module`` as __main__) without putting either into code text.
-ENTRY = (
-    "import importlib, runpy, sys\n"
-    "mod, _, fn = sys.argv[1].partition(':')\n"
-    "sys.argv = [mod]\n"
-    "sys.exit(getattr(importlib.import_module(mod), fn)() if fn else runpy.run_module(mod, run_name='__main__'))\n"
-)
 
 
-@dataclass
-class Job:
-    """The job spec the supervisor uploads to ``RUN/_tpu_ops/job.json``."""
-
-    run_id: str
-    run_uri: str
-    steps: int
-    checkpoint_every: int
-    command: list[str] | None = None
-    trainer: str = "tpu_ops.train.reference:main"
-    checkpoint_subdir: str = ""
-    dataset_manifest: str | None = None
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
-    heartbeat_s: float = 5.0
-    term_grace_s: float = 30.0
-    coordinator_port: int = 8476
-    incarnation: str = ""  # written by the supervisor before it asks for the slice
-    goodput: dict[str, Any] = field(default_factory=dict)  # step records, Cloud Logging (agent.goodput_hooks)
-
-    @property
-    def layout(self) -> RunLayout:
-        return RunLayout(self.run_uri, self.checkpoint_subdir)
-
-    def argv(self) -> list[str]:
-        return list(self.command) if self.command else [sys.executable, "-c", ENTRY, self.trainer]
-
-
-def contract_env(job: Job, who: WorkerIdentity, resume: int | None, progress: Path) -> dict[str, str]:
-    """The job contract's variables for one worker (README, "Training")."""
-    coordinator = f"{who.endpoints[0] if who.endpoints else '127.0.0.1'}:{job.coordinator_port}"
-    env = {
-        "TPU_OPS_RUN_ID": job.run_id,
-        "TPU_OPS_WORKER": str(who.worker_number),
-        "TPU_OPS_WORKERS": str(who.worker_count),
-        "TPU_OPS_CHECKPOINT_DIR": job.layout.steps_uri,
-        "TPU_OPS_STEPS": str(job.steps),
-        "TPU_OPS_CHECKPOINT_EVERY": str(job.checkpoint_every),
-        "TPU_OPS_HYPERPARAMETERS": json.dumps(job.hyperparameters, sort_keys=True),
-        "TPU_OPS_PROGRESS_FILE": str(progress),
-        "TPU_OPS_COORDINATOR_ADDRESS": coordinator,
-        "JAX_COORDINATOR_ADDRESS": coordinator,
-        "JAX_NUM_PROCESSES": str(who.worker_count),
-        "JAX_PROCESS_ID": str(who.worker_number),
-    }
-    if resume is not None:
-        env["TPU_OPS_RESUME_STEP"] = str(resume)
-    if job.dataset_manifest:
-        env["TPU_OPS_DATASET_MANIFEST"] = job.dataset_manifest
-    return env
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+def _tail(*paths: Path) -> str:
+    out = b""
+    for path in paths:
+        try:
+            with path.open("rb") as f:
+                f.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+                out += f.read()
+        except OSError:
+            continue
+    return out[-LOG_TAIL_BYTES:].decode(errors="replace")
 
 
 def _read_step(path: Path) -> int | None:
@@ -112,117 +65,225 @@ def _read_step(path: Path) -> int | None:
         return None
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 class Agent:
     """One worker's agent for one incarnation of the slice."""
 
     def __init__(
-        self, settings: Settings, job_uri: str, incarnation: str, warm: subprocess.Popen[bytes] | None = None
+        self,
+        job_uri: str,
+        incarnation: str,
+        warm: subprocess.Popen[bytes] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        self.settings = settings
+        self.env = dict(os.environ if env is None else env)
         self.warm = warm
-        self.gcs = storage_client(settings)
-        self.job = Job(**get_json(self.gcs, parse_gs(job_uri)))
-        self.layout = self.job.layout
-        self.incarnation = incarnation or self.job.incarnation
-        self.who = MetadataClient(settings).identity()
-        self.workdir = Path(settings.worker_dir or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
+        metadata = Metadata.from_env(self.env)
+        self.gcs = Gcs.from_env(self.env, metadata)
+        from tpu_ops.agent.gcs import split_gs
+
+        self.job = Job.from_json(self.gcs.read_json(*split_gs(job_uri)))
+        self.paths = self.job.paths
+        self.bucket = self.paths.bucket
+        self.incarnation = incarnation or self.job.incarnation  # the supervisor writes it before asking
+        self.who = metadata.identity()
+        self.workdir = Path(self.env.get("TPU_OPS_WORKER_DIR") or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.goodput = GoodputHooks(
+        self.log = self.workdir / "trainer.log"
+        self.setup_log = self.workdir / "setup.log"
+        self.goodput = GoodputHooks(  # the trainer's step log; worker 0's Cloud Logging entries
             self.workdir,
             self.who.worker_number,
             self.job.goodput,
             self.incarnation,
-            MetadataClient(settings).get,
-            settings.logging_endpoint,
-            settings.dry_run,
+            metadata.get,
+            self.env.get("TPU_OPS_LOGGING_ENDPOINT") or None,
+            (self.env.get("TPU_OPS_DRY_RUN") or "").strip().lower() in TRUE,
         )
-        self.term_at: float | None = None
+        self.term_at: float | None = None  # monotonic time of the SIGTERM
         self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
+        self.setup_s: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self._notice: threading.Thread | None = None
 
+    # -- signals -------------------------------------------------------------------------------
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
-        if self.term_at is None:
-            self.term_at = time.monotonic()
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
+        if self.term_at is not None:
+            return
+        self.term_at = time.monotonic()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        if self.job.preemption_notice:
+            # Off the signal handler's stack: the main loop may be inside a GCS call of its own.
+            self._notice = threading.Thread(target=self._write_notice, args=(time.time(),), daemon=True)
+            self._notice.start()
 
-    def _heartbeat(self, step: int | None, resume: int | None, log: Path, state: str) -> None:
-        doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
-               "log_bytes": log.stat().st_size if log.exists() else 0, "incarnation": self.incarnation,
-               "state": state, "first_step_at": self.first_step_at, **self.goodput.heartbeat_fields(state)}  # fmt: skip
+    def _write_notice(self, at: float) -> None:
+        doc = {"worker": self.who.worker_number, "incarnation": self.incarnation, "time": at,
+               "grace_s": self.job.term_grace_s, "node": self.who.node_id}  # fmt: skip
         try:
-            put_json(self.gcs, self.layout.heartbeat(self.who.worker_number), doc)
-        except TpuOpsError as exc:  # a missed heartbeat must not kill training
+            self.gcs.write_json(self.bucket, self.paths.notice(self.who.worker_number), doc)
+            print(f"tpu-ops agent: SIGTERM: notice written; the trainer has {self.job.term_grace_s:g}s", flush=True)
+        except GcsError as exc:
+            print(f"tpu-ops agent: SIGTERM: notice not written: {exc}", file=sys.stderr, flush=True)
+
+    # -- reports -------------------------------------------------------------------------------
+    def _heartbeat(self, step: int | None, resume: int | None, state: str) -> None:
+        doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
+               "log_bytes": _size(self.log) + _size(self.setup_log), "incarnation": self.incarnation,
+               "state": state, "first_step_at": self.first_step_at, "setup_s": self.setup_s,
+               **self.goodput.heartbeat_fields(state)}  # fmt: skip
+        try:
+            self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number), doc)
+        except GcsError as exc:  # a missed heartbeat must not kill training
             print(f"tpu-ops agent: heartbeat failed: {exc}", file=sys.stderr, flush=True)
 
+    def _report(self, rc: int, resume: int | None, step: int | None, phase: str, tail: str) -> None:
+        terminated = self.term_at is not None or rc == -signal.SIGTERM
+        report = {"worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": rc,
+                  "terminated": terminated, "resume_step": resume, "last_step": step, "log_tail": tail,
+                  "time": time.time(), "node": self.who.node_id, "phase": phase, "setup_s": self.setup_s}  # fmt: skip
+        self.gcs.write_json(self.bucket, self.paths.worker_report(self.who.worker_number), report)
+
+    # -- the run -------------------------------------------------------------------------------
     def run(self) -> int:
         """Train (or not, if the run is done); return the trainer's exit status."""
-        if exists(self.gcs, self.layout.done):
+        if self.gcs.exists(self.bucket, self.paths.done):
             print(f"tpu-ops agent: run {self.job.run_id} is already done; nothing to train", flush=True)
             self._release(None)
             return 0
-        resume = latest_complete_step(self.gcs, self.layout.steps_uri)
-        progress, log = self.workdir / "progress", self.workdir / "trainer.log"
+        signal.signal(signal.SIGTERM, self._on_term)
+        progress = self.workdir / "progress"
         progress.unlink(missing_ok=True)
-        if self.job.dataset_manifest and not self._preflight(resume, log):
+        if self.job.dataset_manifest and not self._preflight():
             self._release(None)
             return 1
-        env = {**contract_env(self.job, self.who, resume, progress), **self.goodput.env()}
-        start = f"resuming from step {resume}" if resume is not None else "fresh start"
-        if self.warm is not None and self.warm.poll() is None:
-            start += " (trainer imported while the agent started)"
-        print(f"tpu-ops agent: worker {self.who.worker_number}/{self.who.worker_count} of {self.job.run_id}: {start}")
-        sys.stdout.flush()
-        signal.signal(signal.SIGTERM, self._on_term)
-        if self.warm is not None and self.warm.poll() is None:
-            self.proc = self.warm  # already imported: hand it its environment
-            self._release(env)
-        else:
+        rc = self._setup()
+        if rc != 0:
             self._release(None)
-            with log.open("ab") as out:
-                self.proc = subprocess.Popen(self.job.argv(), stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
-                                             env=child_environment(env, drop=("TPU_OPS_RESUME_STEP",)))  # fmt: skip
-        rc = self._watch(resume, progress, log)
+            self._heartbeat(None, None, "exited")
+            self._report(rc, None, None, "setup", _tail(self.setup_log))
+            print(f"tpu-ops agent: setup exited {rc}", file=sys.stderr, flush=True)
+            return rc
+        if self.term_at is not None:
+            self._release(None)
+            self._report(-signal.SIGTERM, None, None, "setup", _tail(self.setup_log))
+            return -signal.SIGTERM
+        resume = latest_complete_step(self.gcs, self.paths.steps_uri)
+        env = {**contract_env(self.job, self.who, resume, progress, self.incarnation), **self.goodput.env()}
+        trainer_env = {k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}
+        trainer_env.update(env)
+        try:
+            check_trainer_env(trainer_env)
+        except LoopbackError as exc:  # the job's environment is wrong: fail the run, do not recover
+            self._release(None)
+            self.log.write_text(f"{exc}\n")
+            self._report(1, resume, None, "guard", _tail(self.log))
+            print(f"tpu-ops agent: {exc}", file=sys.stderr, flush=True)
+            return 1
+        self._start_trainer(resume, env, trainer_env)
+        assert self.proc is not None
+        if self.term_at is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # the signal came while the trainer was starting
+        rc = self._watch(resume, progress)
         step = _read_step(progress)
-        self._heartbeat(step, resume, log, "exited")
-        # Told to stop (SIGTERM to the agent or the trainer) = the host going away, not the trainer failing.
-        terminated = self.term_at is not None or rc == -signal.SIGTERM
-        report = {"worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": rc,
-                  "terminated": terminated, "resume_step": resume, "last_step": step,
-                  "log_tail": _tail(log), "time": time.time(), "node": self.who.node_id}  # fmt: skip
-        put_json(self.gcs, self.layout.worker_report(self.who.worker_number), report)
+        self._heartbeat(step, resume, "exited")
+        self._report(rc, resume, step, "train", _tail(self.log))
+        if self._notice is not None:
+            self._notice.join(timeout=5)
         print(f"tpu-ops agent: trainer exited {rc} at step {step}", flush=True)
         if rc == 0 and self.who.worker_number == 0 and self.term_at is None:
             self._commit_done()
         return rc
 
-    def _release(self, env: dict[str, str] | None) -> None:
-        from tpu_ops.agent.warm import release
+    def _start_trainer(self, resume: int | None, env: dict[str, str], trainer_env: dict[str, str]) -> None:
+        """The warm trainer handed its environment, or a new trainer process."""
+        start = f"resuming from step {resume}" if resume is not None else "fresh start"
+        warm = self.warm is not None and self.warm.poll() is None
+        if warm:
+            start += " (trainer imported while the agent started)"
+        print(f"tpu-ops agent: worker {self.who.worker_number}/{self.who.worker_count} of {self.job.run_id}: {start}",
+              flush=True)  # fmt: skip
+        if warm:
+            assert self.warm is not None
+            self.proc = self.warm  # already imported: hand it its environment
+            self._release(env)
+            return
+        self._release(None)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.job.argv(self.workdir), stdout=out, stderr=subprocess.STDOUT,
+                                         cwd=self.workdir, env=trainer_env)  # fmt: skip
 
+    def _release(self, env: dict[str, str] | None) -> None:
         if self.warm is not None and self.warm.poll() is None:
             release(self.warm, env)
             if env is None:
                 self.warm.wait(timeout=30)
 
-    def _preflight(self, resume: int | None, log: Path) -> bool:
+    def _setup(self) -> int:
+        """Run the job's setup command once per disk (a marker in the worker directory); its exit status."""
+        if not self.job.setup:
+            return 0
+        digest = hashlib.sha256(json.dumps(self.job.setup).encode()).hexdigest()[:16]
+        marker = self.workdir / f".setup-{digest}.done"
+        if marker.exists():
+            return 0
+        print(f"tpu-ops agent: setup: {self.job.setup[0]} ...", flush=True)
+        env = dict(self.env)
+        env.update({"TPU_OPS_AGENT_PYTHON": sys.executable, "TPU_OPS_WORKER_DIR": str(self.workdir),
+                    "TPU_OPS_RUN_URI": self.job.run_uri, "TPU_OPS_WORKER": str(self.who.worker_number)})  # fmt: skip
+        t0 = time.monotonic()
+        with self.setup_log.open("ab") as out:
+            try:
+                proc = subprocess.Popen(self.job.setup, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                        env=env, stdin=subprocess.DEVNULL)  # fmt: skip
+            except OSError as exc:
+                out.write(f"setup could not start: {exc}\n".encode())
+                self.setup_s = round(time.monotonic() - t0, 3)
+                return 127
+            self.proc = proc
+            last = 0.0
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.monotonic() - last >= self.job.heartbeat_s:
+                    self._heartbeat(None, None, "setup")
+                    last = time.monotonic()
+                if self.term_at is not None and time.monotonic() - self.term_at > self.job.term_grace_s:
+                    proc.kill()
+        self.proc = None
+        self.setup_s = round(time.monotonic() - t0, 3)
+        if rc == 0:
+            marker.touch()
+            print(f"tpu-ops agent: setup done in {self.setup_s:.1f}s", flush=True)
+        return rc
+
+    def _preflight(self) -> bool:
         """Verify the pinned snapshot before training (report under ``RUN/_tpu_ops/preflight/``)."""
-        from tpu_ops.agent.preflight import preflight
+        from tpu_ops.agent.gcs import join
+        from tpu_ops.agent.preflight import SnapshotMismatch, preflight
 
         assert self.job.dataset_manifest is not None
+        out = "gs://" + join(self.bucket, self.paths.state("preflight"))
         try:
-            report = preflight(self.settings, self.job.run_id, self.job.dataset_manifest,
-                               str(self.layout.state("preflight")))  # fmt: skip
-        except TpuOpsError as exc:  # the snapshot differs or cannot be read: the job's input is wrong
-            log.write_text(f"pre-flight failed: {type(exc).__name__}: {exc}\n")
-            put_json(self.gcs, self.layout.worker_report(self.who.worker_number), {
-                "worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": 1,
-                "terminated": False, "resume_step": resume, "last_step": None, "log_tail": _tail(log),
-                "time": time.time(), "node": self.who.node_id})  # fmt: skip
+            report = preflight(self.gcs, self.who, self.job.run_id, self.job.dataset_manifest, out)
+        except (SnapshotMismatch, GcsError, ValueError) as exc:  # the job's input is wrong or unreadable
+            self.log.write_text(f"pre-flight failed: {type(exc).__name__}: {exc}\n")
+            self._report(1, None, None, "preflight", _tail(self.log))
             return False
         print(f"tpu-ops agent: verified snapshot {report.snapshot_id}: {report.objects_checked} objects", flush=True)
         return True
 
-    def _watch(self, resume: int | None, progress: Path, log: Path) -> int:
+    def _watch(self, resume: int | None, progress: Path) -> int:
         """Check the trainer every 0.1 s; heartbeat every ``heartbeat_s``, and at once on the first new step
         (the end of a restore, which the supervisor times)."""
         assert self.proc is not None
@@ -233,7 +294,7 @@ class Agent:
             if first:
                 self.first_step_at = time.time()
             if first or time.monotonic() - last_beat >= self.job.heartbeat_s:
-                self._heartbeat(step, resume, log, "running")
+                self._heartbeat(step, resume, "running")
                 last_beat = time.monotonic()
             try:
                 return self.proc.wait(timeout=0.1)
@@ -245,20 +306,22 @@ class Agent:
     def _commit_done(self) -> None:
         """Worker 0: DONE once every worker of this incarnation reported exit 0."""
         deadline = time.monotonic() + DONE_WAIT_S
+        workers = self.paths.state("workers")
         while time.monotonic() < deadline:
-            reports = [r for r in list_json(self.gcs, self.layout.workers) if r.get("incarnation") == self.incarnation]
+            reports = [r for r in self.gcs.list_json(self.bucket, workers) if r.get("incarnation") == self.incarnation]
             if any(r["exit_code"] != 0 for r in reports):
                 return
             if len({r["worker"] for r in reports}) >= self.who.worker_count:
-                put_json(self.gcs, self.layout.done, {"run_id": self.job.run_id, "time": time.time(),
-                                                      "incarnation": self.incarnation})  # fmt: skip
+                done = {"run_id": self.job.run_id, "time": time.time(), "incarnation": self.incarnation}
+                self.gcs.write_json(self.bucket, self.paths.done, done)
                 print(f"tpu-ops agent: run {self.job.run_id} done", flush=True)
                 return
             time.sleep(0.2)
         print("tpu-ops agent: not every worker reported success; no DONE marker", file=sys.stderr, flush=True)
 
 
-def run(settings: Settings, job_uri: str, incarnation: str, warm: subprocess.Popen[bytes] | None = None) -> int:
+def run(job_uri: str, incarnation: str, warm: subprocess.Popen[bytes] | None = None,
+        env: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """Run this worker's part of the job; the trainer's exit status (128+N if it died of signal N)."""
-    rc = Agent(settings, job_uri, incarnation, warm).run()
+    rc = Agent(job_uri, incarnation, warm, env).run()
     return 128 - rc if rc < 0 else rc

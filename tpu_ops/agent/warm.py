@@ -1,10 +1,11 @@
 """Start a Python-entry-point trainer early, so its imports overlap the agent's own start-up.
 
-Standard library only (imported before anything heavy). The startup script's bootstrap leaves the
+Standard library only (imported before anything else). The startup script's bootstrap leaves the
 job spec in the agent's working directory; for a ``module:function`` trainer, a child interpreter
 imports the module at once and then waits on its stdin for the job contract's variables, which
 the agent sends once it has resolved the resume step (or an empty line: do not train). On a
-preempted slice this takes the trainer's import time off every restore.
+preempted slice this takes the trainer's import time off every restore. Not when the job has a
+setup step still to run on this disk: the trainer's packages may not be there yet.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from pathlib import Path
 
 # Imports the trainer, waits for its environment on stdin, then calls it. Names stay in argv.
 WARM_ENTRY = (
-    "import importlib, json, sys\n"
+    "import importlib, json, os, sys\n"
     "mod, _, fn = sys.argv[1].partition(':')\n"
     "target = getattr(importlib.import_module(mod), fn)\n"
     "line = sys.stdin.readline()\n"
     "if not line.strip():\n"
     "    sys.exit(0)\n"
-    "from tpu_ops.settings import export_environment\n"
-    "export_environment(json.loads(line), drop=('TPU_OPS_RESUME_STEP',))\n"
+    "os.environ.pop('TPU_OPS_RESUME_STEP', None)\n"
+    "os.environ.update(json.loads(line))\n"
     "sys.argv = [mod]\n"
     "sys.exit(target())\n"
 )
@@ -38,9 +39,16 @@ def warm_trainer(job_file: Path, log: Path) -> subprocess.Popen[bytes] | None:
     trainer = job.get("trainer") or ""
     if job.get("command") or ":" not in trainer:
         return None
+    if job.get("setup") and not any(log.parent.glob(".setup-*.done")):
+        return None
+    python = job.get("python") or sys.executable
+    if "/" in python and not Path(python).is_absolute():
+        python = str(log.parent / python)
+    if "/" in python and not Path(python).exists():
+        return None
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", WARM_ENTRY, trainer], stdin=subprocess.PIPE, stdout=out,
+            [python, "-c", WARM_ENTRY, trainer], stdin=subprocess.PIPE, stdout=out,
             stderr=subprocess.STDOUT, cwd=log.parent,
         )  # fmt: skip
 

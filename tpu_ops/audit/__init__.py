@@ -1,6 +1,7 @@
 """The tamper-evident audit trail: hash-chained records in S3 (Object Lock), signed digests, verify.
 
-Modules: ``records`` (canonical JSON, hashing, redaction), ``store`` (write-once objects in S3),
-``spool`` (local JSONL while S3 is down), ``trail`` (appending and sealing), ``verify`` (naming
-damage), ``lineage`` (a model's provenance from its run's chain).
+Modules: ``records`` (canonical JSON, hashing, redaction), ``store`` (write-once objects in S3,
+seal bundles, parallel bounded reads), ``spool`` (local JSONL while S3 is down), ``trail``
+(appending, digests, scheduled seals), ``signing`` (KMS digest signatures), ``reading`` (hostile
+bytes to records), ``verify`` (naming damage), ``lineage`` (a model's provenance from its run's chain).
 """

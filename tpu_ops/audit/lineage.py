@@ -45,6 +45,8 @@ def build(
     return {
         "run_id": run_id,
         "dataset": {
+            # the export recorded dataset_manifest: null: the train spec named no dataset manifest
+            "none_recorded": bool(uploaded) and "dataset_manifest" in params and params["dataset_manifest"] is None,
             "snapshot_id": params.get("snapshot_id") or mirrored.get("params", {}).get("snapshot_id"),
             "manifest_uri": manifest.get("uri") or mirrored.get("params", {}).get("manifest"),
             "manifest_sha256": manifest.get("sha256"),
@@ -87,9 +89,14 @@ def _brief(r: dict[str, Any]) -> dict[str, Any]:
 def render(lin: dict[str, Any]) -> str:
     """The lineage as text, one stage per paragraph."""
     d, t, c, a, p = lin["dataset"], lin["training"], lin["checkpoint"], lin["artifact"], lin["model_package"]
+    dataset = (
+        "dataset           none recorded: the run's train spec had no dataset_manifest"
+        if d.get("none_recorded") and not d["manifest_uri"]
+        else f"dataset snapshot  {d['snapshot_id'] or '?'}  manifest {d['manifest_uri'] or '?'}"
+        + (f"  sha256 {d['manifest_sha256']}" if d["manifest_sha256"] else "")
+    )
     lines = [
-        f"dataset snapshot  {d['snapshot_id'] or '?'}  manifest {d['manifest_uri'] or '?'}"
-        + (f"  sha256 {d['manifest_sha256']}" if d["manifest_sha256"] else ""),
+        dataset,
         f"  → training run  {lin['run_id']}  {t['run_uri'] or ''}  final step {t['final_step']}",
         f"      preemptions: {len(t['preemptions'])}; recoveries recorded: {len(t['recovery_records'])}",
     ]

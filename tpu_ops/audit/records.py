@@ -22,8 +22,10 @@ GENESIS = "0" * 64
 FORMAT = 1
 DIGEST_CHAIN = "_digests"
 DIGEST_EVENT = "audit.digest"
+SEAL_EVENT = "audit.seal"  # a scheduled digest naming every chain's head
+QUARANTINE_CHAIN = "_trail"  # events about the trail itself: quarantined spool lines, foreign objects
 OUTCOMES = ("success", "failure", "refused", "started")
-_CHAIN = re.compile(r"^(_digests|[a-z][-a-z0-9]{0,62})$")
+_CHAIN = re.compile(r"^(_digests|_trail|[a-z][-a-z0-9]{0,62})$")
 # Parameter names whose values never reach a record, and values that look like credentials.
 _SECRET_NAME = re.compile(
     r"(passw|secret|token|credential|private[_-]?key|access[_-]?key|api[_-]?key|authori[sz]ation|session)", re.I
@@ -51,7 +53,9 @@ def signed_bytes(record: dict[str, Any]) -> bytes:
 def check_chain(name: str) -> str:
     """``name`` if it can name a chain (a run id, or ``_digests``), else ``ValueError``."""
     if not _CHAIN.match(name):
-        raise ValueError(f"audit chain {name!r} is not a run id ([a-z][-a-z0-9]*, ≤ 63) or {DIGEST_CHAIN!r}")
+        raise ValueError(
+            f"audit chain {name!r} is not a run id ([a-z][-a-z0-9]*, ≤ 63), {DIGEST_CHAIN!r} or {QUARANTINE_CHAIN!r}"
+        )
     return name
 
 

@@ -12,18 +12,30 @@ global ``_digests`` chain is ordered the same way, each digest naming the previo
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from tpu_ops.audit.records import DIGEST_CHAIN, DIGEST_EVENT, Actor, link_to, new_event, seal, signed_bytes
-from tpu_ops.audit.spool import Spool
+from tpu_ops.audit.records import (
+    DIGEST_CHAIN,
+    DIGEST_EVENT,
+    QUARANTINE_CHAIN,
+    SEAL_EVENT,
+    Actor,
+    link_to,
+    new_event,
+    seal,
+)
+from tpu_ops.audit.signing import SIGNING_ALGORITHM, signed_message, verify_signature
+from tpu_ops.audit.spool import Drained, Spool
 from tpu_ops.audit.store import CLAIM_ATTEMPTS, Conflict, Head, S3Store, is_unreachable
 from tpu_ops.errors import ConfigError, IntegrityError
 from tpu_ops.settings import Settings
 from tpu_ops.uris import parse_s3
 
-SIGNING_ALGORITHM = "ECDSA_SHA_256"
+log = logging.getLogger("tpu_ops.audit")
 
 
 @dataclass(frozen=True)
@@ -83,49 +95,125 @@ class AuditTrail:
         body = new_event(DIGEST_CHAIN, DIGEST_EVENT, actor or self.actor(), params={"chain": chain})
         return self._submit({"kind": "digest", "event": body})
 
+    def seal(
+        self,
+        actor: Actor | None = None,
+        *,
+        interval_s: int | None = None,
+        now: datetime | None = None,
+        bundle: bool = True,
+    ) -> Written:
+        """The scheduled seal: one KMS-signed digest naming every chain's head, written even when nothing
+        happened, so a trail cut off at its end shows within one interval (``tpu-ops audit seal``).
+
+        With ``bundle``, each chain's records since its last bundle are copied into a locked bundle the
+        seal names by sha256, so verify reads a chain in one GET instead of one per record.
+
+        Never spooled: a seal S3 did not take is a gap in the schedule, and verify says so.
+        """
+        if not self.key_id:
+            raise ConfigError("no audit KMS key: set TPU_OPS_AUDIT_KMS_KEY_ID (the local stack creates one)")
+        with self._lock:
+            self._drain()  # spooled records first, so the seal names them
+            heads: dict[str, dict[str, Any]] = {}
+            bundles: list[dict[str, Any]] = []
+            for chain in sorted(c for c in self.store.chains() if c != DIGEST_CHAIN):
+                head = self.store.head(chain, self._heads.get(chain))
+                self._heads[chain] = head
+                if head.sealed_seq:
+                    heads[chain] = {"seq": head.sealed_seq, "hash": head.hash}
+                    if bundle and (ref := self.store.write_bundle(chain, head.sealed_seq)):
+                        bundles.append(ref)
+            params = {"interval_s": interval_s, "heads": heads, "bundles": bundles}
+            body = new_event(DIGEST_CHAIN, SEAL_EVENT, actor or self.actor(), params=params, now=now)
+            return Written(self._send({"kind": "seal", "event": body}))
+
     def flush(self) -> int:
         """Send what the spool holds, in order; returns how many went (raises if S3 is still down)."""
+        return self.drain().sent
+
+    def drain(self) -> Drained:
+        """Send what the spool holds: how many went, which lines were quarantined, which chains are held back."""
         with self._lock:
-            return self.spool.drain(self._send)
+            return self._drain()
+
+    def _drain(self) -> Drained:
+        drained = self.spool.drain(self._send, is_unreachable)
+        for q in drained.quarantined:
+            log.warning("audit spool %s: line %d (%d bytes) is not an entry; moved to %s", self.spool.path, q.line,
+                        q.size, self.spool.quarantine_path)  # fmt: skip
+            params = {"spool": str(self.spool.path), "quarantine": str(self.spool.quarantine_path), "line": q.line,
+                      "bytes": q.size, "sha256": q.sha256}  # fmt: skip
+            note = new_event(
+                QUARANTINE_CHAIN, "audit.spool_quarantined", self.actor(), params=params, outcome="failure"
+            )
+            try:
+                self._send({"kind": "record", "event": note})
+            except Exception as exc:
+                if not is_unreachable(exc):
+                    raise
+                self.spool.append({"kind": "record", "event": note})
+        for chain, why in drained.stuck.items():
+            log.warning("audit chain %s: a spooled record cannot be sent (%s); its later records wait", chain, why)
+        return drained
 
     def _submit(self, entry: dict[str, Any]) -> Written:
         with self._lock:
+            chain = entry["event"]["chain"]
             try:
-                flushed = self.spool.drain(self._send)
+                drained = self._drain()
+                if chain in drained.stuck:  # behind its chain's stuck record, in order; other chains go on
+                    self.spool.append(entry)
+                    return Written(None, spooled=True, flushed=drained.sent)
                 record = self._send(entry)
             except Exception as exc:
                 # A record is spooled whatever failed, so it is never lost (unreachable S3 is
                 # expected; anything else is raised too, for the caller to see). A digest that
-                # failed for another reason (a KMS key refused) is not kept: it would block the spool.
+                # failed for another reason (a KMS key refused) is not kept: it would block its chain.
                 unreachable = is_unreachable(exc)
                 if unreachable or entry["kind"] == "record":
                     self.spool.append(entry)
                 if not unreachable:
                     raise
                 return Written(None, spooled=True)
-            return Written(record, flushed=flushed)
+            return Written(record, flushed=drained.sent)
 
     def _send(self, entry: dict[str, Any]) -> dict[str, Any]:
         event = entry["event"]
         chain = event["chain"]
         head = self._heads.get(chain) or self.store.head(chain)
         if head.event_id == event["id"]:  # a drain that died after the put: already there
-            return self.store.get(self.store.key(chain, head.seq))
+            return self.store.get(self.store.key(chain, head.sealed_seq))
         for _ in range(CLAIM_ATTEMPTS):
-            if entry["kind"] == "digest":
-                record = self._sealed_digest(event, head)
-            else:
-                record = seal(event, head.seq + 1, head.hash)
             try:
+                if head.skipped and chain != DIGEST_CHAIN:
+                    head = self._note_foreign(chain, head)
+                if entry["kind"] == "digest":
+                    record = self._sealed_digest(event, head)
+                elif entry["kind"] == "seal":  # names every chain: over KMS's 4 KiB RAW limit, so sign its SHA-256
+                    record = self._signed(dict(event), head, "DIGEST")
+                else:
+                    record = seal(event, head.seq + 1, head.hash)
                 self.store.put_new(record)
             except Conflict:
                 head = self.store.head(chain, head)
                 if head.event_id == event["id"]:
-                    return self.store.get(self.store.key(chain, head.seq))
+                    return self.store.get(self.store.key(chain, head.sealed_seq))
                 continue
             self._heads[chain] = Head(record["seq"], record["hash"], event["id"])
             return record
         raise IntegrityError(f"audit chain {chain}: could not claim a seq in {CLAIM_ATTEMPTS} attempts")
+
+    def _note_foreign(self, chain: str, head: Head) -> Head:
+        """Audit the foreign objects at the head of ``chain`` (they keep their seqs); the new head."""
+        objects = [{"key": f.key, "seq": f.seq, "sha256": f.sha256, "size": f.size, "problem": f.problem[:300]}
+                   for f in head.skipped]  # fmt: skip
+        log.warning("audit chain %s: %d foreign object(s) at its head, passed over: %s", chain, len(objects),
+                    ", ".join(f.key for f in head.skipped))  # fmt: skip
+        note = new_event(chain, "audit.foreign_object", self.actor(), params={"objects": objects}, outcome="failure")
+        record = seal(note, head.seq + 1, head.hash)
+        self.store.put_new(record)
+        return Head(record["seq"], record["hash"], note["id"])
 
     def _key_arn(self) -> str:
         # Records name the key by ARN, whatever alias the settings used, so verify can pin it.
@@ -138,35 +226,23 @@ class AuditTrail:
         target = self.store.head(chain, self._heads.get(chain))
         self._heads[chain] = target
         body = dict(event)
-        body["params"] = {"chain": chain, "head_seq": target.seq, "head_hash": target.hash}
-        if target.seq:
-            body["links"] = [{"chain": chain, "seq": target.seq, "hash": target.hash}]
+        body["params"] = {"chain": chain, "head_seq": target.sealed_seq, "head_hash": target.hash}
+        if target.sealed_seq:
+            body["links"] = [{"chain": chain, "seq": target.sealed_seq, "hash": target.hash}]
+        return self._signed(body, head)
+
+    def _signed(self, body: dict[str, Any], head: Head, message_type: str = "RAW") -> dict[str, Any]:
         body["key_id"] = self._key_arn()
         body["signing_algorithm"] = SIGNING_ALGORITHM
+        if message_type != "RAW":
+            body["message_type"] = message_type
         unsigned = seal(body, head.seq + 1, head.hash)
         resp = self.kms.sign(
-            KeyId=body["key_id"], Message=signed_bytes(unsigned), MessageType="RAW", SigningAlgorithm=SIGNING_ALGORITHM
-        )
+            KeyId=body["key_id"], Message=signed_message(unsigned), MessageType=message_type,
+            SigningAlgorithm=SIGNING_ALGORITHM,
+        )  # fmt: skip
         body["signature"] = base64.b64encode(resp["Signature"]).decode()
         return seal(body, head.seq + 1, head.hash)
 
 
-def verify_signature(kms: Any, record: dict[str, Any]) -> bool:
-    """True if ``record``'s signature is valid for its ``key_id`` (asked of KMS)."""
-    try:
-        sig = base64.b64decode(record["signature"], validate=True)
-        resp = kms.verify(
-            KeyId=record["key_id"],
-            Message=signed_bytes(record),
-            MessageType="RAW",
-            Signature=sig,
-            SigningAlgorithm=record.get("signing_algorithm", SIGNING_ALGORITHM),
-        )
-    except Exception as exc:
-        if is_unreachable(exc):
-            raise
-        return False
-    return bool(resp.get("SignatureValid"))
-
-
-__all__ = ["AuditTrail", "Written", "audit_clients", "link_to", "verify_signature"]
+__all__ = ["SIGNING_ALGORITHM", "AuditTrail", "Written", "audit_clients", "link_to", "verify_signature"]

@@ -1,7 +1,10 @@
-"""Verify an audit trail (an ``s3://`` trail prefix or a JSONL file) and name the first damage.
+"""Verify an audit trail (an ``s3://`` trail prefix or a JSONL file) and name the damage.
 
-Kinds of damage, as ``validate-logs`` names them for CloudTrail:
+Kinds of damage, as ``validate-logs`` names them for CloudTrail, and more:
 
+- ``malformed``: a stored record that cannot be read as one: not UTF-8, not JSON, NaN/Infinity,
+  a duplicate key, too large or too deeply nested, not an object, or without seq/hash/chain;
+- ``foreign``: an object under a chain whose key is not a record key (``<seq:012d>.json``);
 - ``edited``: a record's content no longer matches its hash, or its hash was recomputed so the
   next record's ``prev_hash`` no longer matches it (or the record a digest names has changed);
 - ``deleted``: a seq is missing in the middle of a chain;
@@ -9,37 +12,49 @@ Kinds of damage, as ``validate-logs`` names them for CloudTrail:
 - ``inserted``: a record the chain does not continue from (a second claim on a seq, or a record
   whose ``prev_hash`` names an earlier record that already has a successor);
 - ``truncated``: a chain ends before the head its last digest names;
-- ``forged-digest``: a digest whose KMS signature does not verify, or signed by another key.
+- ``forged-digest``: a digest whose KMS signature does not verify, or signed by another key than
+  the one pinned;
+- ``stale``: the newest digest is older than the sealing interval allows: the newest records and
+  digests may have been cut off;
+- ``gap``: two scheduled seals further apart than the interval allows;
+- ``history``: in S3, a non-current version or a delete marker under the trail (a write-once
+  trail has neither).
+
+Which record is blamed when a ``prev_hash`` does not match its predecessor: the digests decide. If
+a verified digest sealed the predecessor with exactly its hash, the successor is wrong; if one
+sealed a later head the successor links to, the predecessor is. Malformed and foreign objects are
+reported but do not stop the walk, so one planted object never hides the rest of a chain.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
-from tpu_ops.audit.records import DIGEST_CHAIN, GENESIS, record_hash
+from tpu_ops.audit.reading import (
+    Item,
+    item_from_object,
+    items_from_jsonl,
+    items_from_objects,
+    parse_record,
+    parse_time,
+    time_of,
+)
+from tpu_ops.audit.records import DIGEST_CHAIN, GENESIS, SEAL_EVENT, record_hash
 
-KINDS = ("edited", "deleted", "reordered", "inserted", "truncated", "forged-digest")
-_KEY = re.compile(r"chains/([^/]+)/(\d+)\.json$")
+__all__ = ["KINDS", "Damage", "Item", "Report", "item_from_object", "items_from_jsonl", "items_from_objects",
+           "parse_record", "parse_time", "verify"]  # fmt: skip
 
-
-@dataclass
-class Item:
-    """One stored record: where it is (key or line), the seq its key says, its parsed body."""
-
-    where: str
-    record: dict[str, Any] | None
-    key_chain: str | None = None
-    key_seq: int | None = None
+KINDS = ("malformed", "foreign", "edited", "deleted", "reordered", "inserted", "truncated", "forged-digest",
+         "stale", "gap", "history")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Damage:
-    """The first bad record of one chain and what is wrong with it."""
+    """A bad record (or object) of one chain and what is wrong with it."""
 
     kind: str
     chain: str
@@ -62,6 +77,9 @@ class Report:
     signatures_checked: bool = False
     damage: list[Damage] = field(default_factory=list)
     unsealed: dict[str, int] = field(default_factory=dict)
+    newest_digest: dict[str, Any] | None = None
+    newest_digest_age_s: float | None = None
+    seal_interval_s: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -71,115 +89,172 @@ class Report:
         return {**asdict(self), "ok": self.ok}
 
 
-def items_from_jsonl(path: Path) -> list[Item]:
-    """Records of a JSONL file, one per line, in file order."""
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                out.append(Item(f"line {n}", _parse(line.encode())))
-    return out
+# -- the walk ---------------------------------------------------------------------------------------
+Sealed = dict[str, dict[int, tuple[str, int]]]  # chain -> seq -> (hash, digest seq that sealed it)
 
 
-def items_from_objects(objects: Iterable[tuple[str, bytes]]) -> list[Item]:
-    """Records of ``(key, body)`` pairs from S3; the key's chain and seq are checked too."""
-    out = []
-    for key, body in objects:
-        m = _KEY.search(key)
-        out.append(Item(key, _parse(body), m.group(1) if m else None, int(m.group(2)) if m else None))
-    return out
+def verify(
+    items: list[Item],
+    kms: Any = None,
+    trusted_key: str | None = None,
+    *,
+    now: datetime | None = None,
+    seal_interval_s: int | None = None,
+    history: Iterable[Damage] = (),
+) -> Report:
+    """Check every chain and the digest chain.
 
-
-def _parse(body: bytes) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def verify(items: list[Item], kms: Any = None, trusted_key: str | None = None) -> Report:
-    """Check every chain and the digest chain; ``kms`` (a KMS client) checks digest signatures."""
+    Digest signatures are checked only against ``trusted_key`` (a pinned key ARN), through ``kms``;
+    without both, ``signatures_checked`` is False. A KMS that cannot answer raises its
+    ``CloudError`` (it is not damage). ``seal_interval_s`` turns on the schedule check (``stale``,
+    ``gap``) at ``now``; ``history`` is damage found in S3's version listing.
+    """
     chains: dict[str, list[Item]] = {}
-    report = Report(records=len(items), signatures_checked=kms is not None)
+    report = Report(records=len(items), signatures_checked=kms is not None and bool(trusted_key))
+    report.damage.extend(history)
     for it in items:
         rec = it.record
         name = rec.get("chain") if rec else it.key_chain
         chains.setdefault(str(name or it.key_chain or "?"), []).append(it)
     report.chains = len([c for c in chains if c != DIGEST_CHAIN])
-    accepted: dict[str, list[dict[str, Any]]] = {}
-    for name in sorted(chains, key=lambda c: (c == DIGEST_CHAIN, c)):
-        sig = _signature_check(kms, trusted_key) if name == DIGEST_CHAIN else None
-        good, damage = _walk(name, chains[name], sig)
-        accepted[name] = good
-        if damage:
-            report.damage.append(damage)
-    digests = accepted.get(DIGEST_CHAIN, [])
+    sig = _signature_check(kms, trusted_key) if report.signatures_checked else None
+    digests, damage = _walk(DIGEST_CHAIN, chains.get(DIGEST_CHAIN, []), {}, sig)
+    report.damage.extend(damage)
     report.digests = len(digests)
-    damaged = {d.chain for d in report.damage}
-    for name, (damage, unsealed) in _against_digests(digests, accepted, damaged).items():
-        if damage:
-            report.damage.append(damage)
+    sealed = _sealed(digests)
+    accepted: dict[str, list[dict[str, Any]]] = {}
+    fatal: set[str] = set()
+    for name in sorted(c for c in chains if c != DIGEST_CHAIN):
+        good, damage = _walk(name, chains[name], sealed.get(name, {}), None)
+        accepted[name] = good
+        report.damage.extend(damage)
+        if any(d.kind not in ("malformed", "foreign") for d in damage):
+            fatal.add(name)
+    for name, (bad, unsealed) in _against_digests(digests, accepted, fatal).items():
+        if bad:
+            report.damage.append(bad)
         elif unsealed:
             report.unsealed[name] = unsealed
+    if seal_interval_s:
+        _schedule(report, digests, items, now or datetime.now(UTC), seal_interval_s)
     return report
 
 
-def _signature_check(kms: Any, trusted_key: str | None) -> Any:
-    if kms is None:
-        return None
-    from tpu_ops.audit.trail import verify_signature
+def _signature_check(kms: Any, trusted_key: str | None) -> Callable[[dict[str, Any]], str | None]:
+    from tpu_ops.audit.signing import verify_signature
 
     def check(rec: dict[str, Any]) -> str | None:
-        if trusted_key and rec.get("key_id") != trusted_key:
-            return f"signed by {rec.get('key_id')!r}, not the trail's key {trusted_key!r}"
-        if not verify_signature(kms, rec):
+        if rec.get("key_id") != trusted_key:
+            return f"signed by {rec.get('key_id')!r}, not the pinned key {trusted_key!r}"
+        if not verify_signature(kms, rec, trusted_key):
             return "its KMS signature does not verify"
         return None
 
     return check
 
 
-def _walk(chain: str, items: list[Item], sig: Any) -> tuple[list[dict[str, Any]], Damage | None]:
-    """Accept records in order until the first damage; returns what was accepted and the damage."""
-    good: list[dict[str, Any]] = []
-    prev_hash = GENESIS
+def _heads_named(d: dict[str, Any]) -> list[tuple[Any, Any, Any]]:
+    """(chain, head seq, head hash) a digest names: one for a run's digest, every chain for a seal."""
+    params = d.get("params") or {}
+    if isinstance(params.get("heads"), dict):
+        return [(c, (h or {}).get("seq"), (h or {}).get("hash")) for c, h in params["heads"].items()
+                if isinstance(h, dict)]  # fmt: skip
+    return [(params.get("chain"), params.get("head_seq"), params.get("head_hash"))]
 
-    def bad(kind: str, it: Item, seq: int | None, detail: str) -> tuple[list[dict[str, Any]], Damage]:
-        return good, Damage(kind, chain, seq, it.where, detail)
+
+def _sealed(digests: list[dict[str, Any]]) -> Sealed:
+    out: Sealed = {}
+    for d in digests:
+        for chain, seq, h in _heads_named(d):
+            if isinstance(chain, str) and isinstance(seq, int) and isinstance(h, str):
+                out.setdefault(chain, {})[seq] = (h, d["seq"])
+    return out
+
+
+def _walk(
+    chain: str,
+    items: list[Item],
+    sealed: dict[int, tuple[str, int]],
+    sig: Callable[[dict[str, Any]], str | None] | None,
+) -> tuple[list[dict[str, Any]], list[Damage]]:
+    """Accept records in order until the first damage; returns what was accepted and the damage found.
+
+    Malformed and foreign objects are damage too, but the walk goes on past them.
+    """
+    good: list[dict[str, Any]] = []
+    found: list[Damage] = []
+    prev_hash: str | None = GENESIS  # None: the predecessor was unreadable, any prev_hash is taken
+    skipped = 0  # seqs taken by unreadable objects
+
+    def stop(kind: str, it: Item, seq: int | None, detail: str) -> tuple[list[dict[str, Any]], list[Damage]]:
+        return good, [*found, Damage(kind, chain, seq, it.where, detail)]
 
     for i, it in enumerate(items):
         rec = it.record
-        if rec is None or not isinstance(rec.get("seq"), int) or rec.get("hash") != record_hash(rec):
-            seq = rec.get("seq") if rec and isinstance(rec.get("seq"), int) else it.key_seq
-            return bad("edited", it, seq, "its content does not match its hash")
+        expected = len(good) + skipped + 1
+        if it.foreign:
+            found.append(Damage("foreign", chain, None, it.where, it.problem or "not a record"))
+            continue
+        if rec is None:
+            found.append(Damage("malformed", chain, it.key_seq, it.where, it.problem or "not a record"))
+            if it.key_seq == expected:
+                skipped += 1
+                prev_hash = None
+            continue
+        if rec.get("hash") != record_hash(rec):
+            return stop("edited", it, rec["seq"], "its content does not match its hash")
         seq = rec["seq"]
         if it.key_chain is not None and it.key_chain != chain:
-            return bad("inserted", it, seq, f"a record of chain {chain} stored in chain {it.key_chain}")
+            return stop("inserted", it, seq, f"a record of chain {chain} stored in chain {it.key_chain}")
         if it.key_seq is not None and it.key_seq != seq:
-            return bad("reordered", it, seq, f"stored under seq {it.key_seq}'s key")
+            return stop("reordered", it, seq, f"stored under seq {it.key_seq}'s key")
         if sig and (why := sig(rec)):
-            return bad("forged-digest", it, seq, why)
-        expected = len(good) + 1
+            return stop("forged-digest", it, seq, why)
         rest = items[i + 1 :]
-        if seq == expected and rec.get("prev_hash") == prev_hash:
+        if seq == expected and (prev_hash is None or rec.get("prev_hash") == prev_hash):
             good.append(rec)
             prev_hash = rec["hash"]
             continue
         if seq == expected:
-            if any(x.record and x.record.get("prev_hash") == prev_hash for x in rest):
-                return bad("inserted", it, seq, f"the chain continues from seq {expected - 1}, not from this record")
-            if good:
-                detail = f"its hash no longer matches the prev_hash of seq {seq}"
-                return bad("edited", _where(items, good[-1]), good[-1]["seq"], detail)
-            return bad("edited", it, seq, "its prev_hash is not the chain's genesis")
+            if prev_hash is not None and any(x.record and x.record.get("prev_hash") == prev_hash for x in rest):
+                return stop("inserted", it, seq, f"the chain continues from seq {expected - 1}, not from this record")
+            if not good:
+                return stop("edited", it, seq, "its prev_hash is not the chain's genesis")
+            return good, [*found, _blame(chain, items, good, it, rest, sealed)]
         if seq > expected:
             if any(x.record and x.record.get("seq") == expected for x in rest):
-                return bad("reordered", it, seq, f"seq {seq} comes before seq {expected}")
+                return stop("reordered", it, seq, f"seq {seq} comes before seq {expected}")
             missing = f"seq {expected}" if seq == expected + 1 else f"seqs {expected}-{seq - 1}"
-            return bad("deleted", it, expected, f"{missing} missing before this record")
-        return _older_seq(chain, it, rec, good, rest)
-    return good, None
+            return stop("deleted", it, expected, f"{missing} missing before this record")
+        kept, damage = _older_seq(chain, it, rec, good, rest)
+        return kept, [*found, damage]
+    return good, found
+
+
+def _blame(
+    chain: str, items: list[Item], good: list[dict[str, Any]], it: Item, rest: list[Item],
+    sealed: dict[int, tuple[str, int]],
+) -> Damage:  # fmt: skip
+    """Seq N+1's prev_hash is not seq N's hash: which of the two is wrong? The digests say."""
+    prev, rec = good[-1], it.record or {}
+    n = prev["seq"]
+    if n in sealed and sealed[n][0] == prev["hash"]:
+        kind = "edited" if any(x.record for x in rest) else "inserted"
+        return Damage(kind, chain, rec.get("seq"), it.where,
+                      f"its prev_hash is not the hash of seq {n}, which digest {sealed[n][1]} sealed")  # fmt: skip
+    link, h = rec, rec.get("seq", 0)
+    for x in [it, *rest]:
+        if x is not it:
+            if not x.record or x.record.get("seq") != h + 1 or x.record.get("prev_hash") != link.get("hash"):
+                break
+            link, h = x.record, h + 1
+        if h in sealed and sealed[h][0] == link.get("hash"):
+            return Damage("edited", chain, n, _where(items, prev).where,
+                          f"its hash no longer matches the prev_hash of seq {n + 1}, and digest {sealed[h][1]} "
+                          f"sealed seq {h}, which links back to seq {n + 1}")  # fmt: skip
+    return Damage("edited", chain, n, _where(items, prev).where,
+                  f"its hash no longer matches the prev_hash of seq {n + 1} (or seq {n + 1}'s prev_hash was "
+                  "changed: no digest says which)")  # fmt: skip
 
 
 def _older_seq(
@@ -187,11 +262,11 @@ def _older_seq(
 ) -> tuple[list[dict[str, Any]], Damage]:
     """A record whose seq was already taken: which of the two claims is the insert?"""
     seq = rec["seq"]
-    taken = good[seq - 1] if 0 < seq <= len(good) else None
+    taken = next((g for g in good if g["seq"] == seq), None)
     follows = next((x.record for x in rest if x.record), None)
     if taken is not None and follows is not None and follows.get("prev_hash") == rec["hash"]:
         # The chain goes on from this record, so the one accepted earlier at this seq is the insert.
-        return good[: seq - 1], Damage(
+        return [g for g in good if g["seq"] < seq], Damage(
             "inserted",
             chain,
             seq,
@@ -212,26 +287,54 @@ def _against_digests(
     digests: list[dict[str, Any]], accepted: dict[str, list[dict[str, Any]]], damaged: set[str]
 ) -> dict[str, tuple[Damage | None, int]]:
     """Per chain: damage the digests reveal (truncation, a changed head), or how many records are unsealed."""
-    last: dict[str, dict[str, Any]] = {}
+    last: dict[str, int] = {}
     out: dict[str, tuple[Damage | None, int]] = {}
     for d in digests:
-        params = d.get("params") or {}
-        name, head_seq, head_hash = params.get("chain"), params.get("head_seq"), params.get("head_hash")
-        if not isinstance(name, str) or not isinstance(head_seq, int) or name in damaged or name in out:
-            continue
-        recs = accepted.get(name, [])
-        where = f"digest seq {d['seq']}"
-        if head_seq > len(recs):
-            ends = f"seq {len(recs)}" if recs else "no record"
-            why = f"the chain ends at {ends}, but digest {d['seq']} names head seq {head_seq}"
-            out[name] = (Damage("truncated", name, len(recs) + 1, where, why), 0)
-        elif head_seq and recs[head_seq - 1]["hash"] != head_hash:
-            out[name] = (Damage("edited", name, head_seq, where, f"seq {head_seq} is not the record digest "
-                                f"{d['seq']} sealed"), 0)  # fmt: skip
-        last[name] = d
+        for name, head_seq, head_hash in _heads_named(d):
+            if not isinstance(name, str) or not isinstance(head_seq, int) or name in damaged or name in out:
+                continue
+            by_seq = {r["seq"]: r for r in accepted.get(name, [])}
+            top = max(by_seq, default=0)
+            where = f"digest seq {d['seq']}"
+            if head_seq > top:
+                ends = f"seq {top}" if by_seq else "no record"
+                why = f"the chain ends at {ends}, but digest {d['seq']} names head seq {head_seq}"
+                out[name] = (Damage("truncated", name, top + 1, where, why), 0)
+            elif head_seq and (head_seq not in by_seq or by_seq[head_seq]["hash"] != head_hash):
+                out[name] = (Damage("edited", name, head_seq, where, f"seq {head_seq} is not the record digest "
+                                    f"{d['seq']} sealed"), 0)  # fmt: skip
+            last[name] = head_seq
     for name, recs in accepted.items():
-        if name == DIGEST_CHAIN or name in out:
+        if name in out:
             continue
-        sealed = last[name]["params"]["head_seq"] if name in last else 0
-        out[name] = (None, len(recs) - sealed)
+        top = max((r["seq"] for r in recs), default=0)
+        out[name] = (None, top - last.get(name, 0))
     return out
+
+
+def _schedule(report: Report, digests: list[dict[str, Any]], items: list[Item], now: datetime, interval: int) -> None:
+    """``stale`` if the newest digest is older than the interval allows; ``gap`` between scheduled seals."""
+    grace = interval / 10  # a scheduler starts a little late; a cut-off still shows within one interval
+    report.seal_interval_s = interval
+    times = [(t, d) for d in digests if (t := time_of(d)) is not None]
+    if times:
+        newest, d = max(times, key=lambda t: t[0])
+        age = (now - newest).total_seconds()
+        report.newest_digest = {"seq": d["seq"], "time": d["time"], "event": d.get("event")}
+        report.newest_digest_age_s = age
+        if age > interval + grace:
+            why = (f"the newest digest ({d['time']}) is {age:.0f} s old, but seals are due every {interval} s: "
+                   "records and digests after it may have been cut off")  # fmt: skip
+            report.damage.append(Damage("stale", DIGEST_CHAIN, d["seq"], f"digest seq {d['seq']}", why))
+    elif stamps := [t for it in items if it.record and (t := time_of(it.record)) is not None]:
+        oldest = min(stamps)
+        if (now - oldest).total_seconds() > interval + grace:
+            why = f"records since {oldest.isoformat()} but no digest: seals are due every {interval} s"
+            report.damage.append(Damage("stale", DIGEST_CHAIN, None, "no digest", why))
+    seals = [(t, d) for t, d in times if d.get("event") == SEAL_EVENT]
+    for (t0, _), (t1, d) in itertools.pairwise(seals):
+        if (t1 - t0).total_seconds() > interval + grace:
+            why = (
+                f"{(t1 - t0).total_seconds():.0f} s after the previous seal ({t0.isoformat()}); due every {interval} s"
+            )
+            report.damage.append(Damage("gap", DIGEST_CHAIN, d["seq"], f"digest seq {d['seq']}", why))

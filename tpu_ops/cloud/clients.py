@@ -43,6 +43,20 @@ def tpu_client(settings: Settings) -> Any:
     )
 
 
+def compute_options(settings: Settings) -> dict[str, Any]:
+    """``credentials`` and ``client_options`` for every ``google.cloud.compute_v1`` client of a run.
+
+    The operations clients that poll must be built with exactly these too: an operation's own
+    ``.result()`` polls through a client built without them, i.e. Google's real host.
+    """
+    settings.check_safe("compute_endpoint")
+    from google.api_core.client_options import ClientOptions
+
+    endpoint = settings.compute_endpoint
+    opts = ClientOptions(api_endpoint=endpoint.rstrip("/")) if endpoint else None
+    return {"credentials": _google_credentials(settings, bool(endpoint)), "client_options": opts}
+
+
 def storage_client(settings: Settings) -> Any:
     """A ``google.cloud.storage.Client``."""
     settings.check_safe("gcs_endpoint")

@@ -17,7 +17,7 @@ from typing import Any
 
 from tpu_ops.audit.records import Actor, link_to
 from tpu_ops.audit.trail import AuditTrail
-from tpu_ops.cloud.translate import google_errors
+from tpu_ops.cloud.translate import aws_errors, google_errors
 from tpu_ops.errors import CheckpointError, IntegrityError, SpecError
 from tpu_ops.export import registry
 from tpu_ops.export.artifact import Artifact, Member, upload_archive, verify_artifact
@@ -51,6 +51,7 @@ class ExportResult:
     manifest_uri: str | None
     manifest_sha256: str | None
     audit_head: dict[str, Any]
+    package_status: str = registry.PENDING
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,34 +153,34 @@ def export_run(
     source = find_source(gcs, run_uri, job_subdir(gcs, run_uri))
     snapshot, manifest, manifest_sha = dataset_of(gcs, run_uri, manifest_uri)
     bucket, key = artifact_key(spec, run_id)
-    art = existing_artifact(s3, bucket, key)
-    if art is None:
-        meta = {"run-id": run_id, "source": source.uri[:1000]}
-        art = upload_archive(s3, bucket, key, members(gcs, source), meta)
+    with aws_errors("s3"):  # a cut connection is a one-line TransientError, not a botocore traceback
+        art = existing_artifact(s3, bucket, key)
+        if art is None:
+            meta = {"run-id": run_id, "source": source.uri[:1000]}
+            art = upload_archive(s3, bucket, key, members(gcs, source), meta)
     subjects = [{"uri": source.uri, "kind": source.kind}, art.subject()]
     if manifest:
         subjects.insert(0, {"uri": manifest, "kind": "dataset-manifest", "sha256": manifest_sha})
+    # dataset_manifest None says "the train spec named none" (lineage shows it), not "unknown"
     params = {"run_id": run_id, "run_uri": run_uri, "step": source.step, "snapshot_id": snapshot,
-              "adopted": art.adopted, "parts": art.parts, "members": art.members}  # fmt: skip
+              "dataset_manifest": manifest, "adopted": art.adopted, "parts": art.parts,
+              "members": art.members}  # fmt: skip
     written = trail.record(run_id, "model.artifact_uploaded", actor, params=params, subjects=subjects,
                            request_ids=list(art.request_ids))  # fmt: skip
     if written.record is None:
         raise IntegrityError("the audit trail is unreachable (record spooled); refusing to register a package "
                              "without an audit head")  # fmt: skip
     head = link_to(written.record).model_dump()
-    registry.ensure_group(sm, spec.model_package_group, "tpu-ops exports")
-    pkg = registry.find_for_run(sm, spec.model_package_group, run_id)
-    created = pkg is None
-    if pkg is None:
-        metadata = {
-            "run_id": run_id, "snapshot_id": snapshot or "", "manifest_uri": manifest or "",
-            "checkpoint_uri": source.uri[:256], "checkpoint_step": "" if source.step is None else str(source.step),
-            "artifact_uri": art.uri[:256], "artifact_sha256": art.sha256, "artifact_crc32c": art.crc32c,
-            "audit_chain": run_id, "audit_seq": str(head["seq"]), "audit_head": head["hash"],
-        }  # fmt: skip
-        arn = registry.register(sm, spec.model_package_group, spec.image_uri, art.uri, metadata,
-                                f"tpu-ops run {run_id} ({source.kind} {source.uri})")  # fmt: skip
-    else:
+    with aws_errors("sagemaker"):
+        registry.ensure_group(sm, spec.model_package_group, "tpu-ops exports")
+        pkg = registry.find_for_run(sm, spec.model_package_group, run_id)
+        created = pkg is None
+        if pkg is None:
+            arn = registry.register(sm, spec.model_package_group, spec.image_uri, art.uri,
+                                    package_metadata(run_id, snapshot, manifest, source, art, head),
+                                    f"tpu-ops run {run_id} ({source.kind} {source.uri})")  # fmt: skip
+    status = registry.PENDING if pkg is None else pkg.status
+    if pkg is not None:
         arn = pkg.arn
         if pkg.metadata.get("artifact_sha256") != art.sha256:
             raise IntegrityError(f"package {arn} of run {run_id} names artifact sha256 "
@@ -189,7 +190,26 @@ def export_run(
     subjects.append({"uri": arn, "kind": "model-package"})
     trail.record(run_id, "model.exported", actor, params={**params, "package_created": created},
                  subjects=subjects, links=[link_to(written.record)])  # fmt: skip
-    return ExportResult(run_id, source, art, arn, created, snapshot, manifest, manifest_sha, head)
+    return ExportResult(run_id, source, art, arn, created, snapshot, manifest, manifest_sha, head, status)
+
+
+NO_DATASET = "none recorded (no dataset_manifest)"
+
+
+def package_metadata(
+    run_id: str, snapshot: str | None, manifest: str | None, source: Source, art: Artifact, head: dict[str, Any]
+) -> dict[str, str]:
+    """The package's ``CustomerMetadataProperties``: SageMaker refuses empty values, so absent ones are left
+    out, and a run whose train spec named no dataset manifest says so in ``dataset``."""
+    meta = {
+        "run_id": run_id, "snapshot_id": snapshot or "", "manifest_uri": manifest or "",
+        "checkpoint_uri": source.uri[:256], "checkpoint_step": "" if source.step is None else str(source.step),
+        "artifact_uri": art.uri[:256], "artifact_sha256": art.sha256, "artifact_crc32c": art.crc32c,
+        "audit_chain": run_id, "audit_seq": str(head["seq"]), "audit_head": head["hash"],
+    }  # fmt: skip
+    if not manifest:
+        meta["dataset"] = NO_DATASET
+    return {k: v for k, v in meta.items() if v}
 
 
 def failure_text(exc: BaseException) -> str:

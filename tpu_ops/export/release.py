@@ -12,6 +12,7 @@ from typing import Any
 from tpu_ops.audit import lineage
 from tpu_ops.audit.records import DIGEST_CHAIN, Actor
 from tpu_ops.audit.trail import AuditTrail
+from tpu_ops.audit.verify import parse_record
 from tpu_ops.errors import NotFoundError, PolicyError, SpecError
 from tpu_ops.export import registry
 from tpu_ops.specs.common import RunId
@@ -76,18 +77,26 @@ def deploy(
 
 
 def chain_records(trail: AuditTrail, chain: str, workers: int = 8) -> list[dict[str, Any]]:
-    """Every record of ``chain`` in seq order."""
-    keys = trail.store.keys(chain)
+    """Every record of ``chain`` in seq order (objects that are not its records are left out: verify names them)."""
+
+    def get(key: str) -> dict[str, Any] | None:
+        record, _ = parse_record(trail.store.get_bytes(key))
+        return record if record is not None and record.get("chain") == chain else None
+
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(trail.store.get, keys))
+        return [r for r in pool.map(get, trail.store.keys(chain)) if r is not None]
 
 
 def last_digest(trail: AuditTrail, chain: str) -> dict[str, Any] | None:
-    """The newest digest naming ``chain`` (digests are scanned newest first)."""
+    """The newest digest or scheduled seal naming ``chain`` (scanned newest first), as a run digest reads."""
     for key in reversed(trail.store.keys(DIGEST_CHAIN)):
-        rec = trail.store.get(key)
-        if rec.get("params", {}).get("chain") == chain:
+        rec, _ = parse_record(trail.store.get_bytes(key))
+        params = (rec or {}).get("params") or {}
+        if rec is not None and params.get("chain") == chain:
             return rec
+        head = (params.get("heads") or {}).get(chain) if isinstance(params.get("heads"), dict) else None
+        if rec is not None and isinstance(head, dict):
+            return {**rec, "params": {"chain": chain, "head_seq": head.get("seq"), "head_hash": head.get("hash")}}
     return None
 
 

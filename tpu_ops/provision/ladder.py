@@ -1,30 +1,21 @@
-"""The capacity ladder: rung by rung, zone by zone, one queued resource per attempt.
+"""The capacity ladder: rung by rung, zone by zone, one slice request per attempt.
 
 ``provision`` refuses an over-budget request before any cloud call, adopts what an earlier process
-created for the same run id, and otherwise walks the plan: each attempt creates a queued resource
-named ``{run_id}-a{n}`` (checking first that it does not exist, so a retried create never makes a
-second one), waits for ACTIVE with backoff within ``validUntilDuration`` and the overall timeout,
-and moves on at FAILED, stockout, quota or timeout after force-deleting what it abandons.
+created for the same run id, and otherwise walks the plan: each attempt asks the spec's provider
+(Cloud TPU API or Compute Engine, :mod:`tpu_ops.provision.providers`) for a slice named
+``{run_id}-a{n}`` (checking first that it does not exist, so a retried create never makes a
+second one), waits for it to run with backoff within the queue timeout and the overall timeout,
+and moves on at failure, stockout, quota or timeout after deleting what it abandons.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tpu_ops.cloud import retry
-from tpu_ops.cloud.tpu import (
-    NodeRecord,
-    NodeState,
-    QrState,
-    QueuedResourceRecord,
-    QueuedResourceRequest,
-    TpuApi,
-)
 from tpu_ops.errors import (
     AlreadyExistsError,
     CapacityError,
@@ -37,23 +28,24 @@ from tpu_ops.errors import (
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.cost import check_budget
-from tpu_ops.provision.naming import attempt_of, belongs_to, check_run_id, resource_id, run_labels
+from tpu_ops.provision.naming import attempt_of, check_run_id, resource_id, run_labels
 from tpu_ops.provision.prices import PriceTable, load
+from tpu_ops.provision.providers import Phase, Provider, SliceRecord, SliceRequest, SliceState, for_spec
 from tpu_ops.provision.records import Attempt, Outcome, Slice
-from tpu_ops.provision.teardown import delete_and_confirm, teardown
 from tpu_ops.settings import Settings
-from tpu_ops.specs.slice import ProvisionSpec, ReservationRung
+from tpu_ops.specs.slice import FlexStartRung, ProvisionSpec, ReservationRung
 from tpu_ops.tiers import Tier
 
 
 @dataclass(frozen=True)
 class Step:
-    """One planned attempt: attempt number, tier, zone, reservation name (if any)."""
+    """One planned attempt: attempt number, tier, zone, reservation name (if any), run-time bound."""
 
     number: int
     tier: Tier
     zone: str
     reservation: str = ""
+    max_run_duration_s: int | None = None
 
 
 def plan(spec: ProvisionSpec) -> list[Step]:
@@ -64,8 +56,9 @@ def plan(spec: ProvisionSpec) -> list[Step]:
             assert rung.zone is not None
             steps.append(Step(len(steps) + 1, Tier.RESERVATION, rung.zone, rung.name))
         else:
+            bound = int(rung.max_run_duration.total_seconds()) if isinstance(rung, FlexStartRung) else None
             for zone in spec.slice.zones:
-                steps.append(Step(len(steps) + 1, rung.kind, zone))
+                steps.append(Step(len(steps) + 1, rung.kind, zone, max_run_duration_s=bound))
     return steps
 
 
@@ -74,7 +67,7 @@ def provision(
     run_id: str,
     settings: Settings,
     *,
-    api: TpuApi | None = None,
+    provider: Provider | None = None,
     prices: PriceTable | None = None,
     recreate: bool = True,
     metadata: dict[str, str] | None = None,
@@ -82,17 +75,18 @@ def provision(
 ) -> Slice:
     """Get one slice for ``run_id`` through the ladder, or raise.
 
-    Raises ``BudgetError`` before any cloud call when the worst-case estimate exceeds the budget,
-    ``ProvisioningError`` (with every attempt) when no rung produced a slice. A dead slice of the
-    run (preempted node, SUSPENDED/FAILED queued resource) is force-deleted; it is replaced when
-    ``recreate`` is true, otherwise ``ProvisioningError`` says so.
+    Raises ``BudgetError`` before any cloud call (before a client is even built) when the
+    worst-case estimate exceeds the budget, ``ProvisioningError`` (with every attempt) when no
+    rung produced a slice. A dead slice of the run (preempted, suspended, a host stopped) is
+    deleted whole; it is replaced when ``recreate`` is true, otherwise ``ProvisioningError`` says so.
+    ``provider`` defaults to the spec's backend (``slice.backend``).
     """
     check_run_id(run_id)
     check_budget(spec, prices or load(settings))
-    api = api or TpuApi(settings)
+    provider = provider or for_spec(spec, settings)
     ledger = L.Ledger(settings, run_id)
     ledger.claim()
-    return _Ladder(spec, run_id, settings, api, ledger, recreate, metadata or {}, on_attempt).run()
+    return _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt).run()
 
 
 def recover(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Slice:
@@ -106,13 +100,13 @@ class _Ladder:
         spec: ProvisionSpec,
         run_id: str,
         settings: Settings,
-        api: TpuApi,
+        provider: Provider,
         ledger: L.Ledger,
         recreate: bool,
         metadata: dict[str, str],
         on_attempt: Callable[[Attempt], None] | None,
     ) -> None:
-        self.spec, self.run_id, self.settings, self.api = spec, run_id, settings, api
+        self.spec, self.run_id, self.settings, self.provider = spec, run_id, settings, provider
         self.ledger, self.recreate, self.metadata, self.on_attempt = ledger, recreate, metadata, on_attempt
         self.deadline = time.monotonic() + spec.overall_timeout.total_seconds()
         self.steps = plan(spec)
@@ -136,8 +130,8 @@ class _Ladder:
                 return result
         lines = "\n  ".join(a.describe() for a in self.attempts)
         raise ProvisioningError(
-            f"no slice of {self.spec.slice.accelerator_type} for run {self.run_id}: every rung failed "
-            f"({len(self.attempts)} attempts):\n  {lines}",
+            f"no slice of {self.spec.slice.accelerator_type} for run {self.run_id} on {self.provider.name}: every "
+            f"rung failed ({len(self.attempts)} attempts):\n  {lines}",
             self.attempts,
         )
 
@@ -146,57 +140,49 @@ class _Ladder:
 
     def _survey(self) -> tuple[Slice | None, int]:
         """Adopt a live slice of this run; clean dead ones; find a queued request to resume."""
-        waiting: list[tuple[int, QueuedResourceRecord]] = []
-        for zone in self._zones():
-            for qr in self.api.list_queued_resources(zone):
-                if not belongs_to(self.run_id, qr.qr_id, dict(qr.labels)):
-                    continue
-                n = attempt_of(self.run_id, qr.qr_id) or 0
-                if qr.state in QrState.ACTIVE:
-                    node = self.api.find_node(qr.zone, qr.node_id)
-                    if node is not None and node.state in NodeState.READY:
-                        want = self.spec.slice.accelerator_type
-                        if node.accelerator_type and node.accelerator_type != want:
-                            raise ProvisioningError(
-                                f"run {self.run_id} already has a {node.accelerator_type} slice ({qr.qr_id} in "
-                                f"{qr.zone}), not {want}; tear it down first (`tpu-ops teardown {self.run_id}`)"
-                            )
-                        step = next((s for s in self.steps if s.number == n), None)
-                        att = Attempt(n, qr.tier, qr.zone, qr.qr_id, Outcome.ADOPTED, 0.0, "ACTIVE already",
-                                      step.reservation if step else "")  # fmt: skip
-                        self._record(att)
-                        return self._slice(qr, node), 0
-                    if node is not None and node.state in NodeState.PENDING:
-                        waiting.append((n, qr))
-                        continue
-                    self._dead(qr, node)
-                elif qr.state in QrState.SUSPENDED:
-                    self._dead(qr, None)
-                elif qr.state in QrState.FAILED:  # never granted: nothing to recreate, just clean up
-                    delete_and_confirm(self.api, self.settings, qr.zone, qr.qr_id, "", self._remaining())
-                elif qr.state in QrState.WAITING:
-                    waiting.append((n, qr))
+        waiting: list[tuple[int, SliceRecord]] = []
+        for rec in self.provider.slices(self._zones(), self.run_id):
+            n = attempt_of(self.run_id, rec.slice_id) or 0
+            if rec.state in SliceState.RUNNING:
+                want = self.spec.slice.accelerator_type
+                if rec.accelerator_type and rec.accelerator_type != want:
+                    raise ProvisioningError(
+                        f"run {self.run_id} already has a {rec.accelerator_type} slice ({rec.slice_id} in "
+                        f"{rec.zone}), not {want}; tear it down first (`tpu-ops teardown {self.run_id}`)"
+                    )
+                step = next((s for s in self.steps if s.number == n), None)
+                att = Attempt(n, rec.tier, rec.zone, rec.slice_id, Outcome.ADOPTED, 0.0, f"{rec.raw_state} already",
+                              step.reservation if step else "")  # fmt: skip
+                self._record(att)
+                return self._slice(rec), 0
+            if rec.state in SliceState.PENDING:
+                waiting.append((n, rec))
+            elif rec.state in SliceState.LOST:
+                self._dead(rec)
+            elif rec.state == Phase.FAILED:  # never granted: nothing to recreate, just clean up
+                self.provider.delete_slice(rec.zone, rec.slice_id, self._remaining())
         if not waiting:
             return None, 0
         # Keep waiting on the furthest request an earlier process made; drop any older ones so a
         # run never ends up holding two slices.
         waiting.sort(key=lambda t: t[0])
-        for _, qr in waiting[:-1]:
-            self._abandon(qr.zone, qr.qr_id)
+        for _, rec in waiting[:-1]:
+            self._abandon(rec.zone, rec.slice_id)
         return None, waiting[-1][0]
 
-    def _dead(self, qr: QueuedResourceRecord, node: NodeRecord | None) -> None:
-        """A slice of the run that was granted and then lost (preempted node, SUSPENDED request)."""
+    def _dead(self, rec: SliceRecord) -> None:
+        """A slice of the run that was granted and then lost (preempted, suspended, host stopped)."""
         now = time.time()
-        self.ledger.append(L.PREEMPTED, resource_id=qr.qr_id, zone=qr.zone, state=qr.state,
-                           node_state=node.state if node else "", t=now)  # fmt: skip
-        self.ledger.append(L.DELETE_REQUESTED, resource_id=qr.qr_id, zone=qr.zone)
-        delete_and_confirm(self.api, self.settings, qr.zone, qr.qr_id, qr.node_id, self._remaining())
-        self.ledger.append(L.GONE, resource_id=qr.qr_id, zone=qr.zone)
+        self.ledger.append(L.PREEMPTED, resource_id=rec.slice_id, zone=rec.zone, state=rec.raw_state,
+                           node_state=rec.detail, t=now)  # fmt: skip
+        self.ledger.append(L.DELETE_REQUESTED, resource_id=rec.slice_id, zone=rec.zone)
+        self.provider.delete_slice(rec.zone, rec.slice_id, self._remaining())
+        self.ledger.append(L.GONE, resource_id=rec.slice_id, zone=rec.zone)
         if not self.recreate:
             raise ProvisioningError(
-                f"run {self.run_id}: slice {qr.qr_id} in {qr.zone} was {qr.state}"
-                f"{' (node ' + node.state + ')' if node else ''}; deleted it. Pass recreate=True to get a new one.",
+                f"run {self.run_id}: slice {rec.slice_id} in {rec.zone} was {rec.raw_state}"
+                f"{' (' + rec.detail + ')' if rec.detail and rec.detail != rec.raw_state else ''}; deleted it. "
+                "Pass recreate=True to get a new one.",
                 self.attempts,
             )
 
@@ -204,107 +190,89 @@ class _Ladder:
     def _attempt(self, step: Step) -> Slice | None:
         rid = resource_id(self.run_id, step.number)
         t0 = time.monotonic()
-        op: Any = None
+        rec: SliceRecord | None = None
         try:
-            existing = self.api.find_queued_resource(step.zone, rid)
-            if existing is not None and (existing.state in QrState.DEAD or existing.state in QrState.DELETING):
-                delete_and_confirm(self.api, self.settings, step.zone, rid, existing.node_id, self._remaining())
+            existing = self.provider.describe(step.zone, rid)
+            if existing is not None and existing.state in SliceState.TERMINAL:
+                self.provider.delete_slice(step.zone, rid, self._remaining())
                 existing = None
             if existing is None:
-                op = self._create(step, rid)
-            outcome, detail, qr, node = self._wait(step, rid, op, t0)
+                self._create(step, rid)
+            outcome, detail, rec = self._wait(step, rid, t0)
         except QuotaError as exc:
-            outcome, detail, qr, node = Outcome.QUOTA, _short(exc), None, None
+            outcome, detail = Outcome.QUOTA, _short(exc)
         except CapacityError as exc:
-            outcome, detail, qr, node = Outcome.STOCKOUT, _short(exc), None, None
+            outcome, detail = Outcome.STOCKOUT, _short(exc)
         except (CloudError, TpuOpsError, TimeoutError) as exc:
-            outcome, detail, qr, node = Outcome.ERROR, f"{type(exc).__name__}: {_short(exc)}", None, None
+            outcome, detail = Outcome.ERROR, f"{type(exc).__name__}: {_short(exc)}"
         waited = time.monotonic() - t0
         self._record(Attempt(step.number, step.tier, step.zone, rid, outcome, waited, detail, step.reservation))
-        if outcome == Outcome.ACTIVE and qr is not None and node is not None:
-            return self._slice(qr, node)
+        if outcome == Outcome.ACTIVE and rec is not None:
+            return self._slice(rec)
         self._abandon(step.zone, rid)
         return None
 
-    def _create(self, step: Step, rid: str) -> Any:
-        """Create the queued resource once: a retry first checks that the last try did not land."""
-        req = QueuedResourceRequest(
-            qr_id=rid,
-            node_id=rid,
-            accelerator_type=self.spec.slice.accelerator_type,
-            runtime_version=self.spec.slice.runtime,
-            tier=step.tier,
+    def request(self, step: Step, rid: str) -> SliceRequest:
+        """What this step asks the provider for."""
+        sl = self.spec.slice
+        return SliceRequest(
+            run_id=self.run_id, attempt=step.number, slice_id=rid, zone=step.zone, region=sl.region, tier=step.tier,
+            accelerator=sl.accelerator, runtime_version=sl.runtime,
             valid_until_s=int(self.spec.queue_timeout.total_seconds()),
-            labels={**self.spec.slice.labels, **run_labels(self.run_id, step.tier, step.number)},
-            reservation=step.reservation,
-            network=self.spec.slice.network,
-            service_account=self.spec.slice.service_account,
-            metadata=self.metadata,
-        )
-        request_id = str(uuid.uuid4())  # the same id on every retry: the API dedupes it too
-        op: Any = None
+            labels={**sl.labels, **run_labels(self.run_id, step.tier, step.number)},
+            reservation=step.reservation, network=sl.network, service_account=sl.service_account,
+            metadata=self.metadata, max_run_duration_s=step.max_run_duration_s,
+        )  # fmt: skip
+
+    def _create(self, step: Step, rid: str) -> None:
+        """Create the slice once: a retry first checks that the last try did not land."""
+        req = self.request(step, rid)
         for attempt in retry.policy(self.settings):
             with attempt:
-                if attempt.retry_state.attempt_number > 1 and self.api.find_queued_resource(step.zone, rid):
-                    return op  # an earlier try was created after all
+                if attempt.retry_state.attempt_number > 1 and self.provider.describe(step.zone, rid) is not None:
+                    return  # an earlier try was created after all
                 try:
-                    op = self.api.create_queued_resource(step.zone, req, request_id)
+                    self.provider.create(req)
                 except AlreadyExistsError:
-                    return None  # it landed on an earlier try (or another process made it): adopt it
-        return op
+                    return  # it landed on an earlier try (or another process made it): adopt it
 
-    def _wait(
-        self, step: Step, rid: str, op: Any, t0: float
-    ) -> tuple[str, str, QueuedResourceRecord | None, NodeRecord | None]:
+    def _wait(self, step: Step, rid: str, t0: float) -> tuple[str, str, SliceRecord | None]:
         # The server fails the request at validUntil; allow it a few polls to say so.
         grace = max(5 * self.settings.poll_interval_s, 2.0)
         until = min(self.deadline, t0 + self.spec.queue_timeout.total_seconds() + grace)
-        last: list[QueuedResourceRecord | None] = [None]
+        last: list[SliceRecord | None] = [None]
 
-        def check() -> tuple[str, str, QueuedResourceRecord | None, NodeRecord | None] | None:
-            qr = last[0] = self._poll_qr(step.zone, rid)
-            if qr is None and op is not None:
-                err = self.api.operation_error(op, step.zone, step.tier)
-                if err is not None:
-                    raise err
-            return None if qr is None else self._settled(step, qr)
+        def check() -> tuple[str, str, SliceRecord | None] | None:
+            try:
+                rec = last[0] = self.provider.describe(step.zone, rid)
+            except TransientError:
+                return None  # retries used up for this poll; the next poll tries again
+            return None if rec is None else self._settled(rec)
 
         try:
             return poll(check, timeout_s=until - time.monotonic(), interval_s=self.settings.poll_interval_s)
         except TimeoutError:
             why = "overall timeout" if until >= self.deadline - 1e-6 else "validUntilDuration"
-            state = last[0].state if last[0] else "not visible"
-            return Outcome.TIMEOUT, f"still {state} at the {why}", None, None
+            state = last[0].raw_state if last[0] else "not visible"
+            return Outcome.TIMEOUT, f"still {state} at the {why}", None
 
-    def _settled(
-        self, step: Step, qr: QueuedResourceRecord
-    ) -> tuple[str, str, QueuedResourceRecord | None, NodeRecord | None] | None:
+    @staticmethod
+    def _settled(rec: SliceRecord) -> tuple[str, str, SliceRecord | None] | None:
         """The outcome once a request left the queue for good; None while it still waits."""
-        if qr.state in QrState.ACTIVE:
-            node = self.api.find_node(step.zone, qr.node_id)
-            if node is not None and node.state in NodeState.READY:
-                return Outcome.ACTIVE, "", qr, node
-            if node is None or node.state in NodeState.DEAD:
-                return Outcome.SUSPENDED, f"node {node.state if node else 'missing'} at ACTIVE", None, None
-        elif qr.state in QrState.FAILED:
-            stock = any(w in qr.detail.lower() for w in ("capacity", "exhausted", "stockout"))
-            return (Outcome.STOCKOUT if stock else Outcome.FAILED), qr.detail or "FAILED", None, None
-        elif qr.state in QrState.SUSPENDED:
-            return Outcome.SUSPENDED, qr.state, None, None
-        elif qr.state in QrState.DELETING:
-            return Outcome.ERROR, "deleted by someone else while waiting", None, None
+        if rec.state in SliceState.RUNNING:
+            return Outcome.ACTIVE, "", rec
+        if rec.state == Phase.FAILED:
+            return (Outcome.STOCKOUT if rec.stockout else Outcome.FAILED), rec.detail or "FAILED", None
+        if rec.state in SliceState.LOST:
+            return Outcome.SUSPENDED, rec.detail or rec.raw_state, None
+        if rec.state == Phase.DELETING:
+            return Outcome.ERROR, "deleted by someone else while waiting", None
         return None
 
-    def _poll_qr(self, zone: str, rid: str) -> QueuedResourceRecord | None:
-        try:
-            return self.api.find_queued_resource(zone, rid)
-        except TransientError:
-            return None  # retries used up for this poll; the next poll tries again
-
     def _abandon(self, zone: str, rid: str) -> None:
-        """Force-delete a request we are leaving behind (it might still be granted later)."""
+        """Ask for deletion of a slice we are leaving behind (it might still be granted later)."""
         try:
-            if self.api.delete_queued_resource(zone, rid, force=True):
+            if self.provider.abandon(zone, rid):
                 self.ledger.append(L.DELETE_REQUESTED, resource_id=rid, zone=zone)
         except TpuOpsError:
             pass  # teardown and the reaper find it by its labels and id
@@ -312,27 +280,30 @@ class _Ladder:
     # -- results -------------------------------------------------------------------------------
     def _record(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
-        self.ledger.append(L.ATTEMPT, **dict(attempt.__dict__))
+        self.ledger.append(L.ATTEMPT, **dict(attempt.__dict__), backend=self.provider.name)
         if self.on_attempt is not None:
             self.on_attempt(attempt)
 
-    def _slice(self, qr: QueuedResourceRecord, node: NodeRecord) -> Slice:
+    def _slice(self, rec: SliceRecord) -> Slice:
         acc = self.spec.slice.accelerator
-        if not self.ledger.is_open(qr.qr_id):
-            self.ledger.append(L.ACTIVE, resource_id=qr.qr_id, zone=qr.zone, tier=qr.tier, chips=acc.chips,
-                               generation=acc.generation, accelerator_type=acc.name)  # fmt: skip
+        if not self.ledger.is_open(rec.slice_id):
+            self.ledger.append(L.ACTIVE, resource_id=rec.slice_id, zone=rec.zone, tier=rec.tier, chips=acc.chips,
+                               generation=acc.generation, accelerator_type=acc.name,
+                               backend=self.provider.name)  # fmt: skip
         return Slice(
             run_id=self.run_id,
-            queued_resource=qr.qr_id,
-            node=node.node_id,
-            zone=qr.zone,
-            tier=qr.tier,
-            accelerator_type=node.accelerator_type or acc.name,
+            queued_resource=rec.slice_id,
+            node=rec.slice_id,
+            zone=rec.zone,
+            tier=rec.tier,
+            accelerator_type=rec.accelerator_type or acc.name,
             chips=acc.chips,
-            hosts=node.hosts or acc.hosts,
-            endpoints=node.endpoints,
+            hosts=len(rec.hosts) or acc.hosts,
+            endpoints=rec.endpoints,
             attempts=tuple(self.attempts),
-            created_at=node.create_time,
+            created_at=rec.created_at,
+            backend=self.provider.name,
+            host_names=tuple(h.name for h in sorted(rec.hosts, key=lambda h: h.index)),
         )
 
     def _remaining(self) -> float:
@@ -342,16 +313,3 @@ class _Ladder:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
-
-
-@contextmanager
-def slice_for(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Iterator[Slice]:
-    """Provision a slice for the body and tear it down afterwards, whatever happens.
-
-    Teardown also runs when provisioning itself fails half-way (an abandoned request may linger).
-    """
-    api = kw.pop("api", None) or TpuApi(settings)
-    try:
-        yield provision(spec, run_id, settings, api=api, **kw)
-    finally:
-        teardown(run_id, settings, zones=list(spec.slice.zones), api=api)

@@ -16,12 +16,12 @@ from datetime import timedelta
 from typing import Any
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES
-from tpu_ops.cloud.tpu import TpuApi
 from tpu_ops.errors import TpuOpsError
 from tpu_ops.provision import ledger as L
+from tpu_ops.provision.naming import attempt_of
 from tpu_ops.provision.prices import PriceTable, load
+from tpu_ops.provision.providers import ALL_ZONES, Provider, available
 from tpu_ops.provision.records import Resource
-from tpu_ops.provision.teardown import ALL_ZONES, confirm_gone, delete_resources, find_resources
 from tpu_ops.settings import Settings
 from tpu_ops.tiers import Tier
 
@@ -67,18 +67,19 @@ class ReapReport:
 
 
 def resource_cost(r: Resource, table: PriceTable, now: float) -> float:
-    """Dollars a node has cost so far: age (from its creation label) x chips x price of its tier.
+    """Dollars a node or instance has cost so far: age (from its creation label) x chips x price of its tier.
 
-    Queued resources cost nothing by themselves; their node is billed.
+    Queued resources, groups, templates and policies cost nothing by themselves; their VMs bill.
     """
     acc = ACCELERATOR_TYPES.get(r.accelerator_type)
-    if r.kind != "node" or acc is None or r.created_at is None:
+    if r.kind not in ("node", "instance") or acc is None or r.created_at is None:
         return 0.0
+    chips = r.chips if r.chips is not None else acc.chips
     try:
         price = table.price(acc.generation, r.tier)
     except TpuOpsError:
         price = table.price(acc.generation, Tier.ON_DEMAND)
-    return max(0.0, now - r.created_at) / 3600.0 * acc.chips * price
+    return max(0.0, now - r.created_at) / 3600.0 * chips * price
 
 
 def _verdict(
@@ -113,24 +114,28 @@ def reap(
     ttl: timedelta | None = None,
     zones: Sequence[str] | None = None,
     dry_run: bool = False,
-    api: TpuApi | None = None,
+    providers: Sequence[Provider] | None = None,
     prices: PriceTable | None = None,
     timeout_s: float = 900.0,
 ) -> ReapReport:
     """Find tpu-ops slices to reap in ``zones``; delete them unless ``dry_run``; report cost.
 
-    ``zones`` defaults to ``settings.tpu_zones``, or every zone (``locations/-``) if that is empty.
+    Sweeps every provider (default: each control plane the settings reach), so Compute Engine
+    templates and workload policies of a dead run go with its instances. ``zones`` defaults to
+    ``settings.tpu_zones``, or every zone if that is empty.
 
     With no ``run_state`` callable only the TTL and dead local owners count (nothing is reaped
     merely for being unknown).
     """
-    api = api or TpuApi(settings)
     table = prices or load(settings)
     now = time.time()
     by_run: dict[str, list[Resource]] = {}
-    for r in find_resources(api, zones or settings.tpu_zones or ALL_ZONES):
-        if r.run_id:
-            by_run.setdefault(r.run_id, []).append(r)
+    sweep = list(providers) if providers is not None else available(settings)
+    by_name = {p.name: p for p in sweep}
+    for provider in sweep:
+        for r in provider.resources(zones or settings.tpu_zones or ALL_ZONES):
+            if r.run_id:
+                by_run.setdefault(r.run_id, []).append(r)
     report = ReapReport(dry_run=dry_run)
     ttl_s = ttl.total_seconds() if ttl is not None else None
     for run_id, resources in sorted(by_run.items()):
@@ -145,13 +150,17 @@ def reap(
         if dry_run:
             continue
         ledger = L.Ledger(settings, run_id)
+        # The ledger bills by slice id; a group's instances, templates and policies are parts of one.
+        slices = sorted({(r.zone, r.resource_id) for r in resources if attempt_of(run_id, r.resource_id)})
         try:
-            delete_resources(api, resources)
-            for r in resources:
-                ledger.append(L.DELETE_REQUESTED, resource_id=r.resource_id, zone=r.zone, by="reaper")
-            confirm_gone(api, settings, resources, timeout_s)
-            for r in resources:
-                ledger.append(L.GONE, resource_id=r.resource_id, zone=r.zone, by="reaper")
+            for zone, rid in slices:
+                ledger.append(L.DELETE_REQUESTED, resource_id=rid, zone=zone, by="reaper")
+            for name, provider in by_name.items():
+                mine = [r for r in resources if r.backend == name]
+                if mine:
+                    provider.delete(mine, timeout_s)
+            for zone, rid in slices:
+                ledger.append(L.GONE, resource_id=rid, zone=zone, by="reaper")
             item.deleted = True
         except (TpuOpsError, TimeoutError) as exc:
             item.error = f"{type(exc).__name__}: {exc}"

@@ -42,7 +42,11 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Slice:
-    """A provisioned slice: what it is, where, on which tier, and how it was obtained."""
+    """A provisioned slice: what it is, where, on which tier, and how it was obtained.
+
+    ``queued_resource`` is the slice's id on either control plane (the queued resource, the
+    instance or the instance group); ``node`` the TPU node or the group.
+    """
 
     run_id: str
     queued_resource: str
@@ -55,19 +59,31 @@ class Slice:
     endpoints: tuple[str, ...]
     attempts: tuple[Attempt, ...] = ()
     created_at: float | None = None
+    backend: str = "tpu-api"
+    host_names: tuple[str, ...] = ()
+
+    @property
+    def slice_id(self) -> str:
+        return self.queued_resource
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["endpoints"] = list(self.endpoints)
+        d["host_names"] = list(self.host_names)
         d["attempts"] = [asdict(a) for a in self.attempts]
         return d
 
 
 @dataclass(frozen=True)
 class Resource:
-    """A queued resource or node found in the cloud, as teardown and the reaper see it."""
+    """One cloud resource of a slice, as teardown and the reaper see it.
 
-    kind: str  # "queued-resource" | "node"
+    ``kind`` is ``queued-resource`` or ``node`` (Cloud TPU API); ``instance``, ``instance-group``,
+    ``instance-template`` or ``workload-policy`` (Compute Engine). ``zone`` is a region for a workload
+    policy and ``global`` for a template. ``chips`` is set where one resource bills part of a slice.
+    """
+
+    kind: str
     zone: str
     resource_id: str
     run_id: str | None
@@ -75,6 +91,8 @@ class Resource:
     tier: str
     accelerator_type: str
     created_at: float | None
+    backend: str = "tpu-api"
+    chips: int | None = None
 
 
 @dataclass

@@ -5,6 +5,7 @@ from tpu_ops.specs.jobs import ExportSpec, MirrorSpec, PipelineSpec, TrainJobSpe
 from tpu_ops.specs.loader import format_errors, load_spec, parse_spec
 from tpu_ops.specs.slice import (
     CapacityLadder,
+    FlexStartRung,
     OnDemandRung,
     ProvisionSpec,
     ReservationRung,
@@ -17,6 +18,7 @@ from tpu_ops.tiers import Tier
 __all__ = [
     "CapacityLadder",
     "ExportSpec",
+    "FlexStartRung",
     "GcsUri",
     "MirrorSpec",
     "Name",

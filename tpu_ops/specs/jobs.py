@@ -127,6 +127,24 @@ class TrainSpec(StrictModel):
     command: Annotated[list[str] | None, AfterValidator(_check_command)] = Field(
         None, description="argv the agent runs on every worker (instead of trainer), e.g. a MaxText launch."
     )
+    setup: Annotated[list[str] | None, AfterValidator(_check_command)] = Field(
+        None,
+        description="argv run on every VM before the trainer's first start and after every recreate (a fresh "
+        "disk), e.g. ['bash', '-c', 'python3 -m venv venv && venv/bin/pip install --no-index --find-links "
+        "wheelhouse numpy']; a failure fails the run with its log tail (README, 'Training').",
+    )
+    python: str | None = Field(
+        None,
+        max_length=500,
+        pattern=r"^[A-Za-z0-9_./+-]+$",
+        description="Interpreter for `trainer` (e.g. 'venv/bin/python', made by `setup`; relative to the worker "
+        "directory); default: the image's python3 that runs the agent.",
+    )
+    preemption_notice: bool = Field(
+        True,
+        description="On SIGTERM each agent writes RUN/_tpu_ops/notices/worker-N.json at once, and the supervisor "
+        "starts recovering without waiting for the API to show the preemption.",
+    )
     steps: int = Field(ge=1, le=10_000_000, description="Training steps in all (1 to 10,000,000).")
     checkpoint_every: int = Field(
         ge=1,

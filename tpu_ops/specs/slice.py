@@ -8,9 +8,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from tpu_ops.accelerators import ACCELERATOR_TYPES, RUNTIME_VERSIONS, AcceleratorType, known_names, lookup
+from tpu_ops.accelerators import (
+    ACCELERATOR_TYPES,
+    COMPUTE_IMAGES,
+    RUNTIME_VERSIONS,
+    AcceleratorType,
+    known_names,
+    lookup,
+)
 from tpu_ops.specs.common import Duration, Labels, StrictModel, Usd
-from tpu_ops.tiers import Tier
+from tpu_ops.tiers import BACKEND_GENERATIONS, BACKEND_TIERS, Backend, Tier
 
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 _ZONE = re.compile(r"^([a-z]+-[a-z]+[0-9]+)-[a-z]$")
@@ -87,16 +94,27 @@ class OnDemandRung(StrictModel):
     kind: Literal[Tier.ON_DEMAND] = Field(Tier.ON_DEMAND, description="This rung asks for on-demand capacity.")
 
 
+class FlexStartRung(StrictModel):
+    """Compute Engine flex-start: queued capacity for a bounded run time (up to 7 days)."""
+
+    model_config = ConfigDict(title="Flex-start")
+    kind: Literal[Tier.FLEX_START] = Field(Tier.FLEX_START, description="This rung asks for flex-start capacity.")
+    max_run_duration: Duration(timedelta(minutes=10), timedelta(days=7)) = Field(  # type: ignore[valid-type]
+        timedelta(days=1), description="How long the slice may run before Compute Engine deletes it (maxRunDuration)."
+    )
+
+
 def _rung_shorthand(value: Any) -> Any:
-    """Accept ``"spot"``, ``"on-demand"`` and ``"reservation:NAME@ZONE"`` as well as objects."""
+    """Accept ``"spot"``, ``"on-demand"``, ``"flex-start"`` and ``"reservation:NAME@ZONE"`` as well as objects."""
     if isinstance(value, str):
-        if value in (Tier.SPOT, Tier.ON_DEMAND):
+        if value in (Tier.SPOT, Tier.ON_DEMAND, Tier.FLEX_START):
             return {"kind": value}
         if value.startswith(f"{Tier.RESERVATION}:"):
             name, _, zone = value.removeprefix(f"{Tier.RESERVATION}:").partition("@")
             return {"kind": Tier.RESERVATION, "name": name, "zone": zone or None}
         raise ValueError(
-            f"rung {value!r} is not allowed: '{Tier.RESERVATION}:NAME@ZONE', '{Tier.SPOT}' or '{Tier.ON_DEMAND}'"
+            f"rung {value!r} is not allowed: '{Tier.RESERVATION}:NAME@ZONE', '{Tier.SPOT}', '{Tier.ON_DEMAND}' "
+            f"or '{Tier.FLEX_START}'"
         )
     return value
 
@@ -108,7 +126,8 @@ def _rung_kind(value: Any) -> str | None:
 Rung = Annotated[
     Annotated[ReservationRung, Tag(Tier.RESERVATION)]
     | Annotated[SpotRung, Tag(Tier.SPOT)]
-    | Annotated[OnDemandRung, Tag(Tier.ON_DEMAND)],
+    | Annotated[OnDemandRung, Tag(Tier.ON_DEMAND)]
+    | Annotated[FlexStartRung, Tag(Tier.FLEX_START)],
     Discriminator(
         _rung_kind,
         custom_error_type="rung_kind",
@@ -129,7 +148,7 @@ def _check_ladder(rungs: list[Any]) -> list[Any]:
 
 
 _SHORTHAND = (
-    rf"^({Tier.SPOT}|{Tier.ON_DEMAND}|{Tier.RESERVATION}:"
+    rf"^({Tier.SPOT}|{Tier.ON_DEMAND}|{Tier.FLEX_START}|{Tier.RESERVATION}:"
     r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
 )
 
@@ -143,7 +162,7 @@ def _ladder_schema(schema: dict[str, Any]) -> None:
         shorthand = {
             "type": "string",
             "pattern": _SHORTHAND,
-            "title": f"{Tier.SPOT} | {Tier.ON_DEMAND} | {Tier.RESERVATION}:NAME@ZONE",
+            "title": f"{Tier.SPOT} | {Tier.ON_DEMAND} | {Tier.FLEX_START} | {Tier.RESERVATION}:NAME@ZONE",
         }
         schema["items"] = {"anyOf": [*models, shorthand]}
 
@@ -158,8 +177,16 @@ CapacityLadder = Annotated[
 class SliceSpec(StrictModel):
     """A TPU slice: its shape, software, and where it may run."""
 
-    accelerator_type: AcceleratorName = Field(description="e.g. v4-32, v5litepod-16, v5p-128, v6e-8")
-    runtime_version: str | None = Field(None, description="TPU VM image; defaults per generation.")
+    accelerator_type: AcceleratorName = Field(description="e.g. v4-32, v5litepod-16, v5p-128, v6e-8, tpu7x-128")
+    backend: Literal["auto", "compute", "tpu-api"] = Field(
+        "auto",
+        description="Control plane: 'compute' (Compute Engine instances / instance groups), 'tpu-api' (Cloud "
+        "TPU API queued resources, frozen by Google), or 'auto': Compute Engine for v5p, v6e and TPU7x, the "
+        "TPU API for v4 and v5e.",
+    )
+    runtime_version: str | None = Field(
+        None, description="TPU VM runtime (TPU API) or boot image family (Compute Engine); defaults per generation."
+    )
     region: Region = Field(description="e.g. us-central2")
     zones: list[Zone] = Field(min_length=1, max_length=8, description="Zones to try, in order.")
     labels: Labels = Field(
@@ -190,9 +217,36 @@ class SliceSpec(StrictModel):
         return lookup(self.accelerator_type)
 
     @property
+    def resolved_backend(self) -> Backend:
+        """The control plane this slice is provisioned through (``auto`` decided by generation)."""
+        return backend_choice(self.backend, self.accelerator.generation)[0]
+
+    @property
+    def backend_reason(self) -> str:
+        """Why that control plane, in words (the plan prints it)."""
+        return backend_choice(self.backend, self.accelerator.generation)[1]
+
+    @property
     def runtime(self) -> str:
-        """The runtime version to boot: the spec's, or the generation's default."""
-        return self.runtime_version or RUNTIME_VERSIONS[self.accelerator.generation][0]
+        """The runtime version (TPU API) or image family (Compute Engine) to boot: the spec's, or the default."""
+        if self.runtime_version:
+            return self.runtime_version
+        gen = self.accelerator.generation
+        if self.resolved_backend == Backend.COMPUTE:
+            return COMPUTE_IMAGES[gen]
+        return RUNTIME_VERSIONS[gen][0]
+
+
+def backend_choice(requested: str, generation: str) -> tuple[Backend, str]:
+    """``(backend, why)`` for a spec's ``backend`` and a TPU generation."""
+    if requested != "auto":
+        return Backend(requested), f"the spec asks for backend {requested!r}"
+    if generation in BACKEND_GENERATIONS[Backend.COMPUTE]:
+        return Backend.COMPUTE, (
+            f"auto: {generation} is offered on Compute Engine, Google's current control plane for TPUs "
+            "(the Cloud TPU API gets fixes only)"
+        )
+    return Backend.TPU_API, f"auto: Compute Engine does not offer {generation}; only the Cloud TPU API does"
 
 
 class ProvisionSpec(StrictModel):
@@ -214,6 +268,18 @@ class ProvisionSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> ProvisionSpec:
+        backend, gen = self.slice.resolved_backend, self.slice.accelerator.generation
+        if gen not in BACKEND_GENERATIONS[backend]:
+            raise ValueError(
+                f"backend {backend.value!r} cannot serve {self.slice.accelerator_type} ({gen}); it serves "
+                f"{', '.join(sorted(BACKEND_GENERATIONS[backend]))}"
+            )
+        for i, rung in enumerate(self.ladder):
+            if rung.kind not in BACKEND_TIERS[backend]:
+                raise ValueError(
+                    f"ladder[{i}] ({rung.kind}) cannot be served by backend {backend.value!r}; it serves "
+                    f"{', '.join(sorted(BACKEND_TIERS[backend]))}"
+                )
         for rung in self.ladder:
             if isinstance(rung, ReservationRung) and rung.zone not in self.slice.zones:
                 raise ValueError(

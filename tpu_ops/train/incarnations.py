@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tpu_ops.agent.run import Job
-from tpu_ops.cloud.tpu import NodeState, QrState, TpuApi
+from tpu_ops.agent.job import Job
 from tpu_ops.errors import SpecError
+from tpu_ops.provision.providers import Phase, Provider, SliceState
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.train.layout import RunLayout
 from tpu_ops.train.runstate import IncarnationState, PreemptionState
@@ -36,7 +36,8 @@ def job_document(job: TrainJobSpec, run_id: str, project: str) -> Job:
         command=list(t.command) if t.command else None, trainer=t.trainer, checkpoint_subdir=t.checkpoint_subdir,
         dataset_manifest=t.dataset_manifest, hyperparameters=dict(t.hyperparameters),
         heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
-        coordinator_port=t.coordinator_port, goodput=goodput,
+        coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
+        preemption_notice=t.preemption_notice, goodput=goodput,
     )  # fmt: skip
 
 
@@ -66,15 +67,14 @@ def absorb_heartbeats(inc: IncarnationState, beats: list[dict[str, Any]]) -> tup
     return top, sum(int(b.get("log_bytes", 0)) for b in beats)
 
 
-def slice_lost(api: TpuApi, inc: IncarnationState) -> str | None:
-    """Why the incarnation's slice is gone (queued resource or node state), or None while it is healthy."""
-    qr = api.find_queued_resource(inc.zone, inc.queued_resource)
-    if qr is None or qr.state not in QrState.ACTIVE:
-        return f"queued resource {qr.state if qr else 'missing'}"
-    node = api.find_node(inc.zone, qr.node_id)
-    if node is None or node.state in NodeState.DEAD or node.state in NodeState.GOING:
-        return f"node {node.state if node else 'missing'}"
-    return None
+def slice_lost(provider: Provider, inc: IncarnationState) -> str | None:
+    """Why the incarnation's slice is gone (as its provider describes it), or None while it is healthy."""
+    rec = provider.describe(inc.zone, inc.queued_resource)
+    if rec is None:
+        return "slice missing"
+    if rec.state in SliceState.RUNNING or rec.state == Phase.BOOTING:
+        return None
+    return rec.raw_state
 
 
 def mine(inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:

@@ -1,16 +1,25 @@
-"""The reference trainer: numpy only, small, deterministic; the default for dry runs.
+"""The reference trainer: numpy plus the standard library, small, deterministic; the default for dry runs.
 
-It follows the job contract (``JobEnv``) like any user trainer: a linear model fitted by SGD on
-the token shards named by the dataset manifest (synthetic data without one). Checkpoints use the
-Orbax commit protocol: every worker writes its part of the parameters under ``<step>/params/``,
-then worker 0 waits for every part and writes ``<step>/commit_success.txt`` last. Each step's
-batch depends only on the step number, so with a fixed seed the final parameters are
-bit-identical whether or not the run was preempted and resumed.
+It follows the job contract (``tpu_ops.agent.job.job_env``) like any user trainer: a linear model
+fitted by SGD on the token shards named by the dataset manifest (synthetic data without one). It
+talks to GCS with the agent's standard-library client, so on a VM it needs only numpy, which the
+job's ``setup`` step provides (README, "Training"). Checkpoints use the Orbax commit protocol:
+every worker writes its part of the parameters under ``<step>/params/``, then worker 0 waits for
+every part and writes ``<step>/commit_success.txt`` last. Each step's batch depends only on the
+step number, so with a fixed seed the final parameters are bit-identical whether or not the run
+was preempted and resumed.
+
+On SIGTERM (a preemption notice) it finishes the step in hand and, when the remaining grace
+(``TPU_OPS_TERM_GRACE_S``) allows, saves a complete checkpoint of that step before exiting 143.
+On a multi-host slice the workers first agree on the step to save (the highest any of them
+reached, through ``<checkpoint_dir>/_preemption/<incarnation>/``), as JAX's preemption sync point
+does for Orbax.
 
 Hyperparameters (all optional): ``seed``, ``learning_rate``, ``batch_size``, ``features``,
-``data_shards``, ``step_delay_s`` (make steps last longer in demos and tests), and fault hooks for
-tests: ``fail_at_step`` (exit 1 there), ``hang_at_step`` (hang there on a fresh start),
-``slow_commit_step`` + ``commit_delay_s`` (pause between the parts and the commit marker).
+``data_shards``, ``step_delay_s`` (make steps last longer in demos and tests), ``save_on_term``
+(default true), and fault hooks for tests: ``fail_at_step`` (exit 1 there), ``hang_at_step`` (hang
+there on a fresh start), ``slow_commit_step`` + ``commit_delay_s`` (pause between the parts and the
+commit marker).
 """
 
 from __future__ import annotations
@@ -18,42 +27,51 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import struct
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
 
+from tpu_ops.agent.gcs import Gcs, join, split_gs
 from tpu_ops.agent.goodput_hooks import record
-from tpu_ops.cloud.clients import storage_client
-from tpu_ops.cloud.translate import google_errors
-from tpu_ops.mirror import manifest as manifests
-from tpu_ops.settings import JobEnv, Settings
-from tpu_ops.train.checkpoints import COMMIT_MARKER
-from tpu_ops.uris import ObjectUri, parse_gs
+from tpu_ops.agent.job import COMMIT_MARKER, JobEnv, job_env
 
 SEQ_SCALE = 32_000.0
 PART_WAIT_S = 600.0
+_DTYPES = {"I32": np.int32, "I64": np.int64, "U16": np.uint16, "U32": np.uint32, "F32": np.float32,
+           "F64": np.float64, "I16": np.int16, "U8": np.uint8, "F16": np.float16}  # fmt: skip
 
 
-def load_data(gcs: Any, manifest_uri: str | None, hp: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def read_safetensors(raw: bytes, name: str) -> np.ndarray:
+    """Tensor ``name`` of a ``.safetensors`` file (8-byte header length, JSON header, little-endian data)."""
+    (n,) = struct.unpack("<Q", raw[:8])
+    info = json.loads(raw[8 : 8 + n])[name]
+    if info["dtype"] not in _DTYPES:
+        raise SystemExit(f"reference trainer: tensor {name!r} has dtype {info['dtype']}; it reads {sorted(_DTYPES)}")
+    start, end = info["data_offsets"]
+    dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
+    return np.frombuffer(raw[8 + n + start : 8 + n + end], dtype=dtype).reshape(info["shape"])
+
+
+def load_data(gcs: Gcs, manifest_uri: str | None, hp: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """Features and targets: token windows scaled to [0, 1) from the manifest's shards."""
-    from safetensors.numpy import load
-
     features = int(hp.get("features", 16))
     if not manifest_uri:
         rng = np.random.default_rng(int(hp.get("seed", 0)) + 1)
         tokens = rng.integers(0, 32_000, size=(1024, features + 1), dtype=np.int32)
     else:
-        doc = manifests.load(gcs, manifest_uri)
-        dest = parse_gs(doc["destination"])
+        doc = gcs.read_json(*split_gs(manifest_uri))
+        bucket, prefix = split_gs(doc["destination"])
         keys = sorted(r["key"] for r in doc["objects"] if r["key"].endswith(".safetensors"))
         chunks = []
         for key in keys[: int(hp.get("data_shards", 2))]:
-            with google_errors("gcs"):
-                raw = gcs.bucket(dest.bucket).blob(dest.key(key)).download_as_bytes()
-            chunks.append(load(raw)["tokens"][:, : features + 1])
+            raw = gcs.read(bucket, join(prefix, key) if prefix else key)
+            chunks.append(read_safetensors(raw, "tokens")[:, : features + 1])
         if not chunks:
             raise SystemExit(f"reference trainer: manifest {manifest_uri} names no .safetensors shard")
         tokens = np.concatenate(chunks)
@@ -76,55 +94,52 @@ def _npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _put(gcs: Any, uri: ObjectUri, data: bytes | str) -> None:
-    with google_errors("gcs"):
-        gcs.bucket(uri.bucket).blob(uri.prefix).upload_from_string(data)
-
-
-def _wait_for(gcs: Any, step_dir: ObjectUri, names: set[str], step: int) -> None:
-    deadline = time.monotonic() + PART_WAIT_S
+def _wait_for(gcs: Gcs, bucket: str, step_key: str, names: set[str], step: int, timeout: float = PART_WAIT_S) -> bool:
+    deadline = time.monotonic() + timeout
     while True:
-        with google_errors("gcs"):
-            blobs = gcs.list_blobs(step_dir.bucket, prefix=step_dir.prefix + "/")
-            have = {b.name[len(step_dir.prefix) + 1 :] for b in blobs}
+        have = {i["name"][len(step_key) + 1 :] for i in gcs.list_objects(bucket, step_key + "/")}
         if names <= have:
-            return
+            return True
         if time.monotonic() > deadline:
+            if timeout < PART_WAIT_S:
+                return False
             raise SystemExit(f"reference trainer: step {step}: {sorted(names - have)} never appeared")
         time.sleep(0.05)
 
 
-def save(gcs: Any, env: JobEnv, step: int, params: np.ndarray, hp: dict[str, Any]) -> None:
+def save(
+    gcs: Gcs, env: JobEnv, step: int, params: np.ndarray, hp: dict[str, Any], timeout: float = PART_WAIT_S
+) -> bool:
     """Write this worker's part; worker 0 commits the step once every part exists.
 
     Every worker then waits for the commit (a barrier, as a synchronous multi-host save is), so no
     worker runs more than ``checkpoint_every`` steps past the newest committed step.
     """
-    step_dir = parse_gs(env.checkpoint_dir).child(str(step))
+    bucket, root = split_gs(env.checkpoint_dir)
+    step_key = join(root, str(step)) if root else str(step)
     part = np.array_split(params, env.workers)[env.worker]
-    _put(gcs, step_dir.child(f"params/part-{env.worker:05d}.npy"), _npy(part))
+    gcs.write(bucket, join(step_key, f"params/part-{env.worker:05d}.npy"), _npy(part))
     if env.worker != 0:
-        _wait_for(gcs, step_dir, {COMMIT_MARKER}, step)
-        return
-    _wait_for(gcs, step_dir, {f"params/part-{w:05d}.npy" for w in range(env.workers)}, step)
-    _put(gcs, step_dir.child(f"params/{COMMIT_MARKER}"), "")  # item-level marker, as Orbax writes
-    _put(gcs, step_dir.child("meta.json"), json.dumps({"step": step, "workers": env.workers}))
+        return _wait_for(gcs, bucket, step_key, {COMMIT_MARKER}, step, timeout)
+    if not _wait_for(gcs, bucket, step_key, {f"params/part-{w:05d}.npy" for w in range(env.workers)}, step, timeout):
+        return False
+    gcs.write(bucket, join(step_key, f"params/{COMMIT_MARKER}"), b"")  # item-level marker, as Orbax writes
+    gcs.write(bucket, join(step_key, "meta.json"), json.dumps({"step": step, "workers": env.workers}))
     if int(hp.get("slow_commit_step", -1)) == step:
         time.sleep(float(hp.get("commit_delay_s", 0.0)))
-    _put(gcs, step_dir.child(COMMIT_MARKER), "")  # last: this commits the step
+    gcs.write(bucket, join(step_key, COMMIT_MARKER), b"")  # last: this commits the step
     print(f"worker {env.worker}: committed step {step}", flush=True)
+    return True
 
 
-def restore(gcs: Any, env: JobEnv, step: int) -> np.ndarray:
+def restore(gcs: Gcs, env: JobEnv, step: int) -> np.ndarray:
     """The parameters of a committed step, from every worker's part."""
-    step_dir = parse_gs(env.checkpoint_dir).child(f"{step}/params")
-    with google_errors("gcs"):
-        blobs = sorted(
-            (b for b in gcs.list_blobs(step_dir.bucket, prefix=step_dir.prefix + "/part-")), key=lambda b: b.name
-        )
-        parts = [np.load(io.BytesIO(b.download_as_bytes()), allow_pickle=False) for b in blobs]
+    bucket, root = split_gs(env.checkpoint_dir)
+    head = join(root, f"{step}/params/part-") if root else f"{step}/params/part-"
+    names = sorted(i["name"] for i in gcs.list_objects(bucket, head))
+    parts = [np.load(io.BytesIO(gcs.read(bucket, n)), allow_pickle=False) for n in names]
     if not parts:
-        raise SystemExit(f"reference trainer: step {step} has no parameter parts under {step_dir}")
+        raise SystemExit(f"reference trainer: step {step} has no parameter parts under gs://{bucket}/{head}")
     return np.concatenate(parts)
 
 
@@ -136,11 +151,33 @@ def _progress(path: Path | None, step: int) -> None:
     os.replace(tmp, path)
 
 
+def agree_on_step(gcs: Gcs, env: JobEnv, step: int, deadline: float) -> int | None:
+    """Every worker's step at SIGTERM → the highest (all train up to it, then save it); None on timeout."""
+    if env.workers == 1:
+        return step
+    bucket, root = split_gs(env.checkpoint_dir)
+    head = join(root, "_preemption", env.incarnation or "0")
+    gcs.write_json(bucket, join(head, f"worker-{env.worker}.json"), {"worker": env.worker, "step": step})
+    while time.monotonic() < deadline:
+        steps = [d["step"] for d in gcs.list_json(bucket, head) if isinstance(d, dict) and "step" in d]
+        if len(steps) >= env.workers:
+            return int(max(steps))
+        time.sleep(0.05)
+    return None
+
+
 def main() -> int:
     """Train from ``TPU_OPS_RESUME_STEP`` (or from scratch) to ``TPU_OPS_STEPS``."""
-    env = JobEnv()
+    env = job_env()
     hp = env.hyperparameters
-    gcs = storage_client(Settings())
+    term: dict[str, float] = {}
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        term.setdefault("at", time.monotonic())
+
+    if hp.get("save_on_term", True):
+        signal.signal(signal.SIGTERM, on_term)
+    gcs = Gcs.from_env()
     t0 = time.time()
     x, y = load_data(gcs, env.dataset_manifest, hp)
     record(env.step_log, "data", None, t0, time.time())  # goodput: the trainer's own records (TPU_OPS_STEP_LOG)
@@ -154,8 +191,13 @@ def main() -> int:
         print(f"worker {env.worker}: fresh start", flush=True)
     lr, batch = float(hp.get("learning_rate", 0.1)), int(hp.get("batch_size", 64))
     delay = float(hp.get("step_delay_s", 0))
+    saved, save_s = start, 0.0
+    step = start
     t_mark = time.time()  # records back to back: the loop's own overhead belongs to the next step
-    for step in range(start + 1, env.steps + 1):
+    while step < env.steps:
+        if "at" in term:
+            return _save_on_term(gcs, env, hp, params, step, saved, save_s, term["at"], x, y, lr, batch)
+        step += 1
         if int(hp.get("fail_at_step", -1)) == step:
             print(f"worker {env.worker}: injected failure at step {step}", file=sys.stderr, flush=True)
             return 1
@@ -170,14 +212,42 @@ def main() -> int:
         t_mark = time.time()
         record(env.step_log, "step", step, t0, t_mark)  # before the save: a committed step is always recorded
         if step % env.checkpoint_every == 0 or step == env.steps:
+            t0 = time.monotonic()
             save(gcs, env, step, params, hp)
-            saved = time.time()
-            record(env.step_log, "save", step, t_mark, saved)
-            t_mark = saved
+            saved, save_s = step, time.monotonic() - t0
+            done = time.time()
+            record(env.step_log, "save", step, t_mark, done)
+            t_mark = done
         _progress(env.progress_file, step)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
     print(f"worker {env.worker}: done at step {env.steps}, loss {loss:.6f}", flush=True)
     return 0
+
+
+def _save_on_term(
+    gcs: Gcs, env: JobEnv, hp: dict[str, Any], params: np.ndarray, step: int, saved: int, save_s: float,
+    term_at: float, x: np.ndarray, y: np.ndarray, lr: float, batch: int,
+) -> int:  # fmt: skip
+    """SIGTERM: agree on a step, train up to it, save it if the grace allows; exit 143 either way."""
+    deadline = term_at + env.term_grace_s
+    target = agree_on_step(gcs, env, step, deadline - max(save_s, 0.5))
+    if target is None or target <= saved:
+        print(f"worker {env.worker}: SIGTERM at step {step}; nothing new to save", flush=True)
+        return 143
+    while step < target:  # a worker behind the others catches up (steps are cheap next to a lost run)
+        step += 1
+        t0 = time.time()
+        params = sgd_step(params, x, y, step, lr, batch)
+        record(env.step_log, "step", step, t0, time.time())
+    if time.monotonic() + 2 * save_s > deadline:
+        print(f"worker {env.worker}: SIGTERM at step {step}; no time to save it", flush=True)
+        return 143
+    t0 = time.time()
+    if save(gcs, env, step, params, hp, timeout=max(0.1, deadline - time.monotonic())):
+        record(env.step_log, "save", step, t0, time.time())
+        _progress(env.progress_file, step)
+        print(f"worker {env.worker}: SIGTERM: saved step {step}", flush=True)
+    return 143
 
 
 if __name__ == "__main__":

@@ -25,17 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.cloud.tpu import TpuApi
 from tpu_ops.errors import NotFoundError, TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.ladder import provision
+from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.provision.teardown import teardown
+from tpu_ops.provision.providers import Provider, for_spec
+from tpu_ops.provision.records import Slice
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
+from tpu_ops.train import notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import (
@@ -46,7 +47,7 @@ from tpu_ops.train.incarnations import (
     preemption_event,
     slice_lost,
 )
-from tpu_ops.train.layout import get_json, list_json, put_json
+from tpu_ops.train.layout import RunLayout, get_json, list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState, StateStore
 
 Notify = Callable[[str, dict[str, Any]], None]
@@ -66,16 +67,23 @@ class _Preempted(Exception):
 class Supervisor:
     """One training run from first slice to teardown (see the module docstring)."""
 
-    def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, api: TpuApi | None = None,
+    def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, provider: Provider | None = None,
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
         check_command(job, run_id)
-        self.api = api or TpuApi(settings)
+        # The slice's one owner in this process (provider seam); ``self.lease`` below fences the run itself.
+        provider = provider or for_spec(job.provision, settings)
+        self.slices = SliceLease(job.provision, run_id, settings, provider=provider, on_attempt=on_attempt)
+        self.provider = self.slices.provider
         self.gcs = storage_client(settings)
         self.doc = job_document(job, run_id, settings.gcp_project)
-        self.layout = self.doc.layout
+        self.layout = RunLayout(self.doc.run_uri, self.doc.checkpoint_subdir)
         self.wheel, self.notify, self.on_attempt = wheel, notify or (lambda name, payload: None), on_attempt
+        if self.wheel is None:  # every worker needs the agent: an image has only its own python3
+            from tpu_ops.train.wheel import agent_wheel
+
+            self.wheel = agent_wheel(settings)
         self.poll_s = job.train.poll_interval.total_seconds()
         self.stall_s = job.train.stall_limit.total_seconds()
         self.report = GoodputReport(run_id, "running", job.train.steps, None, time.time())
@@ -90,6 +98,8 @@ class Supervisor:
         self._save_every = max(STATE_SAVE_S, 6 * self.poll_s)
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
+        self._notices: list[dict[str, Any]] = []  # the current incarnation's SIGTERM notices
+        self._slice: Slice | None = None
 
     def run(self) -> GoodputReport:
         """Train to the end (or fail); always tear down and write the goodput report.
@@ -118,7 +128,7 @@ class Supervisor:
             try:
                 if not lost:
                     try:
-                        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+                        self.slices.release()
                     finally:
                         self._finish()
             finally:
@@ -179,7 +189,7 @@ class Supervisor:
         if not live.queued_resource:
             return None
         self._heartbeats(live)  # its workers' progress meanwhile (and the exit heartbeats of a lost slice)
-        lost = slice_lost(self.api, live)
+        lost = self._preemption_signal(live, mine(live, list_json(self.gcs, self.layout.workers)))
         if lost is None:
             return None  # _provision adopts it (same incarnation id: its workers' reports stay current)
         return self._recover(live, lost, unsupervised=True)
@@ -202,8 +212,7 @@ class Supervisor:
             run_uri=self.layout.run_uri, agent_prefix=str(self.layout.agent_dir),
         )  # fmt: skip
         t0 = time.monotonic()
-        s = provision(self.job.provision, self.run_id, self.settings, api=self.api,
-                      metadata={"startup-script": script}, on_attempt=self.on_attempt)  # fmt: skip
+        s = self.slices.acquire(metadata={"startup-script": script})
         self._slice = s
         if inc.queued_resource and inc.queued_resource != s.queued_resource:
             raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
@@ -230,12 +239,24 @@ class Supervisor:
         if preemption is not None and preemption.incarnation != inc.number - 1:
             preemption = None
 
+        self._notices = []
+        next_full = 0.0
+
         def check() -> bool | None:
+            nonlocal next_full
+            if time.monotonic() < next_full:  # between full polls: only the workers' SIGTERM notices
+                self.lease.check()
+                why = notices.check(self.gcs, self.layout, inc.id, inc.ready_at or 0.0, self._notices)
+                if why:
+                    raise _Preempted(why)
+                return None
+            next_full = time.monotonic() + self.poll_s
             return self._check(inc, preemption)
 
         remaining = self.deadline - time.monotonic()
+        every = min(self.poll_s, notices.POLL_S) if self.doc.preemption_notice else self.poll_s
         try:
-            poll(check, timeout_s=max(remaining, 0.01), interval_s=self.poll_s, max_interval_s=self.poll_s,
+            poll(check, timeout_s=max(remaining, 0.01), interval_s=every, max_interval_s=every,
                        what=f"run {self.run_id} to finish")  # fmt: skip
         except TimeoutError:
             raise TrainingError(
@@ -265,7 +286,7 @@ class Supervisor:
                 f"Log tail:\n{r.get('log_tail', '')}",
                 worker=r["worker"], exit_code=r["exit_code"], log_tail=r.get("log_tail", ""),
             )  # fmt: skip
-        if time.monotonic() - self._progress_mono > self.stall_s and len(reports) < self._slice.hosts:
+        if time.monotonic() - self._progress_mono > self.stall_s and len(reports) < self._hosts:
             step = inc.last_step if inc.last_step is not None else inc.resume_step
             self.stalls[step] = self.stalls.get(step, 0) + 1
             if self.stalls[step] >= 2:
@@ -276,14 +297,21 @@ class Supervisor:
         return None
 
     def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
-        """Every sign that the slice is being taken away, in one place (the agents' SIGTERM notices under
-        ``RUN/_tpu_ops/notices/`` belong here too); the reason, or None."""
-        lost = slice_lost(self.api, inc)
+        """Every sign that the slice is being taken away, in one place: the agents' SIGTERM notices under
+        ``RUN/_tpu_ops/notices/`` (a preemption at once), the slice's state, terminated workers; the reason, or None."""
+        self._notices = notices.notices(self.gcs, self.layout, inc.id, inc.ready_at or 0.0)
+        if self._notices:
+            return notices.reason(self._notices)
+        lost = slice_lost(self.provider, inc)
         if lost:
             return lost
         if any(r.get("terminated") and r["exit_code"] != 0 for r in reports):
             return "workers terminated"
         return None
+
+    @property
+    def _hosts(self) -> int:
+        return self._slice.hosts if self._slice is not None else 1
 
     def _done(self) -> dict[str, Any] | None:
         try:
@@ -324,8 +352,10 @@ class Supervisor:
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
         self.notify(PREEMPTED_EVENT, preemption_event(self.run_id, p))
+        if self._notices:  # the workers are saving: give them their grace (or until all reported) before deletion
+            notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
         t0 = time.monotonic()
-        teardown(self.run_id, self.settings, zones=list(self.job.provision.slice.zones), api=self.api)
+        self.slices.release()
         p.delete_s = time.monotonic() - t0
         # The killed workers' exit heartbeats and reports (written on SIGTERM) name the step each really reached.
         with contextlib.suppress(TransientError):

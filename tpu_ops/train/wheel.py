@@ -1,9 +1,10 @@
-"""The agent wheel the flow uploads under ``RUN/_tpu_ops/agent/`` (a real VM installs it without an index).
+"""The agent wheel the flow uploads under ``RUN/_tpu_ops/agent/`` (a real VM uses it without an index).
 
-A pure-Python wheel of the ``tpu_ops`` library alone (no Prefect, no flows), built here with the
-standard library so building needs neither a package index nor a recent setuptools, and cached
-under ``settings.state_dir/wheels/<source hash>/``. It declares only what the agent and the
-reference trainer import; a VM image provides those (or the flow puts their wheels beside it).
+A pure-Python wheel of what a VM runs and nothing else: ``tpu_ops.agent`` (standard library only)
+and the reference trainer (numpy, which the job's setup step installs, plus the agent's GCS
+client). It declares no dependencies (no ``Requires-Dist``), so it installs, or simply unpacks,
+on a bare Python 3.10 image. Built here with the standard library, so building needs neither a
+package index nor a recent setuptools, and cached under ``settings.state_dir/wheels/<hash>/``.
 """
 
 from __future__ import annotations
@@ -18,21 +19,12 @@ from tpu_ops.settings import Settings
 
 PACKAGE = Path(tpu_ops.__file__).resolve().parent
 NAME, VERSION = "tpu_ops", tpu_ops.__version__
-AGENT_REQUIRES = (
-    "google-cloud-storage>=2",
-    "google-crc32c>=1",
-    "pydantic>=2",
-    "pydantic-settings>=2",
-    "tenacity>=8",
-    "PyYAML>=6",
-    "numpy>=1.24",
-    "safetensors>=0.4",
-)
-_SUFFIXES = (".py", ".json", ".yaml", ".txt", ".sh")
+# What a VM needs, relative to the package: the agent and the reference trainer.
+VM_FILES = ("__init__.py", "agent/*.py", "train/__init__.py", "train/reference.py")
 
 
 def _files(package: Path) -> list[Path]:
-    found = (p for p in package.rglob("*") if p.is_file() and p.suffix in _SUFFIXES)
+    found = {p for pattern in VM_FILES for p in package.glob(pattern) if p.is_file()}
     return sorted(p for p in found if "__pycache__" not in p.parts)
 
 
@@ -53,7 +45,7 @@ def build_wheel(out_dir: Path, package: Path = PACKAGE) -> Path:
     dist = f"{NAME}-{VERSION}.dist-info"
     meta = "\n".join(
         ["Metadata-Version: 2.1", "Name: tpu-ops", f"Version: {VERSION}", "Requires-Python: >=3.10",
-         *(f"Requires-Dist: {r}" for r in AGENT_REQUIRES)]
+         "Summary: tpu-ops' worker agent (standard library only) and reference trainer"]
     ) + "\n"  # fmt: skip
     extra = {
         f"{dist}/METADATA": meta.encode(),

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from infra.local.sts import exceptions as exc
+from infra.local.core import exceptions as exc
 from infra.local.sts.mover import Mover, SourceError, SourceObject
 
 OP_TYPE = "type.googleapis.com/google.storagetransfer.v1.TransferOperation"

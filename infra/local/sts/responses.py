@@ -7,12 +7,12 @@ in bodies; both encodings are accepted, and responses use the one asked for, as 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
-from infra.local.sts import exceptions as exc
+from infra.local.core import exceptions as exc
+from infra.local.core.responses import JsonApp
 from infra.local.sts import urls
 from infra.local.sts.models import StsBackend
 
@@ -63,43 +63,17 @@ def op_enums(op: dict[str, Any], to_int: bool) -> dict[str, Any]:
     return {**op, "metadata": meta}
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body), status=status, mimetype="application/json")
-
-
-class StsResponses:
+class StsResponses(JsonApp):
     """A WSGI application serving ``backend`` with Google's URL scheme and JSON."""
+
+    routes = urls.ROUTES
 
     def __init__(self, backend: StsBackend) -> None:
         self.backend = backend
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        return self.handle(Request(environ))(environ, start_response)
-
-    def handle(self, req: Request) -> Response:
-        try:
-            found = urls.match(req.method, req.path)
-            if found is None:
-                if urls.path_known(req.path):
-                    raise exc.StsApiError(f"method {req.method} not allowed on {req.path}", status="UNIMPLEMENTED")
-                raise exc.NotFound(f"no such path {req.path}")
-            handler, args = found
-            ints = "enum-encoding=int" in req.args.get("$alt", "")
-            return _json(getattr(self, handler)(req, ints, **args))
-        except exc.StsApiError as e:
-            return _json(e.to_http_json(), e.http)
-
-    @staticmethod
-    def _body(req: Request) -> dict[str, Any]:
-        if not req.get_data():
-            return {}
-        try:
-            body = json.loads(req.get_data())
-        except ValueError as e:
-            raise exc.InvalidArgument(f"request body is not JSON: {e}") from e
-        if not isinstance(body, dict):
-            raise exc.InvalidArgument("request body must be a JSON object")
-        return body
+    def dispatch(self, req: Request, handler: str, args: dict[str, str]) -> Any:
+        ints = "enum-encoding=int" in req.args.get("$alt", "")
+        return getattr(self, handler)(req, ints, **args)
 
     @staticmethod
     def _filter(req: Request) -> dict[str, Any]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
-from infra.local.tpu.urls import Routes, known_in, match_in
+from infra.local.core.routing import Routes, compile_routes, known_in, match_in
 
 _JOB = r"transferJobs/[^:]+"
 _OP = r"transferOperations/[^:]+"
@@ -29,7 +27,7 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", r"^/_fake/state$", "fake_state"),
 ]
 
-ROUTES: Routes = [(m, re.compile(p), h) for m, p, h in URL_PATHS]
+ROUTES: Routes = compile_routes(URL_PATHS)
 
 
 def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:

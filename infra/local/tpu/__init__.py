@@ -5,7 +5,7 @@
 ``server`` (a threaded WSGI server on 127.0.0.1).
 """
 
-from infra.local.tpu.clock import ManualClock, SystemClock
+from infra.local.core.clock import ManualClock, SystemClock
 from infra.local.tpu.models import NodeEvent, TpuBackend
 
 __all__ = ["ManualClock", "NodeEvent", "SystemClock", "TpuBackend"]

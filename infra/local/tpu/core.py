@@ -5,18 +5,15 @@ Split from :mod:`infra.local.tpu.models` (which holds the API methods) to keep m
 
 from __future__ import annotations
 
-import base64
 import itertools
 import re
-import secrets
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from infra.local.tpu import exceptions as exc
+from infra.local.core import exceptions as exc
+from infra.local.core.backend import FakeBackend, Fault, NodeEvent, operation_id, page
+from infra.local.core.clock import Clock
 from infra.local.tpu.capacity import Capacity, Pool
-from infra.local.tpu.clock import Clock, SystemClock
 from infra.local.tpu.records import (
     ACCEL_CONFIG_TYPE,
     EMPTY_TYPE,
@@ -36,35 +33,14 @@ _NAME_RE = re.compile(r"^projects/([^/]+)/locations/([^/]+)/(\w+)/([^/:]+)$")
 _PARENT_RE = re.compile(r"^projects/([^/]+)/locations/([^/]+)$")
 _GEN_BY_CONFIG_TYPE = {v: k for k, v in ACCEL_CONFIG_TYPE.items()}
 _CONFIG_TYPE_INTS = {2: "V2", 4: "V3", 7: "V4", 9: "V5LITE_POD", 10: "V5P", 11: "V6E"}
-T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class NodeEvent:
-    """A node became READY (``kind="ready"``) or stopped (``"stopped"``; ``reason`` says why)."""
-
-    kind: str
-    reason: str
-    project: str
-    zone: str
-    node_id: str
-    node: dict[str, Any]  # the node's JSON at the time of the event
+__all__ = ["Fault", "NodeEvent", "page"]  # re-exported for infra.local.tpu.models
 
 
 @dataclass
 class Latency:
     provision_s: float = 0.0  # node CREATING -> READY
     delete_s: float = 0.0  # node DELETING -> gone
-
-
-@dataclass
-class Fault:
-    pattern: re.Pattern[str]
-    method: str | None
-    status: int
-    remaining: int
-    message: str | None
-    served: int = 0
 
 
 @dataclass
@@ -88,93 +64,33 @@ def split_parent(parent: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def page(items: list[T], page_size: int | None, page_token: str | None) -> tuple[list[T], str]:
-    start = 0
-    if page_token:
-        try:
-            start = int(base64.urlsafe_b64decode(page_token.encode()).decode())
-        except ValueError:
-            raise exc.InvalidArgument(f"invalid page token {page_token!r}") from None
-    size = page_size if page_size and page_size > 0 else 1000
-    chunk = items[start : start + size]
-    nxt = start + size
-    token = base64.urlsafe_b64encode(str(nxt).encode()).decode() if nxt < len(items) else ""
-    return chunk, token
-
-
-class BackendCore:
-    """State, plumbing and the time-driven state machines; the API methods are in ``TpuBackend``."""
+class BackendCore(FakeBackend[NodeEvent]):
+    """State and the time-driven state machines; the API methods are in ``TpuBackend``."""
 
     def __init__(
         self, *, clock: Clock | None = None, latency: Latency | None = None, capacity: Capacity | None = None
     ) -> None:
-        self.clock: Clock = clock or SystemClock()
+        super().__init__(clock=clock)
         self._initial_latency = latency or Latency()
         self.latency = Latency(**vars(self._initial_latency))
         self.capacity = capacity or Capacity()
-        self._lock = threading.RLock()
-        self._dispatch = threading.RLock()
-        self._pending: list[NodeEvent] = []
-        self._listeners: list[Callable[[NodeEvent], None]] = []
         self._projects: dict[str, Project] = {}
-        self._faults: list[Fault] = []
         self._uids = itertools.count(7_000_000_000_000_000_001)
         self._ip_blocks = itertools.count(0)
 
     # -- plumbing --------------------------------------------------------------------------
-    def subscribe(self, listener: Callable[[NodeEvent], None]) -> None:
-        self._listeners.append(listener)
-
-    def _call(self, method: str, path: str, fn: Callable[[], T]) -> T:
-        """Run one API method: faults first, then the state change, then deliver events."""
-        try:
-            with self._lock:
-                self._fault(method, path)
-                self._advance()
-                result = fn()
-                self._advance()
-                return result
-        finally:
-            self._flush()
-
-    def _fault(self, method: str, path: str) -> None:
-        for f in self._faults:
-            if f.remaining > 0 and (f.method is None or f.method == method) and f.pattern.search(path):
-                f.remaining -= 1
-                f.served += 1
-                raise exc.Injected(f.status, f.message)
-
     def _emit(self, kind: str, reason: str, node: Node) -> None:
-        self._pending.append(NodeEvent(kind, reason, node.project, node.zone, node.node_id, node.to_json()))
-
-    def _flush(self) -> None:
-        # One dispatcher at a time pops the shared queue, so listeners see events in order.
-        with self._dispatch:
-            while True:
-                with self._lock:
-                    if not self._pending:
-                        return
-                    event = self._pending.pop(0)
-                for listener in list(self._listeners):
-                    listener(event)
+        self._emit_event(NodeEvent(kind, reason, node.project, node.zone, node.node_id, node.to_json()))
 
     def _proj(self, project: str) -> Project:
         return self._projects.setdefault(project, Project())
 
     def _new_op(self, project: str, zone: str, verb: str, target: str) -> Operation:
         now = self.clock.now()
-        op_id = f"operation-{int(now * 1000)}-{secrets.token_hex(8)}"
+        op_id = operation_id(now)
         op = Operation(project, zone, op_id, verb, target, now)
         self._proj(project).ops[(zone, op_id)] = op
         return op
-
-    def tick(self) -> None:
-        """Advance every state machine to the clock's now (the server calls this on a timer)."""
-        try:
-            with self._lock:
-                self._advance()
-        finally:
-            self._flush()
 
     # -- the state machines ----------------------------------------------------------------
     def _used(self, zone: str, pool: Pool) -> int:
@@ -267,11 +183,11 @@ class BackendCore:
                     if op.verb == "delete":
                         op.finish(now, response={"@type": EMPTY_TYPE})
                     else:
-                        op.finish(now, error=exc.TpuApiError(f"node {rid} was deleted while creating").to_status())
+                        op.finish(now, error=exc.ApiError(f"node {rid} was deleted while creating").to_status())
                 elif op.verb == "create" and node.state == NodeState.READY:
                     op.finish(now, response={"@type": NODE_TYPE, **node.to_json()})
                 elif op.verb == "create" and node.state != NodeState.CREATING:
-                    op.finish(now, error=exc.TpuApiError(f"node {rid} is {node.state}").to_status())
+                    op.finish(now, error=exc.ApiError(f"node {rid} is {node.state}").to_status())
             elif op.verb == "delete" and (zone, rid) not in p.qrs:
                 op.finish(now, response={"@type": EMPTY_TYPE})
 

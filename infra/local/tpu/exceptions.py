@@ -1,87 +1,33 @@
-"""Errors of the fake TPU API, in Google's error model.
+"""The fake TPU API's errors are the fakes' shared ones (:mod:`infra.local.core.exceptions`).
 
-Over HTTP each becomes ``{"error": {"code": <http>, "message": ..., "status": <CANONICAL>}}``; inside
-a long-running operation it becomes ``Status{code: <grpc code>, message}`` (code 8 is what the
-client turns into ``ResourceExhausted``).
+Kept so code written against ``infra.local.tpu.exceptions`` keeps importing; new code imports the core.
 """
 
-from __future__ import annotations
+from infra.local.core.exceptions import (
+    CODES,
+    AlreadyExists,
+    ApiError,
+    FailedPrecondition,
+    Injected,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unimplemented,
+    status_for_http,
+)
 
-from typing import Any
+TpuApiError = ApiError
 
-# google.rpc.Code: canonical status name -> (gRPC code, HTTP status).
-CODES: dict[str, tuple[int, int]] = {
-    "CANCELLED": (1, 499),
-    "UNKNOWN": (2, 500),
-    "INVALID_ARGUMENT": (3, 400),
-    "DEADLINE_EXCEEDED": (4, 504),
-    "NOT_FOUND": (5, 404),
-    "ALREADY_EXISTS": (6, 409),
-    "PERMISSION_DENIED": (7, 403),
-    "RESOURCE_EXHAUSTED": (8, 429),
-    "FAILED_PRECONDITION": (9, 400),
-    "ABORTED": (10, 409),
-    "UNIMPLEMENTED": (12, 501),
-    "INTERNAL": (13, 500),
-    "UNAVAILABLE": (14, 503),
-    "UNAUTHENTICATED": (16, 401),
-}
-_BY_HTTP = {http: name for name, (_, http) in reversed(list(CODES.items()))}
-
-
-def status_for_http(http: int) -> str:
-    """Canonical status name Google uses for an HTTP status (503 -> UNAVAILABLE)."""
-    return _BY_HTTP.get(http, "UNKNOWN" if http >= 500 else "FAILED_PRECONDITION")
-
-
-class TpuApiError(Exception):
-    """An API error; ``status`` is the canonical name, ``http`` and ``grpc_code`` follow from it."""
-
-    status = "UNKNOWN"
-
-    def __init__(self, message: str, *, status: str | None = None, http: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if status:
-            self.status = status
-        self.grpc_code, default_http = CODES.get(self.status, (2, 500))
-        self.http = http or default_http
-
-    def to_http_json(self) -> dict[str, Any]:
-        return {"error": {"code": self.http, "message": self.message, "status": self.status}}
-
-    def to_status(self) -> dict[str, Any]:
-        """As a ``google.rpc.Status`` (the ``error`` of an Operation)."""
-        return {"code": self.grpc_code, "message": self.message}
-
-
-class InvalidArgument(TpuApiError):
-    status = "INVALID_ARGUMENT"
-
-
-class NotFound(TpuApiError):
-    status = "NOT_FOUND"
-
-
-class AlreadyExists(TpuApiError):
-    status = "ALREADY_EXISTS"
-
-
-class FailedPrecondition(TpuApiError):
-    status = "FAILED_PRECONDITION"
-
-
-class ResourceExhausted(TpuApiError):
-    status = "RESOURCE_EXHAUSTED"
-
-
-class Unimplemented(TpuApiError):
-    status = "UNIMPLEMENTED"
-
-
-class Injected(TpuApiError):
-    """A fault injected through the control API (e.g. 503 UNAVAILABLE, 429 RESOURCE_EXHAUSTED)."""
-
-    def __init__(self, http: int, message: str | None = None) -> None:
-        status = status_for_http(http)
-        super().__init__(message or f"injected fault: {status}", status=status, http=http)
+__all__ = [
+    "CODES",
+    "AlreadyExists",
+    "ApiError",
+    "FailedPrecondition",
+    "Injected",
+    "InvalidArgument",
+    "NotFound",
+    "ResourceExhausted",
+    "TpuApiError",
+    "Unimplemented",
+    "status_for_http",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from infra.local.tpu import exceptions as exc
+from infra.local.core import exceptions as exc
 from infra.local.tpu.core import split_parent
 
 if TYPE_CHECKING:

@@ -18,12 +18,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from infra.local.tpu import exceptions as exc
-from infra.local.tpu.clock import parse_proto_duration, parse_rfc3339
+from infra.local.core import exceptions as exc
+from infra.local.core.clock import parse_proto_duration, parse_rfc3339
 from infra.local.tpu.core import (
     ID_RE,
     BackendCore,
-    Fault,
     Latency,
     NodeEvent,
     Project,
@@ -304,6 +303,7 @@ class TpuBackend(BackendCore):
                     "acceleratorConfigs": [{"type": ACCEL_CONFIG_TYPE[a.generation], "topology": a.topology}],
                 }
                 for a in sorted(ACCELERATOR_TYPES.values(), key=lambda a: a.name)
+                if a.generation in ACCEL_CONFIG_TYPE  # TPU7x is Compute Engine only
             ]
         versions = sorted({v for vs in RUNTIME_VERSIONS.values() for v in vs})
         return [{"name": f"{parent}/runtimeVersions/{v}", "version": v} for v in versions]
@@ -354,19 +354,6 @@ class TpuBackend(BackendCore):
         finally:
             self._flush()
 
-    def add_fault(
-        self, path_regex: str, status: int, count: int = 1, method: str | None = None, message: str | None = None
-    ) -> None:
-        """Answer the next ``count`` calls whose REST path matches ``path_regex`` with ``status``."""
-        with self._lock:
-            self._faults.append(
-                Fault(re.compile(path_regex), method.upper() if method else None, status, count, message)
-            )
-
-    def faults_served(self) -> int:
-        with self._lock:
-            return sum(f.served for f in self._faults)
-
     def configure_capacity(self, spec: dict[str, Any]) -> None:
         try:
             with self._lock:
@@ -416,5 +403,5 @@ class TpuBackend(BackendCore):
                 "queued_resource_states": {q.name: q.state for q in qrs},
                 "chips_in_use": used,
                 "capacity": self.capacity.to_json(),
-                "faults_pending": sum(f.remaining for f in self._faults),
+                "faults_pending": self.faults_pending(),
             }

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.local.core.clock import rfc3339
 from infra.local.tpu.capacity import Pool
-from infra.local.tpu.clock import rfc3339
 from tpu_ops.accelerators import AcceleratorType
 from tpu_ops.tiers import Tier
 

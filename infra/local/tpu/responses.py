@@ -6,13 +6,13 @@ Python client sends) switches enums in responses to their integer values, as Goo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
-from infra.local.tpu import exceptions as exc
+from infra.local.core import exceptions as exc
+from infra.local.core.responses import ControlMixin, JsonApp
 from infra.local.tpu import locations, urls
 from infra.local.tpu.models import TpuBackend
 
@@ -89,46 +89,21 @@ def int_enums(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body), status=status, mimetype="application/json")
-
-
-class TpuResponses:
+class TpuResponses(ControlMixin, JsonApp):
     """A WSGI application serving ``backend`` with Google's URL scheme and JSON."""
+
+    routes = urls.ROUTES
+    backend: TpuBackend
 
     def __init__(self, backend: TpuBackend, logs: LogsProvider | None = None) -> None:
         self.backend = backend
         self.logs = logs
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        return self.handle(Request(environ))(environ, start_response)
-
-    def handle(self, req: Request) -> Response:
-        try:
-            found = urls.match(req.method, req.path)
-            if found is None:
-                if urls.path_known(req.path):
-                    raise exc.TpuApiError(f"method {req.method} not allowed on {req.path}", status="UNIMPLEMENTED")
-                raise exc.NotFound(f"no such path {req.path}")
-            handler, args = found
-            body = getattr(self, handler)(req, **args)
-            if "enum-encoding=int" in req.args.get("$alt", "") and isinstance(body, dict):
-                body = int_enums(body)
-            return _json(body)
-        except exc.TpuApiError as e:
-            return _json(e.to_http_json(), e.http)
-
-    @staticmethod
-    def _body(req: Request) -> dict[str, Any]:
-        if not req.get_data():
-            return {}
-        try:
-            data = json.loads(req.get_data())
-        except ValueError:
-            raise exc.InvalidArgument("request body is not JSON") from None
-        if not isinstance(data, dict):
-            raise exc.InvalidArgument("request body must be a JSON object")
-        return data
+    def dispatch(self, req: Request, handler: str, args: dict[str, str]) -> Any:
+        body = super().dispatch(req, handler, args)
+        if "enum-encoding=int" in req.args.get("$alt", "") and isinstance(body, dict):
+            body = int_enums(body)
+        return body
 
     @staticmethod
     def _page_size(req: Request) -> int | None:
@@ -188,10 +163,6 @@ class TpuResponses:
         return locations.list_reservations(self.backend, parent)
 
     # -- control ----------------------------------------------------------------------------
-    def fake_reset(self, req: Request) -> dict[str, Any]:
-        self.backend.reset()
-        return {}
-
     def fake_preempt(self, req: Request, zone: str, node: str) -> dict[str, Any]:
         return self.backend.preempt(zone, node, req.args.get("project") or None)
 
@@ -202,22 +173,10 @@ class TpuResponses:
         self.backend.configure_capacity(self._body(req))
         return self.backend.capacity.to_json()
 
-    def fake_faults(self, req: Request) -> dict[str, Any]:
-        """``{"path": regex, "status": 503, "count": 3, "method": "POST"?, "message": ...?}`` or a list."""
-        body = json.loads(req.get_data() or b"[]")
-        for f in body if isinstance(body, list) else [body]:
-            self.backend.add_fault(
-                f["path"], int(f["status"]), int(f.get("count", 1)), f.get("method"), f.get("message")
-            )
-        return {"faults_pending": self.backend.state()["faults_pending"]}
-
     def fake_latency(self, req: Request) -> dict[str, Any]:
         body = self._body(req)
         self.backend.set_latency(body.get("provision_s"), body.get("delete_s"))
         return {"provision_s": self.backend.latency.provision_s, "delete_s": self.backend.latency.delete_s}
-
-    def fake_state(self, req: Request) -> dict[str, Any]:
-        return self.backend.state()
 
     def fake_logs(self, req: Request, zone: str, node: str) -> dict[str, Any]:
         if self.logs is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import re
+from infra.local.core.routing import CONTROL_PATHS, Routes, compile_routes, known_in, match_in
+
+__all__ = ["ROUTES", "URL_PATHS", "Routes", "known_in", "match", "match_in", "path_known"]
 
 _LOC = r"projects/[^/]+/locations/[^/]+"
 _ID = r"[^/:]+"
@@ -26,33 +28,15 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", r"^/v2/(?P<project>projects/[^/]+)/locations$", "list_locations"),
     ("GET", rf"^/v2alpha1/(?P<parent>{_LOC})/reservations$", "list_reservations"),
     # control endpoints for tests and dry runs
-    ("POST", r"^/_fake/reset$", "fake_reset"),
+    *CONTROL_PATHS,  # /_fake/reset, /_fake/faults, /_fake/state
     ("POST", rf"^/_fake/nodes/(?P<zone>{_ID})/(?P<node>{_ID}):preempt$", "fake_preempt"),
     ("GET", r"^/_fake/capacity$", "fake_get_capacity"),
     ("POST", r"^/_fake/capacity$", "fake_capacity"),
-    ("POST", r"^/_fake/faults$", "fake_faults"),
     ("POST", r"^/_fake/latency$", "fake_latency"),
-    ("GET", r"^/_fake/state$", "fake_state"),
     ("GET", rf"^/_fake/logs/(?P<zone>{_ID})/(?P<node>{_ID})$", "fake_logs"),
 ]
 
-ROUTES: list[tuple[str, re.Pattern[str], str]] = [(m, re.compile(p), h) for m, p, h in URL_PATHS]
-
-
-Routes = list[tuple[str, re.Pattern[str], str]]
-
-
-def match_in(routes: Routes, method: str, path: str) -> tuple[str, dict[str, str]] | None:
-    """The handler name and path arguments for a request, or ``None`` if no route matches."""
-    for m, pattern, handler in routes:
-        found = pattern.match(path)
-        if found and m == method:
-            return handler, found.groupdict()
-    return None
-
-
-def known_in(routes: Routes, path: str) -> bool:
-    return any(p.match(path) for _, p, _ in routes)
+ROUTES: Routes = compile_routes(URL_PATHS)
 
 
 def match(method: str, path: str) -> tuple[str, dict[str, str]] | None:

@@ -55,6 +55,11 @@ class Discovery:
                 errors += self._check(props[key], item, f"{path}.{key}")
         return errors
 
+    def _inline(self, spec: dict[str, Any], value: dict[str, Any], path: str) -> list[str]:
+        props = spec["properties"]
+        errors = [f"{path}.{k}: not a field" for k in value if k not in props]
+        return errors + [e for k, v in value.items() if k in props for e in self._check(props[k], v, f"{path}.{k}")]
+
     def _check(self, prop: dict[str, Any], value: Any, path: str) -> list[str]:
         if "$ref" in prop:
             return self.validate(prop["$ref"], value, path)
@@ -69,6 +74,9 @@ class Discovery:
             ok = isinstance(value, int) and not isinstance(value, bool)
             ok = ok or (isinstance(value, str) and value.isdigit())
             return [] if ok else [f"{path}: expected integer, got {value!r}"]
+        if kind == "number":
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            return [] if ok else [f"{path}: expected number, got {value!r}"]
         if kind == "boolean":
             return [] if isinstance(value, bool) else [f"{path}: expected boolean, got {value!r}"]
         if kind == "array":
@@ -86,6 +94,10 @@ class Discovery:
             extra = prop.get("additionalProperties")
             if isinstance(extra, dict) and extra.get("type") in ("string",):
                 return [f"{path}.{k}: expected string" for k, v in value.items() if not isinstance(v, str)]
+            if isinstance(extra, dict):  # a map of messages (e.g. Compute Engine's scoped lists)
+                return [e for k, v in value.items() for e in self._check(extra, v, f"{path}.{k}")]
+            if "properties" in prop:  # an inline message (e.g. compute's Operation.error)
+                return self._inline(prop, value, path)
             return []
         return [f"{path}: schema type {kind!r} not handled"]
 

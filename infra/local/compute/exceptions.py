@@ -1,0 +1,55 @@
+"""Compute Engine's errors: HTTP errors with ``errors: [{reason, domain, message}]`` (on the core's
+error model), and the ``Operation.error`` bodies a failed insert ends with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.local.core import exceptions as exc
+
+
+class Invalid(exc.InvalidArgument):
+    """400 with reason ``invalid`` (Compute Engine's "Invalid value for field ...")."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="invalid")
+
+
+def not_found(path: str) -> exc.ApiError:
+    return exc.NotFound(f"The resource '{path}' was not found", reason="notFound")
+
+
+def already_exists(path: str) -> exc.ApiError:
+    return exc.AlreadyExists(f"The resource '{path}' already exists", reason="alreadyExists")
+
+
+def in_use(what: str, path: str, user: str) -> exc.ApiError:
+    return exc.FailedPrecondition(
+        f"The {what} resource '{path}' is already being used by '{user}'", reason="resourceInUseByAnotherResource"
+    )
+
+
+def zone_exhausted(project: str, zone: str, machine_type: str, model: str) -> dict[str, Any]:
+    """The ``error`` of an insert operation when the zone has no capacity for it (a stock-out)."""
+    return {"errors": [{
+        "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "message": f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
+                   "fulfill the request.  Try a different zone, or try again later.",
+        "errorDetails": [
+            {"errorInfo": {"reason": "resource_availability", "domain": "compute.googleapis.com",
+                           "metadatas": {"zone": zone, "vmType": machine_type, "provisioningModel": model,
+                                         "attachment": "", "zonesAvailable": ""}}},
+            {"help": {"links": [{"description": "Troubleshooting documentation",
+                                 "url": "https://cloud.google.com/compute/docs/resource-error"}]}},
+            {"localizedMessage": {"locale": "en-US", "message": f"A {machine_type} VM instance ({model}) is "
+                                  f"currently unavailable in the {zone} zone."}},
+        ],
+    }]}  # fmt: skip
+
+
+def quota_exceeded(metric: str, limit: int, region: str) -> dict[str, Any]:
+    """The ``error`` of an insert operation that would exceed a regional quota."""
+    msg = f"Quota '{metric}' exceeded.  Limit: {limit:.1f} in region {region}."
+    info = {"metricName": f"compute.googleapis.com/{metric.lower()}", "limitName": metric, "limit": limit,
+            "dimensions": {"region": region}}  # fmt: skip
+    return {"errors": [{"code": "QUOTA_EXCEEDED", "message": msg, "errorDetails": [{"quotaInfo": info}]}]}

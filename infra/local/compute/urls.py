@@ -1,0 +1,64 @@
+"""Routing of the fake Compute Engine: (HTTP method, path regex) -> handler name on ``ComputeResponses``.
+
+Paths are what google-cloud-compute's REST transport sends (``/compute/v1/projects/...``).
+"""
+
+from __future__ import annotations
+
+from infra.local.core.routing import CONTROL_PATHS, Routes, compile_routes
+
+_P = r"/compute/v1/projects/(?P<project>[^/]+)"
+_Z = _P + r"/zones/(?P<zone>[^/]+)"
+_R = _P + r"/regions/(?P<region>[^/]+)"
+_G = _P + r"/global"
+_N = r"(?P<name>[^/]+)"
+_SCOPE = _P + r"/(?P<scope>zones/[^/]+|regions/[^/]+|global)"
+
+URL_PATHS: list[tuple[str, str, str]] = [
+    ("GET", rf"^{_Z}/instances$", "list_instances"),
+    ("POST", rf"^{_Z}/instances$", "insert_instance"),
+    ("GET", rf"^{_Z}/instances/{_N}$", "get_instance"),
+    ("DELETE", rf"^{_Z}/instances/{_N}$", "delete_instance"),
+    ("GET", rf"^{_Z}/machineTypes/{_N}$", "get_machine_type"),
+    ("GET", rf"^{_Z}/reservations$", "list_reservations"),
+    ("GET", rf"^{_Z}/reservations/{_N}$", "get_reservation"),
+    ("GET", rf"^{_Z}/instanceGroupManagers$", "list_groups"),
+    ("POST", rf"^{_Z}/instanceGroupManagers$", "insert_group"),
+    ("GET", rf"^{_Z}/instanceGroupManagers/{_N}$", "get_group"),
+    ("DELETE", rf"^{_Z}/instanceGroupManagers/{_N}$", "delete_group"),
+    ("POST", rf"^{_Z}/instanceGroupManagers/{_N}/listManagedInstances$", "list_managed_instances"),
+    ("GET", rf"^{_G}/instanceTemplates$", "list_templates"),
+    ("POST", rf"^{_G}/instanceTemplates$", "insert_template"),
+    ("GET", rf"^{_G}/instanceTemplates/{_N}$", "get_template"),
+    ("DELETE", rf"^{_G}/instanceTemplates/{_N}$", "delete_template"),
+    ("GET", rf"^{_R}/instanceTemplates$", "list_templates"),
+    ("POST", rf"^{_R}/instanceTemplates$", "insert_template"),
+    ("GET", rf"^{_R}/instanceTemplates/{_N}$", "get_template"),
+    ("DELETE", rf"^{_R}/instanceTemplates/{_N}$", "delete_template"),
+    ("GET", rf"^{_R}/resourcePolicies$", "list_policies"),
+    ("POST", rf"^{_R}/resourcePolicies$", "insert_policy"),
+    ("GET", rf"^{_R}/resourcePolicies/{_N}$", "get_policy"),
+    ("DELETE", rf"^{_R}/resourcePolicies/{_N}$", "delete_policy"),
+    ("GET", rf"^{_R}$", "get_region"),
+    ("GET", rf"^{_Z}$", "get_zone"),
+    ("GET", rf"^{_P}$", "get_project"),
+    (
+        "GET",
+        rf"^{_P}/aggregated/(?P<collection>instances|instanceGroupManagers|resourcePolicies|instanceTemplates)$",
+        "aggregated_list",
+    ),
+    ("GET", rf"^{_SCOPE}/operations$", "list_operations"),
+    ("GET", rf"^{_SCOPE}/operations/{_N}$", "get_operation"),
+    ("POST", rf"^{_SCOPE}/operations/{_N}/wait$", "wait_operation"),
+    # control endpoints for tests and dry runs
+    *CONTROL_PATHS,  # /_fake/reset, /_fake/faults, /_fake/state
+    ("POST", r"^/_fake/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/:]+):preempt$", "fake_preempt"),
+    ("GET", r"^/_fake/capacity$", "fake_get_capacity"),
+    ("POST", r"^/_fake/capacity$", "fake_capacity"),
+    ("POST", r"^/_fake/quotas$", "fake_quotas"),
+    ("POST", r"^/_fake/latency$", "fake_latency"),
+    ("POST", r"^/_fake/tick$", "fake_tick"),
+    ("GET", r"^/_fake/logs/(?P<zone>[^/]+)/(?P<name>[^/]+)$", "fake_logs"),
+]
+
+ROUTES: Routes = compile_routes(URL_PATHS)

@@ -1,0 +1,208 @@
+"""The job contract, standard library only: the job document, its GCS paths, and the trainer's variables.
+
+The supervisor uploads a :class:`Job` as ``RUN/_tpu_ops/job.json``; every worker's agent reads
+it, and sets the ``TPU_OPS_*`` variables (README, "Training") that a trainer reads back with
+:func:`job_env`. Fields are only ever added, never renamed: an agent ignores fields it does not
+know, and a missing field takes its default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tpu_ops.agent.gcs import join, split_gs
+from tpu_ops.agent.metadata import WorkerIdentity
+
+STATE = "_tpu_ops"
+COMMIT_MARKER = "commit_success.txt"
+# Runs ``module:function`` (or ``module`` as __main__) without putting either into code text.
+ENTRY = (
+    "import importlib, runpy, sys\n"
+    "mod, _, fn = sys.argv[1].partition(':')\n"
+    "sys.argv = [mod]\n"
+    "sys.exit(getattr(importlib.import_module(mod), fn)() if fn else runpy.run_module(mod, run_name='__main__'))\n"
+)
+
+
+@dataclass
+class Job:
+    """The job spec the supervisor uploads to ``RUN/_tpu_ops/job.json``."""
+
+    run_id: str
+    run_uri: str
+    steps: int
+    checkpoint_every: int
+    command: list[str] | None = None
+    trainer: str = "tpu_ops.train.reference:main"
+    checkpoint_subdir: str = ""
+    dataset_manifest: str | None = None
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    heartbeat_s: float = 5.0
+    term_grace_s: float = 30.0
+    coordinator_port: int = 8476
+    # Run on each VM before the trainer's first start (and after every recreate: a fresh disk).
+    setup: list[str] | None = None
+    # The interpreter for a ``trainer`` entry point (e.g. a venv the setup made); default: the agent's.
+    python: str | None = None
+    # On SIGTERM, write RUN/_tpu_ops/notices/worker-N.json at once, so the supervisor recovers early.
+    preemption_notice: bool = True
+    incarnation: str = ""  # written by the supervisor before it asks for the slice
+    goodput: dict[str, Any] = field(default_factory=dict)  # step records, Cloud Logging (agent.goodput_hooks)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Job:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+    @property
+    def paths(self) -> RunPaths:
+        return RunPaths(self.run_uri, self.checkpoint_subdir)
+
+    def argv(self, workdir: Path | None = None) -> list[str]:
+        if self.command:
+            return list(self.command)
+        return [self.interpreter(workdir), "-c", ENTRY, self.trainer]
+
+    def interpreter(self, workdir: Path | None = None) -> str:
+        """The trainer's Python: ``python`` (relative to the worker directory), else the agent's own."""
+        if not self.python:
+            return sys.executable
+        path = Path(self.python)
+        return str(path if path.is_absolute() or workdir is None or "/" not in self.python else workdir / path)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """A run's GCS paths (the same layout ``tpu_ops.train.layout.RunLayout`` writes and reads)."""
+
+    run_uri: str
+    checkpoint_subdir: str = ""
+
+    @property
+    def bucket(self) -> str:
+        return split_gs(self.run_uri)[0]
+
+    @property
+    def steps_uri(self) -> str:
+        return join(self.run_uri, self.checkpoint_subdir) if self.checkpoint_subdir else self.run_uri.rstrip("/")
+
+    def state(self, relative: str) -> str:
+        """The object key of ``RUN/_tpu_ops/<relative>``."""
+        return join(split_gs(self.run_uri)[1], STATE, relative)
+
+    @property
+    def done(self) -> str:
+        return self.state("DONE")
+
+    def heartbeat(self, worker: int) -> str:
+        return self.state(f"heartbeats/worker-{worker}.json")
+
+    def worker_report(self, worker: int) -> str:
+        return self.state(f"workers/worker-{worker}.json")
+
+    def notice(self, worker: int) -> str:
+        return self.state(f"notices/worker-{worker}.json")
+
+
+def coordinator(job: Job, who: WorkerIdentity) -> str:
+    return f"{who.endpoints[0] if who.endpoints else '127.0.0.1'}:{job.coordinator_port}"
+
+
+def contract_env(
+    job: Job, who: WorkerIdentity, resume: int | None, progress: Path, incarnation: str = ""
+) -> dict[str, str]:
+    """The job contract's variables for one worker (README, "Training")."""
+    coord = coordinator(job, who)
+    env = {
+        "TPU_OPS_RUN_ID": job.run_id,
+        "TPU_OPS_WORKER": str(who.worker_number),
+        "TPU_OPS_WORKERS": str(who.worker_count),
+        "TPU_OPS_CHECKPOINT_DIR": job.paths.steps_uri,
+        "TPU_OPS_STEPS": str(job.steps),
+        "TPU_OPS_CHECKPOINT_EVERY": str(job.checkpoint_every),
+        "TPU_OPS_HYPERPARAMETERS": json.dumps(job.hyperparameters, sort_keys=True),
+        "TPU_OPS_PROGRESS_FILE": str(progress),
+        "TPU_OPS_TERM_GRACE_S": f"{job.term_grace_s:g}",
+        "TPU_OPS_INCARNATION": incarnation,
+        "TPU_OPS_COORDINATOR_ADDRESS": coord,
+        "JAX_COORDINATOR_ADDRESS": coord,
+        "JAX_NUM_PROCESSES": str(who.worker_count),
+        "JAX_PROCESS_ID": str(who.worker_number),
+        # GKE-style names other frameworks read
+        "TPU_WORKER_ID": str(who.worker_number),
+        "TPU_WORKER_HOSTNAMES": ",".join(who.endpoints),
+    }
+    if resume is not None:
+        env["TPU_OPS_RESUME_STEP"] = str(resume)
+    if job.dataset_manifest:
+        env["TPU_OPS_DATASET_MANIFEST"] = job.dataset_manifest
+    return env
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """The job contract as a trainer reads it (``job_env()``): the ``TPU_OPS_*`` variables the agent sets."""
+
+    run_id: str
+    worker: int
+    workers: int
+    checkpoint_dir: str
+    steps: int
+    checkpoint_every: int
+    resume_step: int | None = None
+    dataset_manifest: str | None = None
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    progress_file: Path | None = None
+    coordinator_address: str | None = None
+    term_grace_s: float = 30.0
+    incarnation: str = ""
+    step_log: Path | None = None  # the trainer appends its step/save/restore records here (goodput)
+
+
+class ContractError(ValueError):
+    """A job-contract variable is missing or malformed (names the variable)."""
+
+
+def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
+    """Read and check the job contract from ``env`` (default: this process's environment)."""
+    env = os.environ if env is None else env
+
+    def need(name: str) -> str:
+        value = env.get("TPU_OPS_" + name)
+        if value is None or value == "":
+            raise ContractError(f"TPU_OPS_{name} is not set (the agent sets it; README, 'Training')")
+        return value
+
+    def number(name: str, default: str | None = None, low: int = 0) -> int:
+        raw = env.get("TPU_OPS_" + name) or default
+        try:
+            value = int(raw if raw is not None else need(name))
+        except ValueError:
+            raise ContractError(f"TPU_OPS_{name}={raw!r} is not an integer") from None
+        if value < low:
+            raise ContractError(f"TPU_OPS_{name}={value} is below {low}")
+        return value
+
+    hp = json.loads(env.get("TPU_OPS_HYPERPARAMETERS") or "{}")
+    if not isinstance(hp, dict):
+        raise ContractError("TPU_OPS_HYPERPARAMETERS is not a JSON object")
+    progress = env.get("TPU_OPS_PROGRESS_FILE")
+    step_log = env.get("TPU_OPS_STEP_LOG")
+    resume = env.get("TPU_OPS_RESUME_STEP")
+    return JobEnv(
+        run_id=need("RUN_ID"), worker=number("WORKER", "0"), workers=number("WORKERS", "1", low=1),
+        checkpoint_dir=need("CHECKPOINT_DIR"), steps=number("STEPS", low=1),
+        checkpoint_every=number("CHECKPOINT_EVERY", low=1),
+        resume_step=number("RESUME_STEP") if resume else None,
+        dataset_manifest=env.get("TPU_OPS_DATASET_MANIFEST") or None, hyperparameters=hp,
+        progress_file=Path(progress) if progress else None,
+        coordinator_address=env.get("TPU_OPS_COORDINATOR_ADDRESS") or None,
+        term_grace_s=float(env.get("TPU_OPS_TERM_GRACE_S") or 30.0), incarnation=env.get("TPU_OPS_INCARNATION") or "",
+        step_log=Path(step_log) if step_log else None,
+    )  # fmt: skip

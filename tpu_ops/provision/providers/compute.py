@@ -1,0 +1,368 @@
+"""The Compute Engine provider: a slice is one instance, or a workload policy + template + group.
+
+- Single host (``hosts == 1``): one instance named after the slice (``{run_id}-a{n}``).
+- Multi-host: a regional workload policy ``{slice}-wp`` (``HIGH_THROUGHPUT``, the slice's
+  ``acceleratorTopology``), a global instance template ``{slice}-t{hash}`` (the hash of what the
+  hosts run, so a stale template of an earlier incarnation is never reused) and a zonal managed
+  instance group ``{slice}`` with ``targetSize`` = hosts, ``BULK`` and ``DO_NOTHING``.
+- Tiers are ``scheduling.provisioningModel``: ``RESERVATION_BOUND`` (+ a ``SPECIFIC_RESERVATION``
+  affinity), ``SPOT``, ``STANDARD``, ``FLEX_START`` (with ``maxRunDuration``).
+- Only instances (and template properties) carry labels; groups, templates and policies carry a
+  ``tpu-ops run=... attempt=...`` marker in their description and the slice id as a name prefix,
+  so a re-run adopts and the reaper finds them.
+- A slice is lost when a host is stopping, stopped, terminated, suspended or repairing, has a
+  ``compute.instances.preempted`` operation, or a group has fewer hosts than it had; it is then
+  deleted whole (group → instances → template → policy, each confirmed gone) and the ladder walks
+  again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import time
+from collections.abc import Sequence
+from typing import ClassVar, Final
+
+from tpu_ops.accelerators import ACCELERATOR_TYPES, COMPUTE_IMAGE_PROJECT
+from tpu_ops.cloud.compute import ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec, classify, vm_body
+from tpu_ops.errors import (
+    AlreadyExistsError,
+    CapacityError,
+    NotFoundError,
+    SpecError,
+    TpuOpsError,
+    TransientError,
+)
+from tpu_ops.provision.naming import RUN_LABEL, TIER_LABEL, attempt_of, created_at, run_of
+from tpu_ops.provision.providers.base import Host, Phase, Provider, SliceRecord, SliceRequest
+from tpu_ops.provision.records import Resource
+from tpu_ops.settings import Settings
+from tpu_ops.tiers import BACKEND_TIERS, Backend, Tier
+
+INSTANCE: Final = "instance"
+GROUP: Final = "instance-group"
+TEMPLATE: Final = "instance-template"
+POLICY: Final = "workload-policy"
+ACCEL_LABEL: Final = "tpu-ops-accelerator"
+MODELS: Final = {
+    Tier.RESERVATION: "RESERVATION_BOUND",
+    Tier.SPOT: "SPOT",
+    Tier.ON_DEMAND: "STANDARD",
+    Tier.FLEX_START: "FLEX_START",
+}
+_MARKER: Final = re.compile(
+    r"tpu-ops run=(?P<run>[a-z][-a-z0-9]*) attempt=(?P<n>[0-9]+) tier=(?P<tier>[a-z-]+) "
+    r"accelerator=(?P<acc>[a-z0-9-]+) created=(?P<t>[0-9]+)"
+)
+# Deletion order: what uses a thing goes before it.
+ORDER: Final = (GROUP, INSTANCE, TEMPLATE, POLICY)
+
+
+def marker(req: SliceRequest, now: float | None = None) -> str:
+    """The description that names the run of a group, template or policy (they carry no labels)."""
+    t = int(time.time() if now is None else now)
+    acc = req.accelerator.name
+    return f"tpu-ops run={req.run_id} attempt={req.attempt} tier={req.tier} accelerator={acc} created={t}"
+
+
+def reservation_value(name: str) -> str:
+    """The ``reservationAffinity`` value: a bare name (this project), or ``projects/P/reservations/N``
+    for a shared reservation given as ``projects/P/zones/Z/reservations/N``."""
+    parts = name.split("/")
+    if len(parts) == 6 and parts[0] == "projects" and parts[2] == "zones":
+        return f"projects/{parts[1]}/reservations/{parts[5]}"
+    return name
+
+
+def policy_name(slice_id: str) -> str:
+    return f"{slice_id}-wp"
+
+
+def _template_prefix(slice_id: str) -> str:
+    return f"{slice_id}-t"
+
+
+def _part_of(slice_id: str, name: str) -> bool:
+    """True if ``name`` is the slice itself or one of its parts (template, policy, group member)."""
+    return name == slice_id or name.startswith(slice_id + "-")
+
+
+class ComputeProvider(Provider):
+    """Slices as Compute Engine TPU VMs (``google-cloud-compute`` over REST)."""
+
+    name: ClassVar[str] = Backend.COMPUTE.value
+    tiers: ClassVar[frozenset[str]] = BACKEND_TIERS[Backend.COMPUTE]
+
+    def __init__(self, settings: Settings, api: ComputeApi | None = None) -> None:
+        self.settings = settings
+        self.api = api or ComputeApi(settings)
+        self._ops: dict[tuple[str, str], OpRef] = {}  # the create operation of each slice, kept here
+
+    # -- create ------------------------------------------------------------------------------
+    def vm_spec(self, req: SliceRequest, description: str) -> VmSpec:
+        acc = req.accelerator
+        if not acc.machine_type:
+            raise SpecError(f"Compute Engine does not offer {acc.name} ({acc.generation}); use backend 'tpu-api'")
+        labels = {**req.labels, ACCEL_LABEL: acc.name}
+        return VmSpec(
+            machine_type=acc.machine_type, image_family=req.runtime_version, image_project=COMPUTE_IMAGE_PROJECT,
+            provisioning_model=MODELS[req.tier], labels=labels, metadata=dict(req.metadata),
+            reservation=reservation_value(req.reservation),
+            max_run_duration_s=req.max_run_duration_s,
+            request_valid_for_s=req.valid_until_s if req.tier == Tier.FLEX_START else None,
+            network=req.network, service_account=req.service_account, description=description,
+        )  # fmt: skip
+
+    def create(self, req: SliceRequest) -> None:
+        desc = marker(req)
+        spec = self.vm_spec(req, desc)
+        if req.accelerator.hosts == 1:
+            self._ops[(req.zone, req.slice_id)] = self.api.insert_instance(req.zone, req.slice_id, spec, req.tier)
+            return
+        # Policy and template first, each confirmed before the group that names them.
+        pol = policy_name(req.slice_id)
+        # AlreadyExists: made by an earlier try of this attempt, the same topology by construction.
+        with contextlib.suppress(AlreadyExistsError):
+            self._settle(self.api.insert_policy(req.region, pol, req.accelerator.topology, desc))
+        digest = hashlib.sha256(json.dumps(vm_body(_no_time(spec), None), sort_keys=True).encode())
+        template = _template_prefix(req.slice_id) + digest.hexdigest()[:10]
+        with contextlib.suppress(AlreadyExistsError):  # the same name is the same content
+            self._settle(self.api.insert_template(template, spec))
+        ref = self.api.insert_group(req.zone, req.slice_id, template, req.region, pol, req.accelerator.hosts, desc,
+                                    req.tier)  # fmt: skip
+        self._ops[(req.zone, req.slice_id)] = ref
+
+    def _settle(self, ref: OpRef, timeout_s: float = 120.0) -> None:
+        """Wait for a prerequisite's operation; raise its error."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done, err = self.api.operation(ref)
+            if err is not None:
+                raise err
+            if done:
+                return
+            if time.monotonic() > deadline:
+                msg = f"compute: operation {ref.name} not done after {timeout_s:.0f}s"
+                raise TransientError(msg, service="compute")
+            time.sleep(self.settings.poll_interval_s)
+
+    # -- reads -------------------------------------------------------------------------------
+    def describe(self, zone: str, slice_id: str) -> SliceRecord | None:
+        inst = self.api.get_instance(zone, slice_id)
+        if inst is not None:
+            return self._single(inst)
+        group = self.api.get_group(zone, slice_id)
+        if group is not None:
+            return self._multi(zone, slice_id, group.target_size, group.description, group.created_at,
+                               group.bulk_errors)  # fmt: skip
+        ref = self._ops.get((zone, slice_id))
+        if ref is not None:
+            err = self.api.operation_error(ref)
+            if err is not None:
+                self._ops.pop((zone, slice_id), None)
+                raise err
+        return None
+
+    def _single(self, inst: InstanceRecord) -> SliceRecord:
+        status = inst.status
+        if status in InstanceStatus.RUNNING and inst.internal_ip:
+            state = Phase.RUNNING
+        elif status in InstanceStatus.LOST:
+            state = Phase.LOST
+        elif status == "PENDING":
+            state = Phase.WAITING
+        else:
+            state = Phase.BOOTING
+        if state != Phase.LOST and inst.id and inst.id in self._preempted(inst.zone):
+            state = Phase.LOST
+        return SliceRecord(
+            backend=self.name, slice_id=inst.name, zone=inst.zone, state=state, raw_state=f"instance {status}",
+            tier=inst.labels.get(TIER_LABEL, ""), accelerator_type=inst.labels.get(ACCEL_LABEL, ""),
+            hosts=(Host(0, inst.hostname, inst.internal_ip, status),) if inst.internal_ip else (),
+            labels=dict(inst.labels), created_at=created_at(dict(inst.labels)) or inst.created_at,
+            detail=inst.status_message if state == Phase.LOST else "",
+        )  # fmt: skip
+
+    def _multi(self, zone: str, slice_id: str, target: int, description: str, created: float | None,
+               bulk_errors: Sequence[str]) -> SliceRecord:  # fmt: skip
+        m = _MARKER.search(description)
+        tier = m.group("tier") if m else ""
+        accel = m.group("acc") if m else ""
+        members = self.api.managed_instances(zone, slice_id)
+        instances = [i for i in (self.api.get_instance(zone, mi.name) for mi in members if mi.status) if i]
+        statuses = sorted({i.status for i in instances})
+        gone = self._preempted(zone) if members else set()
+        preempted = {i.name for i in instances if i.id and i.id in gone}
+        creating = any(mi.action in ("CREATING", "RECREATING", "VERIFYING") for mi in members)
+        detail, stockout = "", False
+        lost = [i for i in instances if i.status in InstanceStatus.LOST]
+        if lost or preempted:
+            state = Phase.LOST
+            names = sorted({*(i.name for i in lost), *preempted})
+            detail = f"host(s) {', '.join(names)} " + ("preempted" if preempted else "/".join(statuses))
+        elif not instances and bulk_errors and tier != Tier.FLEX_START:  # flex-start waits in the queue
+            err = classify(bulk_errors, zone=zone, tier=tier)
+            state, detail, stockout = Phase.FAILED, str(err), isinstance(err, CapacityError)
+        elif 0 < len(instances) < target and not creating:
+            state, detail = Phase.LOST, f"{len(instances)} of {target} hosts left"
+        elif len(instances) == target and all(i.status in InstanceStatus.RUNNING and i.internal_ip for i in instances):
+            state = Phase.RUNNING
+        elif instances:
+            state = Phase.BOOTING
+        else:
+            state = Phase.WAITING
+        ordered = sorted(instances, key=lambda i: (i.worker_id is None, i.worker_id or 0, i.name))
+        hosts = tuple(Host(n, i.hostname, i.internal_ip, i.status) for n, i in enumerate(ordered))
+        raw = f"group {len(instances)}/{target} hosts" + (f" {'/'.join(statuses)}" if statuses else "")
+        if state == Phase.LOST:
+            raw += f": {detail}"
+        labels = dict(instances[0].labels) if instances else {}
+        return SliceRecord(
+            backend=self.name, slice_id=slice_id, zone=zone, state=state, raw_state=raw, tier=tier,
+            accelerator_type=accel, hosts=hosts, labels=labels, created_at=created_at(labels) or created,
+            detail=detail, stockout=stockout,
+        )  # fmt: skip
+
+    def _preempted(self, zone: str) -> set[str]:
+        try:
+            return self.api.preempted(zone)
+        except (NotFoundError, TransientError):
+            return set()
+
+    def slices(self, zones: Sequence[str], run_id: str) -> list[SliceRecord]:
+        ids: dict[tuple[str, str], None] = {}
+        for r in self.resources(zones, run_id):
+            if r.kind in (INSTANCE, GROUP) and attempt_of(run_id, r.resource_id):
+                ids.setdefault((r.zone, r.resource_id), None)
+        return [rec for zone, sid in ids if (rec := self.describe(zone, sid)) is not None]
+
+    def resources(self, zones: Sequence[str], run_id: str | None = None) -> list[Resource]:
+        out: list[Resource] = []
+
+        def mine(name: str, owner: str | None) -> bool:
+            if run_id is None:
+                return owner is not None
+            named = re.fullmatch(re.escape(run_id) + r"-a[1-9][0-9]*(-.+)?", name) is not None
+            return owner == run_id or (owner is None and named)
+
+        regions: dict[str, None] = {}
+        for zone in zones:
+            regions.setdefault("-" if zone == "-" else ComputeApi.region_of(zone), None)
+            for inst in self.api.list_instances(zone):
+                labels = dict(inst.labels)
+                owner = run_of(inst.name, labels)
+                if mine(inst.name, owner):
+                    acc = ACCELERATOR_TYPES.get(labels.get(ACCEL_LABEL, ""))
+                    out.append(Resource(INSTANCE, inst.zone, inst.name, owner or run_id, inst.status,
+                                        labels.get(TIER_LABEL, ""), acc.name if acc else "",
+                                        created_at(labels) or inst.created_at, self.name,
+                                        acc.chips_per_host if acc else None))  # fmt: skip
+            for g in self.api.list_groups(zone):
+                m = _MARKER.search(g.description)
+                if mine(g.name, m.group("run") if m else None):
+                    out.append(self._part(GROUP, g.zone, g.name, g.description, g.created_at, run_id))
+        for t in self.api.list_templates():
+            m = _MARKER.search(t.description)
+            owner = (m.group("run") if m else None) or (dict(t.labels).get(RUN_LABEL) if t.labels else None)
+            if mine(t.name, owner):
+                out.append(self._part(TEMPLATE, "global", t.name, t.description, t.created_at, run_id))
+        for region in regions:
+            for p in self.api.list_policies(region):
+                m = _MARKER.search(p.description)
+                if mine(p.name, m.group("run") if m else None):
+                    out.append(self._part(POLICY, p.region, p.name, p.description, p.created_at, run_id))
+        return out
+
+    def _part(self, kind: str, zone: str, name: str, desc: str, created: float | None, run_id: str | None) -> Resource:
+        m = _MARKER.search(desc)
+        return Resource(kind, zone, name, m.group("run") if m else run_id, "", m.group("tier") if m else "",
+                        m.group("acc") if m else "", float(m.group("t")) if m else created, self.name)  # fmt: skip
+
+    def slice_resources(self, zone: str, slice_id: str) -> list[Resource]:
+        run = slice_id.rsplit("-a", 1)[0]
+        found = [r for r in self.resources([zone], run) if _part_of(slice_id, r.resource_id)]
+        if not any(r.resource_id == slice_id for r in found):
+            # Not listed (yet): ask for both forms by name anyway, as the TPU provider does.
+            found += [Resource(GROUP, zone, slice_id, run, "", "", "", None, self.name),
+                      Resource(INSTANCE, zone, slice_id, run, "", "", "", None, self.name)]  # fmt: skip
+        return found
+
+    # -- delete ------------------------------------------------------------------------------
+    def _ask(self, r: Resource) -> bool:
+        """Ask for deletion of one resource; False if it is already gone."""
+        if r.kind == GROUP:
+            return self.api.delete_group(r.zone, r.resource_id)
+        if r.kind == INSTANCE:
+            return self.api.delete_instance(r.zone, r.resource_id)
+        if r.kind == TEMPLATE:
+            return self.api.delete_template(r.resource_id)
+        return self.api.delete_policy(r.zone, r.resource_id)
+
+    def _exists(self, r: Resource) -> bool:
+        if r.kind == GROUP:
+            return self.api.get_group(r.zone, r.resource_id) is not None
+        if r.kind == INSTANCE:
+            return self.api.get_instance(r.zone, r.resource_id) is not None
+        if r.kind == TEMPLATE:
+            return self.api.get_template(r.resource_id) is not None
+        return self.api.get_policy(r.zone, r.resource_id) is not None
+
+    def request_delete(self, resources: Sequence[Resource]) -> None:
+        """Groups and single instances now; templates and policies are refused while in use, so
+        only ``delete`` (which waits for the groups first) removes them."""
+        for r in resources:
+            if r.kind in (GROUP, INSTANCE):
+                with contextlib.suppress(TpuOpsError):  # teardown and the reaper find it again
+                    self._ask(r)
+
+    def delete(self, resources: Sequence[Resource], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for kind in ORDER:
+            stage = [r for r in resources if r.kind == kind]
+            if stage:
+                self._delete_stage(stage, deadline)
+
+    def _delete_stage(self, stage: Sequence[Resource], deadline: float) -> None:
+        pending = {(r.zone, r.resource_id): r for r in stage}
+        asked_at: dict[tuple[str, str], float] = {}
+        reask_s = max(1.0, 20 * self.settings.poll_interval_s)
+        while pending:
+            for key, r in list(pending.items()):
+                try:
+                    if key not in asked_at or time.monotonic() - asked_at[key] > reask_s:
+                        asked_at[key] = time.monotonic()
+                        if not self._ask(r):
+                            del pending[key]
+                            continue
+                    if not self._exists(r):
+                        del pending[key]
+                except TransientError:
+                    continue
+                except TpuOpsError:
+                    continue  # e.g. a template still in use while its group goes: ask again later
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"compute: still there after the deadline: {sorted(pending)}")
+            time.sleep(self.settings.poll_interval_s)
+
+    def abandon(self, zone: str, slice_id: str) -> bool:
+        """Delete the slice whole, briefly waiting: a group that never got its hosts goes at once, and
+        its template and policy can only go after it (teardown and the reaper catch what lingers)."""
+        try:
+            return bool(self.delete_slice(zone, slice_id, timeout_s=max(30.0, 50 * self.settings.poll_interval_s)))
+        except (TpuOpsError, TimeoutError):
+            return False
+
+
+def _no_time(spec: VmSpec) -> VmSpec:
+    """``spec`` without the creation time in its labels and description (the template hash ignores it)."""
+    from dataclasses import replace
+
+    from tpu_ops.provision.naming import CREATED_LABEL
+
+    return replace(spec, labels={k: v for k, v in spec.labels.items() if k != CREATED_LABEL},
+                   description=re.sub(r" created=[0-9]+", "", spec.description))  # fmt: skip
