@@ -120,6 +120,9 @@ class GoodputLogWriter:
         self.pending: list[tuple[float, dict[str, Any]]] = []
         self.sent = 0  # records of the timeline already turned into entries
         self.ended = False
+        # A restart records the step it resumes from again (MaxText does): Google's calculator sees a disruption
+        # only as a repeated step count, also when the checkpoint was the step in hand (save on SIGTERM).
+        self.restart = incarnation > 0
         now = time.time() if started_at is None else started_at
         if incarnation == 0:  # the run's start: the wall time Google's calculator measures begins here
             self._add(float(conf.get("run_started_at") or now), {"job_start_time": float(conf.get("run_started_at")
@@ -139,6 +142,10 @@ class GoodputLogWriter:
         save = "checkpoint_save"
         for kind, step, start, end in records[self.sent :]:
             if kind == "step":
+                if self.restart:
+                    self.restart = False
+                    t = start - 0.001  # just before: the calculator reads entries in time order
+                    self._add(t, {"step_count": int(step) - 1, "step_start_time": t})
                 self._add(start, {"step_count": int(step), "step_start_time": start})
             elif kind == "save":
                 self._add(start, {"custom_badput_event_type": save, "custom_badput_event_start_time": start})
