@@ -6,10 +6,11 @@ import time
 from typing import Any
 
 from tpu_ops.agent.job import Job
-from tpu_ops.errors import SpecError
+from tpu_ops.errors import NotFoundError, SpecError, TrainingError
 from tpu_ops.provision.providers import Phase, Provider, SliceState
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.train.layout import RunLayout
+from tpu_ops.startup import render_startup_script
+from tpu_ops.train.layout import RunLayout, get_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState
 
 
@@ -87,3 +88,42 @@ def preemption_event(run_id: str, p: PreemptionState, **extra: Any) -> dict[str,
     return {"run_id": run_id, "preemption": p.number, "reason": p.reason, "zone": p.zone, "tier": p.tier,
             "queued_resource": p.queued_resource, "last_step": p.last_step, "unsupervised": p.unsupervised,
             **extra}  # fmt: skip
+
+
+def done_marker(gcs: Any, layout: RunLayout) -> dict[str, Any] | None:
+    """The run's DONE marker (worker 0 writes it once every worker exited 0), or None."""
+    try:
+        doc = get_json(gcs, layout.done)
+    except NotFoundError:
+        return None
+    return doc if isinstance(doc, dict) else {}
+
+
+def trainer_failed(run_id: str, reports: list[dict[str, Any]]) -> None:
+    """Raise ``TrainingError`` (lowest worker's exit and log tail) if a trainer exited non-zero on a healthy slice."""
+    failed = [r for r in reports if r["exit_code"] != 0]
+    if failed:
+        r = min(failed, key=lambda r: r["worker"])
+        raise TrainingError(
+            f"run {run_id}: the trainer on worker {r['worker']} exited {r['exit_code']} at step "
+            f"{r.get('last_step')} (resumed from {r.get('resume_step')}); not a preemption, so no recovery. "
+            f"Log tail:\n{r.get('log_tail', '')}",
+            worker=r["worker"], exit_code=r["exit_code"], log_tail=r.get("log_tail", ""),
+        )  # fmt: skip
+
+
+def startup_script(run_id: str, layout: RunLayout, incarnation_id: str) -> str:
+    """The startup script that runs this incarnation's agent on every worker."""
+    return render_startup_script(
+        run_id, ["run", "--job", str(layout.job), "--incarnation", incarnation_id, "--job-file", "job.json"],
+        run_uri=layout.run_uri, agent_prefix=str(layout.agent_dir),
+    )  # fmt: skip
+
+
+def check_recoveries(run_id: str, preemptions: int, max_recoveries: int) -> None:
+    """``TrainingError`` once the run was preempted more often than ``max_recoveries``."""
+    if preemptions > max_recoveries:
+        raise TrainingError(
+            f"run {run_id}: preempted {preemptions} times; max_recoveries is {max_recoveries}. "
+            "Resume later with the same run id."
+        )

@@ -1,17 +1,16 @@
 """The training supervisor: provision, watch, recover from preemption, tear down, account.
 
-``supervise(job, run_id, settings)`` provisions a slice through the capacity ladder (a startup script
-runs the agent on every worker), then polls every ``poll_interval``: slice state, exit reports,
-heartbeats, DONE. A lost slice or no new step for ``stall_limit`` is a preemption: force-delete, a new
-slice through the ladder, resume from the newest complete checkpoint (up to ``max_recoveries``, within
-``max_duration``). A trainer exiting non-zero on a healthy slice, or a stall twice at one step, is the
-trainer's failure: ``TrainingError`` with its log tail. Whatever happens: teardown, and the report.
+``supervise(job, run_id, settings)`` gets a slice through the provider's capacity ladder (a startup
+script runs the agent on every worker), then polls every ``poll_interval`` (and lists the workers'
+SIGTERM notices in between): a notice, a lost slice or a stall is a preemption (force-delete once the
+workers saved or their grace ran out, a new slice, resume from the newest complete checkpoint, up to
+``max_recoveries`` within ``max_duration``); a trainer exiting non-zero on a healthy slice is a
+``TrainingError``. Whatever happens: teardown, and the report.
 
 What happened lives in ``RUN/_tpu_ops/state.json`` (``train.runstate``), written only by the holder of
-the run's lease, so a supervisor started after its predecessor died (``kill -9``, OOM, a redeploy)
-takes over where the run is: it adopts the live incarnation's slice (same incarnation id, so stale
-reports of earlier slices stay ignored), or records the preemption that happened meanwhile. The report
-is derived from that state (``train.goodput``); a finished run's report is never rewritten.
+the run's lease: a supervisor started after its predecessor died adopts the live incarnation's slice or
+records the preemption that happened meanwhile. The report is derived from that state
+(``train.goodput``); a finished run's report is never rewritten.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.errors import NotFoundError, TpuOpsError, TrainingError, TransientError
+from tpu_ops.errors import TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.lease import SliceLease
@@ -35,19 +34,22 @@ from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Slice
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.startup import render_startup_script
 from tpu_ops.train import notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import (
     absorb_heartbeats,
     check_command,
+    check_recoveries,
+    done_marker,
     job_document,
     mine,
     preemption_event,
     slice_lost,
+    startup_script,
+    trainer_failed,
 )
-from tpu_ops.train.layout import RunLayout, get_json, list_json, put_json
+from tpu_ops.train.layout import RunLayout, list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState, StateStore
 
 Notify = Callable[[str, dict[str, Any]], None]
@@ -72,7 +74,7 @@ class Supervisor:
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
         check_command(job, run_id)
-        # The slice's one owner in this process (provider seam); ``self.lease`` below fences the run itself.
+        # The slice's owner here (provider seam); ``self.lease`` fences the run.
         provider = provider or for_spec(job.provision, settings)
         self.slices = SliceLease(job.provision, run_id, settings, provider=provider, on_attempt=on_attempt)
         self.provider = self.slices.provider
@@ -164,7 +166,7 @@ class Supervisor:
         preemption = self._resume()
         while True:
             done = self._done()
-            if done is not None:  # finished while no supervisor ran (or before this one could record it)
+            if done is not None:  # finished while no supervisor ran
                 last = self.state.incarnations[-1] if self.state.incarnations else None
                 if last is not None and last.end in ("", "done"):
                     self._completed(last, done)
@@ -183,12 +185,12 @@ class Supervisor:
         """Take over the incarnation an earlier supervisor left live: adopt its slice if it is healthy,
         else record the preemption that happened while no supervisor ran."""
         live = self.state.live
-        if live is None:  # an earlier supervisor died between deleting a lost slice and asking for the next
+        if live is None:  # a predecessor died between deleting a slice and asking anew
             last = self.state.preemptions[-1] if self.state.preemptions else None
             return last if last is not None and last.resume_step is None else None
         if not live.queued_resource:
             return None
-        self._heartbeats(live)  # its workers' progress meanwhile (and the exit heartbeats of a lost slice)
+        self._heartbeats(live)  # progress meanwhile
         lost = self._preemption_signal(live, mine(live, list_json(self.gcs, self.layout.workers)))
         if lost is None:
             return None  # _provision adopts it (same incarnation id: its workers' reports stay current)
@@ -197,7 +199,7 @@ class Supervisor:
     def _provision(self, preemption: PreemptionState | None) -> IncarnationState:
         self._check_deadline()
         inc = self.state.live
-        if inc is None:  # a new incarnation: its id is in the run state and job.json before the slice boots
+        if inc is None:  # a new incarnation: its id is stored before the slice boots
             number = len(self.state.incarnations)
             inc = IncarnationState(number, f"{number}-{uuid.uuid4().hex[:8]}", time.time(),
                                    resume_step=latest_complete_step(self.gcs, self.layout.steps_uri))  # fmt: skip
@@ -207,10 +209,7 @@ class Supervisor:
             put_json(self.gcs, self.layout.job, asdict(self.doc))
             self._save()
         self.doc.incarnation = inc.id
-        script = render_startup_script(
-            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc.id, "--job-file", "job.json"],
-            run_uri=self.layout.run_uri, agent_prefix=str(self.layout.agent_dir),
-        )  # fmt: skip
+        script = startup_script(self.run_id, self.layout, inc.id)
         t0 = time.monotonic()
         s = self.slices.acquire(metadata={"startup-script": script})
         self._slice = s
@@ -277,15 +276,7 @@ class Supervisor:
             return None  # this poll failed; the next one tries again
         if lost:
             raise _Preempted(lost)
-        failed = [r for r in reports if r["exit_code"] != 0]
-        if failed:
-            r = min(failed, key=lambda r: r["worker"])
-            raise TrainingError(
-                f"run {self.run_id}: the trainer on worker {r['worker']} exited {r['exit_code']} at step "
-                f"{r.get('last_step')} (resumed from {r.get('resume_step')}); not a preemption, so no recovery. "
-                f"Log tail:\n{r.get('log_tail', '')}",
-                worker=r["worker"], exit_code=r["exit_code"], log_tail=r.get("log_tail", ""),
-            )  # fmt: skip
+        trainer_failed(self.run_id, reports)
         if time.monotonic() - self._progress_mono > self.stall_s and len(reports) < self._hosts:
             step = inc.last_step if inc.last_step is not None else inc.resume_step
             self.stalls[step] = self.stalls.get(step, 0) + 1
@@ -293,7 +284,7 @@ class Supervisor:
                 raise TrainingError(f"run {self.run_id}: no progress past step {step} twice in a row; giving up")
             raise _Preempted(f"stalled: no new step for {self.stall_s:.0f}s")
         if time.monotonic() - self._saved_at >= self._save_every:
-            self._save()  # the step records so far (the heartbeats hold them too, until the next slice)
+            self._save()  # the step records so far
         return None
 
     def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
@@ -314,11 +305,7 @@ class Supervisor:
         return self._slice.hosts if self._slice is not None else 1
 
     def _done(self) -> dict[str, Any] | None:
-        try:
-            doc = get_json(self.gcs, self.layout.done)
-        except NotFoundError:
-            return None
-        return doc if isinstance(doc, dict) else {}
+        return done_marker(self.gcs, self.layout)
 
     def _completed(self, inc: IncarnationState, done: dict[str, Any]) -> None:
         final = latest_complete_step(self.gcs, self.layout.steps_uri)
@@ -352,12 +339,12 @@ class Supervisor:
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
         self.notify(PREEMPTED_EVENT, preemption_event(self.run_id, p))
-        if self._notices:  # the workers are saving: give them their grace (or until all reported) before deletion
+        if self._notices:  # the workers are saving: their grace first
             notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
         t0 = time.monotonic()
         self.slices.release()
         p.delete_s = time.monotonic() - t0
-        # The killed workers' exit heartbeats and reports (written on SIGTERM) name the step each really reached.
+        # The exit heartbeats and reports (written on SIGTERM) name the step each worker reached.
         with contextlib.suppress(TransientError):
             self._heartbeats(inc)
         reports = mine(inc, list_json(self.gcs, self.layout.workers))
@@ -365,11 +352,7 @@ class Supervisor:
         p.last_step = max(reached, default=None)
         inc.kept_until = latest_complete_step(self.gcs, self.layout.steps_uri)
         self._save()
-        if len(self.state.preemptions) > self.job.train.max_recoveries:
-            raise TrainingError(
-                f"run {self.run_id}: preempted {len(self.state.preemptions)} times; max_recoveries is "
-                f"{self.job.train.max_recoveries}. Resume later with the same run id."
-            )
+        check_recoveries(self.run_id, len(self.state.preemptions), self.job.train.max_recoveries)
         return p
 
     def _check_deadline(self) -> None:
