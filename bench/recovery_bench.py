@@ -113,13 +113,14 @@ def scenario(stack: Any, settings: Any, args: argparse.Namespace, notice: bool) 
         raise errors[0]
     rows = []
     for p, at, inc in zip(report.preemptions, preempted_at, report.incarnations[1:], strict=False):
-        first = first_new_step_at(gcs, inc.incarnation_id) or (inc.first_step_at or at)
+        first = first_new_step_at(gcs, inc.id) or (inc.first_step_at or at)
         rows.append({"#": p.number, "overhead_s": round(first - at, 2), "sigterm_to_recovery_s": round(
                     p.detected_at - at, 2),
                      "delete_s": round(p.delete_s, 2), "reprovision_s": round(p.reprovision_s, 2),
                      "restore_s": round(p.restore_s or 0, 2), "steps_lost": p.steps_lost,
                      "resumed_from": p.resume_step, "reason": p.reason})  # fmt: skip
     lost = [r["steps_lost"] or 0 for r in rows]
+    report.check()  # goodput ≤ 100%, productive + badput = wall within 1% (raises otherwise)
     return {
         "notice": notice,
         "poll_interval_s": poll,
@@ -136,6 +137,10 @@ def scenario(stack: Any, settings: Any, args: argparse.Namespace, notice: bool) 
         "wall_s": round(report.wall_s, 1),
         "productive_s": round(report.productive_s, 1),
         "final_step": report.final_step,
+        "steps_kept": report.steps_kept,
+        "badput_s": {k: round(v, 2) for k, v in report.categories.items() if k != "productive"},
+        "scheduling_goodput": report.scheduling_goodput,
+        "sound": report.steps_kept == report.final_step and report.goodput <= 1.0,
         "cost_usd_by_tier": report.cost.get("usd_by_tier"),
     }
 
@@ -187,9 +192,14 @@ def main() -> int:
             ok = ok and target
         print(
             f"goodput with {len(out['preemptions'])} preemptions: {out['goodput']:.1%} ({out['productive_s']} s "
-            f"productive of {out['wall_s']} s wall), final step {out['final_step']}; cost {out['cost_usd_by_tier']}\n"
+            f"productive of {out['wall_s']} s wall), final step {out['final_step']}, steps kept {out['steps_kept']}; "
+            f"cost {out['cost_usd_by_tier']}"
         )
-        ok = ok and within
+        print(
+            f"badput (s): {out['badput_s']}; invariants (goodput ≤ 100%, categories = wall, kept = final): "
+            f"{'OK' if out['sound'] else 'BROKEN'}\n"
+        )
+        ok = ok and within and out["sound"]
     return 0 if ok else 1
 
 

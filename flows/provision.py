@@ -66,6 +66,11 @@ def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
     params = dict(getattr(flow_run, "parameters", None) or {})
     settings = resolve_settings(gcp_credentials_block=params.get("gcp_credentials_block"))
     for run_id in run_ids:
+        holder = _held_elsewhere(params.get("spec"), run_id, settings)
+        if holder is not None:  # e.g. this flow was a second supervisor, refused: the slice is not its to delete
+            print(f"teardown of run {run_id} skipped: supervisor pid {holder.get('pid')} on {holder.get('host')} "
+                  f"holds the run")  # fmt: skip
+            continue
         report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")))
         names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
         ended = str(getattr(state, "name", state))
@@ -76,6 +81,23 @@ def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
                     subjects=[{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
                               for r in report.deleted])  # fmt: skip
         audit_digest(run_id, settings)
+
+
+def _held_elsewhere(spec: Any, run_id: str, settings: Any) -> dict[str, Any] | None:
+    """The live supervisor holding a training run's lease (``RUN/_tpu_ops/lease.json``), if any."""
+    train = spec.get("train") if isinstance(spec, dict) else None
+    if not isinstance(train, dict) or not train.get("checkpoint_dir"):
+        return None
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.errors import TpuOpsError
+    from tpu_ops.train.layout import RunLayout
+    from tpu_ops.train.runstate import live_holder
+
+    try:
+        layout = RunLayout.of(str(train["checkpoint_dir"]), run_id)
+        return live_holder(storage_client(settings), layout.lease)
+    except (TpuOpsError, ValueError):
+        return None  # unknown: tear down as before
 
 
 def _spec_zones(spec: Any) -> list[str] | None:

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     sts_endpoint: str | None = Field(
         None, validation_alias=_env("sts_endpoint"), description="Storage Transfer Service (a local fake in a dry run)."
     )
+    logging_endpoint: str | None = Field(
+        None, validation_alias=_env("logging_endpoint"), description="Cloud Logging API (a local fake in a dry run)."
+    )
     sts_aws_role_arn: str | None = Field(
         None,
         pattern=r"^arn:aws:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]+$",
@@ -178,6 +181,7 @@ class Settings(BaseSettings):
             "tpu_endpoint": self.tpu_endpoint,
             "compute_endpoint": self.compute_endpoint,
             "sts_endpoint": self.sts_endpoint,
+            "logging_endpoint": self.logging_endpoint,
             "metadata_host": self.metadata_host,
         }
 

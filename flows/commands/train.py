@@ -58,7 +58,7 @@ def run_train(args: argparse.Namespace) -> int:
     run_id = check_run_id(args.run_id)
     settings = resolve_settings()
     check_budget(spec.provision, load(settings))  # refuse before starting Prefect or calling the cloud
-    from tpu_ops.train.supervisor import check_command
+    from tpu_ops.train.incarnations import check_command
 
     check_command(spec, run_id)
     if args.no_flow:

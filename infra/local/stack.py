@@ -23,6 +23,7 @@ from typing import Any
 
 from infra.local._proc import http_call
 from infra.local.aws import MotoServer
+from infra.local.cloudlogging.server import CloudLoggingServer
 from infra.local.compute.models import ComputeBackend
 from infra.local.compute.models import Latency as ComputeLatency
 from infra.local.compute.server import ComputeServer
@@ -78,6 +79,7 @@ class LocalStack:
         self.tpu: TpuServer | None = None
         self.sts: StsServer | None = None
         self.hosts: HostSimulator | None = None
+        self.logging: CloudLoggingServer | None = None
         self.compute: ComputeServer | None = None
         self.compute_hosts: HostSimulator | None = None
         self._started = False
@@ -92,6 +94,7 @@ class LocalStack:
             self.aws = MotoServer()
             self.aws.start()
             self.sts = StsServer(StsBackend(EmulatorMover(self.aws.url, self.gcs.url, AWS_REGION))).start()
+            self.logging = CloudLoggingServer().start()
             if self._tpu_enabled:
                 backend = TpuBackend(latency=self._latency)
                 self.tpu = TpuServer(backend, logs=self._logs).start()
@@ -114,11 +117,12 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part (workers first); safe to call twice and after a failed start."""
-        for part in (self.hosts, self.compute_hosts, self.tpu, self.compute, self.sts, self.aws, self.gcs):
+        parts = (self.hosts, self.compute_hosts, self.tpu, self.compute, self.sts, self.logging, self.aws, self.gcs)
+        for part in parts:
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
-        self.hosts = self.compute_hosts = self.tpu = self.sts = None
+        self.hosts = self.compute_hosts = self.tpu = self.sts = self.logging = None
         self.compute = None
         self._started = False
 
@@ -165,6 +169,11 @@ class LocalStack:
         return str(self._need(self.sts, "sts").url)
 
     @property
+    def logging_endpoint(self) -> str:
+        """Fake Cloud Logging API: ``http://127.0.0.1:PORT`` (the client's ``api_endpoint``)."""
+        return str(self._need(self.logging, "logging").url)
+
+    @property
     def sts_backend(self) -> StsBackend:
         """The fake STS's state model (in-process control: fail an object, stall, deny a bucket)."""
         return self._need(self.sts, "sts").backend  # type: ignore[no-any-return]
@@ -195,6 +204,7 @@ class LocalStack:
             "TPU_OPS_AWS_ENDPOINT_URL": self.aws_endpoint,
             "TPU_OPS_GCS_ENDPOINT": self.gcs_endpoint,
             "TPU_OPS_STS_ENDPOINT": self.sts_endpoint,
+            "TPU_OPS_LOGGING_ENDPOINT": self.logging_endpoint,
             "TPU_OPS_AWS_ACCESS_KEY_ID": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "TPU_OPS_AWS_SECRET_ACCESS_KEY": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
             "TPU_OPS_AUDIT_KMS_KEY_ID": AUDIT_KEY_ALIAS,
@@ -215,6 +225,7 @@ class LocalStack:
             "aws_endpoint_url": self.aws_endpoint,
             "gcs_endpoint": self.gcs_endpoint,
             "sts_endpoint": self.sts_endpoint,
+            "logging_endpoint": self.logging_endpoint,
             "tpu_endpoint": self.tpu_endpoint if self.tpu is not None else None,
             # Settings ignores fields it does not know (compute_endpoint arrives with the Compute Engine provider).
             "compute_endpoint": self.compute_endpoint if self.compute is not None else None,
@@ -255,6 +266,7 @@ class LocalStack:
         self.seed_audit()
         self.reset_gcs()
         self.sts_backend.reset()
+        self._need(self.logging, "logging").backend.reset()
         if self.tpu is not None:
             self.tpu.backend.reset()
         if self.compute is not None:

@@ -53,7 +53,9 @@ def test_two_preemptions_one_mid_checkpoint_resume_bit_identical(
     assert params_bytes(gcs, ckpt_bucket, f"runs/pre-2/{steps}") == params_bytes(gcs, ckpt_bucket, f"baseline/{steps}")
     doc = json.loads(gcs.bucket(ckpt_bucket).blob("runs/pre-2/_tpu_ops/goodput.json").download_as_bytes())
     assert doc["recoveries"] == 2 and doc["final_step"] == steps and doc["cost"]["chip_hours_by_phase"]["preempted"] > 0
-    assert 0 < doc["goodput"] < 1
+    assert 0 < doc["goodput"] < 1 and doc["steps_kept"] == steps
+    assert abs(doc["productive_s"] + sum(doc["badput_s"].values()) - doc["wall_s"]) <= 0.01 * doc["wall_s"]
+    assert doc["badput_s"]["wasted_progress_from_disruption"] > 0  # the steps after the last commit, twice
 
 
 def test_v4_32_four_agents_restore_the_same_step_and_only_worker_0_commits(
@@ -81,8 +83,10 @@ def test_v4_32_four_agents_restore_the_same_step_and_only_worker_0_commits(
     assert {f"part-0000{w}.npy" for w in range(4)} <= parts
     # a finished run trains nothing: no slice, no step
     ops = stack.state()["operations"]
+    stored = gcs.bucket(ckpt_bucket).blob("runs/multi/_tpu_ops/goodput.json").download_as_bytes()
     again = Run(job, "multi", train_settings).result()
-    assert again.outcome == "already-done" and again.incarnations == [] and stack.state()["operations"] == ops
+    assert again.to_json() == report.to_json() == json.loads(stored) and stack.state()["operations"] == ops
+    assert gcs.bucket(ckpt_bucket).blob("runs/multi/_tpu_ops/goodput.json").download_as_bytes() == stored
 
 
 def test_a_trainer_that_exits_1_fails_fast_with_its_log_tail(

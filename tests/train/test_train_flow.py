@@ -69,6 +69,24 @@ def test_cli_refuses_a_bad_run_id(stack: Any, ckpt_bucket: str, cli_env: None, t
     assert "run id" in capsys.readouterr().err and stack.state()["faults_pending"] == 1
 
 
+def test_a_refused_second_train_flow_leaves_the_running_supervisors_slice_alone(
+    stack: Any, gcs: Any, ckpt_bucket: str, cli_env: None, prefect_api: None, train_settings: Any
+) -> None:
+    from train_helpers import Run, live_node, wait_for
+
+    from flows.train import train
+    from tpu_ops.train.runstate import LeaseHeldError
+
+    job = job_spec(ckpt_bucket, steps=40, checkpoint_every=10)
+    first = Run(job, "fenced", train_settings)
+    node = wait_for(lambda: live_node(train_settings, "fenced"), what="the first supervisor's slice")
+    with pytest.raises(LeaseHeldError, match="another supervisor holds this run"):
+        train(spec=json.loads(job.model_dump_json()), run_id="fenced")
+    assert live_node(train_settings, "fenced") == node  # the failure hook did not tear it down
+    report = first.result()
+    assert report.outcome == "done" and report.final_step == 40 and report.preemptions == []
+
+
 def test_train_flow_refuses_a_bad_spec_then_trains_a_good_one(
     stack: Any, gcs: Any, ckpt_bucket: str, cli_env: None, prefect_api: None, tmp_path: Path, capsys: Any
 ) -> None:

@@ -74,7 +74,17 @@ class Run:
         if self.error is not None:
             raise self.error
         assert self.report is not None
+        assert_sound(self.report.to_json())
         return self.report
+
+
+def assert_sound(doc: dict[str, Any]) -> None:
+    """What every report holds: goodput ≤ 100%, productive + badput = wall (1%), a done run kept every step."""
+    assert 0 <= doc["goodput"] <= 1.0 and doc["productive_s"] <= doc["wall_s"], doc
+    total = doc["productive_s"] + sum(doc["badput_s"].values())
+    assert abs(total - doc["wall_s"]) <= 0.01 * doc["wall_s"] + 0.01, (total, doc["wall_s"])
+    if doc["outcome"] == "done":
+        assert doc["steps_kept"] == (doc["final_step"] or 0), doc  # a trainer that saves nothing keeps 0
 
 
 def live_node(settings: Settings, run_id: str) -> str | None:

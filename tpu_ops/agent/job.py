@@ -52,6 +52,8 @@ class Job:
     python: str | None = None
     # On SIGTERM, write RUN/_tpu_ops/notices/worker-N.json at once, so the supervisor recovers early.
     preemption_notice: bool = True
+    incarnation: str = ""  # written by the supervisor before it asks for the slice
+    goodput: dict[str, Any] = field(default_factory=dict)  # step records, Cloud Logging (agent.goodput_hooks)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Job:
@@ -160,6 +162,7 @@ class JobEnv:
     coordinator_address: str | None = None
     term_grace_s: float = 30.0
     incarnation: str = ""
+    step_log: Path | None = None  # the trainer appends its step/save/restore records here (goodput)
 
 
 class ContractError(ValueError):
@@ -190,6 +193,7 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
     if not isinstance(hp, dict):
         raise ContractError("TPU_OPS_HYPERPARAMETERS is not a JSON object")
     progress = env.get("TPU_OPS_PROGRESS_FILE")
+    step_log = env.get("TPU_OPS_STEP_LOG")
     resume = env.get("TPU_OPS_RESUME_STEP")
     return JobEnv(
         run_id=need("RUN_ID"), worker=number("WORKER", "0"), workers=number("WORKERS", "1", low=1),
@@ -200,4 +204,5 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
         progress_file=Path(progress) if progress else None,
         coordinator_address=env.get("TPU_OPS_COORDINATOR_ADDRESS") or None,
         term_grace_s=float(env.get("TPU_OPS_TERM_GRACE_S") or 30.0), incarnation=env.get("TPU_OPS_INCARNATION") or "",
+        step_log=Path(step_log) if step_log else None,
     )  # fmt: skip

@@ -34,10 +34,11 @@ from types import FrameType
 
 from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
+from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
 from tpu_ops.agent.job import Job as Job
 from tpu_ops.agent.job import contract_env
-from tpu_ops.agent.loopback import LoopbackError, check_trainer_env
+from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
 from tpu_ops.agent.metadata import Metadata
 from tpu_ops.agent.warm import release
 
@@ -90,12 +91,21 @@ class Agent:
         self.job = Job.from_json(self.gcs.read_json(*split_gs(job_uri)))
         self.paths = self.job.paths
         self.bucket = self.paths.bucket
-        self.incarnation = incarnation
+        self.incarnation = incarnation or self.job.incarnation  # the supervisor writes it before asking
         self.who = metadata.identity()
         self.workdir = Path(self.env.get("TPU_OPS_WORKER_DIR") or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "trainer.log"
         self.setup_log = self.workdir / "setup.log"
+        self.goodput = GoodputHooks(  # the trainer's step log; worker 0's Cloud Logging entries
+            self.workdir,
+            self.who.worker_number,
+            self.job.goodput,
+            self.incarnation,
+            metadata.get,
+            self.env.get("TPU_OPS_LOGGING_ENDPOINT") or None,
+            (self.env.get("TPU_OPS_DRY_RUN") or "").strip().lower() in TRUE,
+        )
         self.term_at: float | None = None  # monotonic time of the SIGTERM
         self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
         self.setup_s: float | None = None
@@ -127,7 +137,8 @@ class Agent:
     def _heartbeat(self, step: int | None, resume: int | None, state: str) -> None:
         doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
                "log_bytes": _size(self.log) + _size(self.setup_log), "incarnation": self.incarnation,
-               "state": state, "first_step_at": self.first_step_at, "setup_s": self.setup_s}  # fmt: skip
+               "state": state, "first_step_at": self.first_step_at, "setup_s": self.setup_s,
+               **self.goodput.heartbeat_fields(state)}  # fmt: skip
         try:
             self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number), doc)
         except GcsError as exc:  # a missed heartbeat must not kill training
@@ -165,7 +176,7 @@ class Agent:
             self._report(-signal.SIGTERM, None, None, "setup", _tail(self.setup_log))
             return -signal.SIGTERM
         resume = latest_complete_step(self.gcs, self.paths.steps_uri)
-        env = contract_env(self.job, self.who, resume, progress, self.incarnation)
+        env = {**contract_env(self.job, self.who, resume, progress, self.incarnation), **self.goodput.env()}
         trainer_env = {k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}
         trainer_env.update(env)
         try:

@@ -188,19 +188,20 @@ def summarise(run_id: str, events: list[dict[str, Any]], table: PriceTable, now:
             slices.append(current[rid])
             marks[rid] = ("running", t)
             continue
-        if rid not in current or rid not in marks:
+        if rid not in marks:  # (marks and current always hold the same resources)
             continue
         phase, since = marks[rid]
         nxt = {PREEMPTED: "preempted", DELETE_REQUESTED: "deleting"}.get(str(kind))
-        if nxt and PHASES.index(nxt) > PHASES.index(phase):
-            current[rid].hours[phase] += max(0.0, t - since) / 3600.0
-            marks[rid] = (nxt, t)
+        # Phases only move forward, so a slice leaves each phase at most once: its hours are set, not summed.
+        if nxt in PHASES[PHASES.index(phase) + 1 :]:
+            current[rid].hours[phase] = max(0.0, t - since) / 3600.0
+            marks[rid] = (str(nxt), t)
         elif kind == GONE:
-            current[rid].hours[phase] += max(0.0, t - since) / 3600.0
+            current[rid].hours[phase] = max(0.0, t - since) / 3600.0
             current[rid].open = False
             del marks[rid], current[rid]
     for rid, (phase, since) in marks.items():
-        current[rid].hours[phase] += max(0.0, now - since) / 3600.0
+        current[rid].hours[phase] = max(0.0, now - since) / 3600.0
     by_tier: dict[str, float] = {}
     usd: dict[str, float] = {}
     by_phase = dict.fromkeys(PHASES, 0.0)

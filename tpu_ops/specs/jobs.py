@@ -172,6 +172,11 @@ class TrainSpec(StrictModel):
         timedelta(seconds=30), description="After SIGTERM, how long the agent lets the trainer save before SIGKILL."
     )
     coordinator_port: int = Field(8476, ge=1024, le=65535, description="JAX coordinator port on worker 0.")
+    goodput_logging: bool = Field(
+        False,
+        description="Worker 0 also writes ml-goodput-measurement's entries (job name = run id, log "
+        "goodput_<run id>) to Cloud Logging, so Google's goodput tools read the run.",
+    )
 
     @field_validator("checkpoint_every")
     @classmethod

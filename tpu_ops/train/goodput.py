@@ -1,70 +1,109 @@
-"""The goodput report of a training run: productive time over wall time, and what each preemption cost.
+"""The goodput report of a training run, derived from the run's state in GCS (``state.json``).
 
-Written by the supervisor to ``RUN/_tpu_ops/goodput.json`` (the contract the export/audit side
-reads). Per preemption: steps lost, and seconds spent detecting it (last sign of life → noticed),
-deleting the dead slice, re-provisioning through the ladder, and restoring (slice up → first new
-step). Cost comes from the run's ledger, preempted and deleting time included.
+Written to ``RUN/_tpu_ops/goodput.json`` once the run ends (the contract export and audit read); a
+finished run's report is never rewritten. Goodput is computed from first principles:
+
+- **wall** = the run's first supervisor start → the trainer's completion (``DONE``), across every
+  supervisor and incarnation;
+- **productive** = the time worker 0's trainer spent on steps that were kept (steps ``resume < s ≤
+  kept_until`` of each incarnation), from the trainer's own step records carried by heartbeats; never
+  a rate times a count;
+- every other second falls in one badput category (the ones of Google's ``ml-goodput-measurement``):
+  the wall time is cut into segments and each segment goes to the most specific record covering it,
+  so productive + badput = wall and goodput ≤ 100% hold by construction (and are checked anyway).
+
+Scheduling goodput (time a slice was held over time it was held or asked for) is reported beside it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_ops.errors import NotFoundError, TpuOpsError
+from tpu_ops.train.layout import get_json
+from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState
+from tpu_ops.uris import ObjectUri
 
-@dataclass
-class Incarnation:
-    """One provisioning of the slice and what its workers did."""
-
-    number: int
-    incarnation_id: str
-    queued_resource: str
-    zone: str
-    tier: str
-    ready_at: float  # wall clock: provisioning returned the slice
-    resume_step: int | None
-    first_step: int | None = None
-    first_step_at: float | None = None
-    last_step: int | None = None
-    last_progress_at: float | None = None
-    kept_until: int | None = None  # the step the next incarnation resumed from (or the final step)
-
-    def seconds_per_step(self) -> float:
-        if self.first_step is None or self.last_step is None or self.last_step <= self.first_step:
-            return 0.0
-        assert self.first_step_at is not None and self.last_progress_at is not None
-        return (self.last_progress_at - self.first_step_at) / (self.last_step - self.first_step)
-
-    def productive_s(self) -> float:
-        """Time spent on steps that were kept (a rate measured from heartbeats, times kept steps)."""
-        kept = (self.kept_until or 0) - (self.resume_step or 0)
-        return max(0, kept) * self.seconds_per_step()
+PRODUCTIVE = "productive"
+# Badput categories as ml-goodput-measurement names them (BadputType), plus where ours come from.
+TPU_INITIALIZATION = "tpu_initialization"  # the first slice: asked for → ready (queue and boot)
+TRAINING_PREP = "training_prep"  # trainer records of kind "prep"
+PROGRAM_STARTUP = "program_startup"  # slice ready → the trainer's first record (agent, install, import)
+DATA_LOADING = "data_loading"  # trainer records of kind "data"
+CHECKPOINT_SAVE = "checkpoint_save"  # saves of kept steps
+CHECKPOINT_RESTORE = "checkpoint_restore"  # trainer records of kind "restore"
+WASTED_PROGRESS = "wasted_progress_from_disruption"  # steps (and their saves) a preemption threw away
+INFRASTRUCTURE_RECOVERY = "infrastructure_recovery_from_disruption"  # last sign of life → next slice ready
+OTHER = "other"
+BADPUT = (TPU_INITIALIZATION, TRAINING_PREP, PROGRAM_STARTUP, DATA_LOADING, CHECKPOINT_SAVE, CHECKPOINT_RESTORE,
+          WASTED_PROGRESS, INFRASTRUCTURE_RECOVERY, OTHER)  # fmt: skip
+# When records overlap, the most specific wins (lower index = higher priority).
+# A step's record spans its whole iteration, its save included: the save wins that part.
+_PRIORITY = (CHECKPOINT_SAVE, PRODUCTIVE, WASTED_PROGRESS, CHECKPOINT_RESTORE, DATA_LOADING, TRAINING_PREP,
+             PROGRAM_STARTUP, TPU_INITIALIZATION, INFRASTRUCTURE_RECOVERY)  # fmt: skip
+TOLERANCE = 0.01  # productive + badput must equal wall within 1%
 
 
-@dataclass
-class Preemption:
-    """One lost slice: why, and what recovering from it cost."""
+class GoodputInvariantError(TpuOpsError):
+    """The report broke an invariant (goodput > 100%, or the categories do not add up to the wall time)."""
 
-    number: int
-    reason: str
-    queued_resource: str
-    zone: str
-    tier: str
-    detected_at: float
-    last_step: int | None
-    resume_step: int | None = None
-    steps_lost: int | None = None
-    detect_s: float = 0.0
-    delete_s: float = 0.0
-    reprovision_s: float = 0.0
-    restore_s: float | None = None
 
-    @property
-    def overhead_s(self) -> float | None:
-        """Preemption → first new step (None until the new slice made a step)."""
-        if self.restore_s is None:
-            return None
-        return self.detect_s + self.delete_s + self.reprovision_s + self.restore_s
+def _kept(inc: IncarnationState, step: int) -> bool:
+    return (inc.resume_step or 0) < step <= (inc.kept_until if inc.kept_until is not None else -1)
+
+
+def intervals(state: RunState, end: float) -> list[tuple[str, float, float]]:
+    """Every labelled interval of the run (they may overlap; ``categorise`` resolves that)."""
+    out: list[tuple[str, float, float]] = []
+    for inc in state.incarnations:
+        first_record = min((float(r[2]) for r in inc.timeline), default=None)
+        if inc.ready_at is not None:
+            if inc.number == 0:
+                out.append((TPU_INITIALIZATION, inc.requested_at, inc.ready_at))
+            out.append((PROGRAM_STARTUP, inc.ready_at, first_record if first_record is not None else
+                        (inc.ended_at or end)))  # fmt: skip
+        for kind, step, start, stop in inc.timeline:
+            s = int(step) if step is not None else None
+            if kind == "step" and s is not None:
+                label = PRODUCTIVE if _kept(inc, s) else WASTED_PROGRESS
+            elif kind == "save" and s is not None:
+                label = CHECKPOINT_SAVE if _kept(inc, s) else WASTED_PROGRESS
+            else:
+                label = {"restore": CHECKPOINT_RESTORE, "data": DATA_LOADING, "prep": TRAINING_PREP,
+                         "init": TPU_INITIALIZATION}.get(str(kind), PROGRAM_STARTUP)  # fmt: skip
+            out.append((label, float(start), float(stop)))
+    for p in state.preemptions:
+        inc = state.incarnations[p.incarnation]
+        last = max((float(r[3]) for r in inc.timeline), default=inc.ready_at or inc.requested_at)
+        nxt = state.incarnations[p.incarnation + 1] if p.incarnation + 1 < len(state.incarnations) else None
+        until = nxt.ready_at if nxt is not None and nxt.ready_at is not None else end
+        out.append((INFRASTRUCTURE_RECOVERY, last, until))
+    return out
+
+
+def categorise(spans: list[tuple[str, float, float]], start: float, end: float) -> dict[str, float]:
+    """Seconds per category over ``[start, end]``: each moment counts once, for the highest-priority
+    label covering it, or for ``other``."""
+    rank = {label: i for i, label in enumerate(_PRIORITY)}
+    events: list[tuple[float, int, int]] = []  # (time, +1/-1, rank)
+    for label, a, b in spans:
+        a, b = max(a, start), min(b, end)
+        if b > a:
+            events += [(a, 1, rank[label]), (b, -1, rank[label])]
+    events.sort()
+    out = dict.fromkeys((PRODUCTIVE, *BADPUT), 0.0)
+    active = [0] * len(_PRIORITY)
+    t = start
+    for when, delta, r in events:
+        if when > t:
+            top = next((i for i, n in enumerate(active) if n > 0), None)
+            out[_PRIORITY[top] if top is not None else OTHER] += when - t
+            t = when
+        active[r] += delta
+    if end > t:
+        out[OTHER] += end - t
+    return out
 
 
 @dataclass
@@ -72,36 +111,103 @@ class GoodputReport:
     """What the run cost in time and money, and where the time went."""
 
     run_id: str
-    outcome: str  # done | already-done | failed
+    outcome: str  # running | done | failed
     steps: int
     final_step: int | None
     started_at: float
     wall_s: float = 0.0
-    incarnations: list[Incarnation] = field(default_factory=list)
-    preemptions: list[Preemption] = field(default_factory=list)
+    categories: dict[str, float] = field(default_factory=dict)
+    steps_kept: int = 0
+    scheduling_goodput: float | None = None
+    incarnations: list[IncarnationState] = field(default_factory=list)
+    preemptions: list[PreemptionState] = field(default_factory=list)
     cost: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    stored: dict[str, Any] | None = None  # the report as read back from GCS (a finished run's, unchanged)
 
     @property
     def productive_s(self) -> float:
-        return sum(i.productive_s() for i in self.incarnations)
+        return self.categories.get(PRODUCTIVE, 0.0)
 
     @property
     def goodput(self) -> float:
         return self.productive_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    def check(self) -> None:
+        """``GoodputInvariantError`` unless goodput ≤ 100% and productive + badput = wall (within 1%)."""
+        total = sum(self.categories.values())
+        if self.productive_s > self.wall_s * (1 + 1e-9) + 1e-6:
+            raise GoodputInvariantError(f"productive {self.productive_s:.3f}s > wall {self.wall_s:.3f}s")
+        if self.wall_s > 0 and abs(total - self.wall_s) > TOLERANCE * self.wall_s:
+            raise GoodputInvariantError(f"categories add up to {total:.3f}s, wall is {self.wall_s:.3f}s")
+
+    @classmethod
+    def derive(cls, state: RunState, now: float, cost: dict[str, Any] | None = None) -> GoodputReport:
+        """The report of ``state`` (a running run is measured up to ``now``)."""
+        end = state.finished_at if state.finished_at is not None else now
+        cats = categorise(intervals(state, end), state.started_at, end)
+        kept = {int(r[1]) for inc in state.incarnations for r in inc.timeline
+                if r[0] == "step" and r[1] is not None and _kept(inc, int(r[1]))}  # fmt: skip
+        held = asked = 0.0
+        for inc in state.incarnations:
+            stop = inc.ended_at if inc.ended_at is not None else end
+            ready = inc.ready_at if inc.ready_at is not None else stop
+            asked += max(0.0, ready - inc.requested_at)
+            held += max(0.0, stop - ready)
+        report = cls(
+            run_id=state.run_id, outcome=state.outcome, steps=state.steps, final_step=state.final_step,
+            started_at=state.started_at, wall_s=max(0.0, end - state.started_at), categories=cats,
+            steps_kept=len(kept), scheduling_goodput=held / (held + asked) if held + asked > 0 else None,
+            incarnations=state.incarnations, preemptions=state.preemptions, cost=dict(cost or {}), error=state.error,
+        )  # fmt: skip
+        report.check()
+        return report
+
+    @classmethod
+    def finished(cls, gcs: Any, uri: ObjectUri) -> GoodputReport | None:
+        """A finished run's report at ``uri``, exactly as stored (None unless the run is done)."""
+        try:
+            doc = get_json(gcs, uri)
+        except NotFoundError:
+            return None
+        return cls.from_json(doc) if isinstance(doc, dict) and doc.get("outcome") in ("done", "already-done") else None
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> GoodputReport:
+        """A stored report (``to_json`` gives back exactly ``doc``)."""
+        return cls(doc["run_id"], doc["outcome"], doc["steps"], doc.get("final_step"), doc.get("started_at", 0.0),
+                   doc.get("wall_s", 0.0), dict(doc.get("badput_s", {}), productive=doc.get("productive_s", 0.0)),
+                   doc.get("steps_kept", 0), doc.get("scheduling_goodput"), cost=doc.get("cost", {}),
+                   error=doc.get("error", ""), stored=doc)  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
+        if self.stored is not None:
+            return self.stored
+        from dataclasses import asdict
+
+        incs = []
+        for i in self.incarnations:
+            d = asdict(i)
+            d.pop("timeline")
+            d["productive_s"] = round(categorise([s for s in intervals(_only(i), self.started_at + self.wall_s)
+                                                  if s[0] == PRODUCTIVE], self.started_at,
+                                                 self.started_at + self.wall_s)[PRODUCTIVE], 3)  # fmt: skip
+            incs.append(d)
         return {
             "run_id": self.run_id,
             "outcome": self.outcome,
             "steps": self.steps,
             "final_step": self.final_step,
+            "steps_kept": self.steps_kept,
+            "started_at": self.started_at,
             "wall_s": round(self.wall_s, 3),
             "productive_s": round(self.productive_s, 3),
             "goodput": round(self.goodput, 4),
+            "badput_s": {k: round(v, 3) for k, v in self.categories.items() if k != PRODUCTIVE},
+            "scheduling_goodput": None if self.scheduling_goodput is None else round(self.scheduling_goodput, 4),
             "recoveries": len(self.preemptions),
-            "preemptions": [{**asdict(p), "overhead_s": p.overhead_s} for p in self.preemptions],
-            "incarnations": [{**asdict(i), "productive_s": round(i.productive_s(), 3)} for i in self.incarnations],
+            "preemptions": [{**asdict(p), "overhead_s": _overhead(p)} for p in self.preemptions],
+            "incarnations": incs,
             "cost": self.cost,
             "error": self.error,
         }
@@ -114,26 +220,39 @@ class GoodputReport:
 
         return [
             {
-                "#": p.number,
-                "reason": p.reason,
-                "slice": f"{p.tier} {p.zone} {p.queued_resource}",
-                "steps lost": "-" if p.steps_lost is None else p.steps_lost,
-                "resumed from": "-" if p.resume_step is None else p.resume_step,
-                "detect (s)": num(p.detect_s),
-                "delete (s)": num(p.delete_s),
-                "re-provision (s)": num(p.reprovision_s),
-                "restore (s)": num(p.restore_s),
-                "overhead (s)": num(p.overhead_s),
+                "#": p["number"],
+                "reason": p["reason"] + (" (no supervisor running)" if p.get("unsupervised") else ""),
+                "slice": f"{p['tier']} {p['zone']} {p['queued_resource']}",
+                "steps lost": "-" if p.get("steps_lost") is None else p["steps_lost"],
+                "resumed from": "-" if p.get("resume_step") is None else p["resume_step"],
+                "detect (s)": num(p.get("detect_s")),
+                "delete (s)": num(p.get("delete_s")),
+                "re-provision (s)": num(p.get("reprovision_s")),
+                "restore (s)": num(p.get("restore_s")),
+                "overhead (s)": num(p.get("overhead_s")),
             }
-            for p in self.preemptions
+            for p in self.to_json()["preemptions"]
         ]
 
     def summary(self) -> str:
         from tpu_ops.text import usd_by
 
-        usd = usd_by(self.cost.get("usd_by_tier", {}))
+        doc = self.to_json()
+        usd = usd_by(doc["cost"].get("usd_by_tier", {}))
         return (
-            f"run {self.run_id}: {self.outcome} at step {self.final_step}/{self.steps}; wall {self.wall_s:.1f}s, "
-            f"productive {self.productive_s:.1f}s, goodput {self.goodput:.1%}; {len(self.preemptions)} preemption(s); "
-            f"cost by tier {usd} (total ${float(self.cost.get('usd_total', 0)):,.4f})"
+            f"run {self.run_id}: {doc['outcome']} at step {doc['final_step']}/{doc['steps']}; "
+            f"wall {doc['wall_s']:.1f}s, "
+            f"productive {doc['productive_s']:.1f}s, goodput {doc['goodput']:.1%}; {doc['recoveries']} preemption(s); "
+            f"cost by tier {usd} (total ${float(doc['cost'].get('usd_total', 0)):,.4f})"
         )
+
+
+def _overhead(p: PreemptionState) -> float | None:
+    """Preemption → first new step (None until the new slice made a step)."""
+    if p.restore_s is None:
+        return None
+    return p.detect_s + p.delete_s + p.reprovision_s + p.restore_s
+
+
+def _only(inc: IncarnationState) -> RunState:
+    return RunState("", 0.0, 0, incarnations=[inc])

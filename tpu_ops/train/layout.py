@@ -53,6 +53,21 @@ class RunLayout:
         return self.state("goodput.json")
 
     @property
+    def run_state(self) -> ObjectUri:
+        """The run's history (incarnations, preemptions, step times): the report is derived from it."""
+        return self.state("state.json")
+
+    @property
+    def lease(self) -> ObjectUri:
+        """Which supervisor holds the run (written with generation preconditions)."""
+        return self.state("lease.json")
+
+    @property
+    def notices(self) -> ObjectUri:
+        """The agents' SIGTERM notices (``notices/worker-N.json``): a preemption under way."""
+        return self.state("notices")
+
+    @property
     def agent_dir(self) -> ObjectUri:
         return self.state("agent")
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from tpu_ops.agent.gcs import Gcs, join, split_gs
+from tpu_ops.agent.goodput_hooks import record
 from tpu_ops.agent.job import COMMIT_MARKER, JobEnv, job_env
 
 SEQ_SCALE = 32_000.0
@@ -177,9 +178,13 @@ def main() -> int:
     if hp.get("save_on_term", True):
         signal.signal(signal.SIGTERM, on_term)
     gcs = Gcs.from_env()
+    t0 = time.time()
     x, y = load_data(gcs, env.dataset_manifest, hp)
+    record(env.step_log, "data", None, t0, time.time())  # goodput: the trainer's own records (TPU_OPS_STEP_LOG)
     if env.resume_step is not None:
+        t0 = time.time()
         params, start = restore(gcs, env, env.resume_step), env.resume_step
+        record(env.step_log, "restore", start, t0, time.time())
         print(f"worker {env.worker}: restored step {start}", flush=True)
     else:
         params, start = np.random.default_rng(int(hp.get("seed", 0))).normal(0, 0.1, x.shape[1] + 1), 0
@@ -188,6 +193,7 @@ def main() -> int:
     delay = float(hp.get("step_delay_s", 0))
     saved, save_s = start, 0.0
     step = start
+    t_mark = time.time()  # records back to back: the loop's own overhead belongs to the next step
     while step < env.steps:
         if "at" in term:
             return _save_on_term(gcs, env, hp, params, step, saved, save_s, term["at"], x, y, lr, batch)
@@ -199,13 +205,19 @@ def main() -> int:
             print(f"worker {env.worker}: injected hang at step {step}", flush=True)
             while True:
                 time.sleep(3600)
+        t0 = t_mark
         params = sgd_step(params, x, y, step, lr, batch)
         if delay:
             time.sleep(delay)
+        t_mark = time.time()
+        record(env.step_log, "step", step, t0, t_mark)  # before the save: a committed step is always recorded
         if step % env.checkpoint_every == 0 or step == env.steps:
             t0 = time.monotonic()
             save(gcs, env, step, params, hp)
             saved, save_s = step, time.monotonic() - t0
+            done = time.time()
+            record(env.step_log, "save", step, t_mark, done)
+            t_mark = done
         _progress(env.progress_file, step)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
     print(f"worker {env.worker}: done at step {env.steps}, loss {loss:.6f}", flush=True)
@@ -224,11 +236,15 @@ def _save_on_term(
         return 143
     while step < target:  # a worker behind the others catches up (steps are cheap next to a lost run)
         step += 1
+        t0 = time.time()
         params = sgd_step(params, x, y, step, lr, batch)
+        record(env.step_log, "step", step, t0, time.time())
     if time.monotonic() + 2 * save_s > deadline:
         print(f"worker {env.worker}: SIGTERM at step {step}; no time to save it", flush=True)
         return 143
+    t0 = time.time()
     if save(gcs, env, step, params, hp, timeout=max(0.1, deadline - time.monotonic())):
+        record(env.step_log, "save", step, t0, time.time())
         _progress(env.progress_file, step)
         print(f"worker {env.worker}: SIGTERM: saved step {step}", flush=True)
     return 143

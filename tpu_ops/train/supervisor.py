@@ -1,18 +1,14 @@
 """The training supervisor: provision, watch, recover from preemption, tear down, account.
 
-``supervise(job, run_id, settings)`` provisions a slice through the capacity ladder with a
-startup script that runs the agent on every worker, then polls every ``poll_interval``: the
-queued resource and node, the workers' exit reports, their heartbeats and the run's DONE marker.
+``supervise(job, run_id, settings)`` gets a slice through the ladder (the agent on every worker),
+polls every ``poll_interval`` (SIGTERM notices in between): a notice, a lost slice or a stall is a
+preemption (delete once the workers saved, a new slice, resume from the newest complete step, up to
+``max_recoveries`` within ``max_duration``); a trainer exiting non-zero on a healthy slice is a
+``TrainingError``. Whatever happens: teardown, and the report.
 
-- PREEMPTED/SUSPENDED/missing slice, or no new step for ``stall_limit``: a preemption. The slice
-  is force-deleted, a new one provisioned through the ladder (another zone or tier may win) and
-  the new workers resume from the newest complete checkpoint. Up to ``max_recoveries`` times,
-  within ``max_duration``.
-- A worker whose trainer exits non-zero while its slice is healthy and was not told to stop, or a
-  stall twice at the same step: the trainer's own failure. ``TrainingError`` at once, with the
-  worker's log tail; no recovery loop.
-- Whatever happens, the run's slices are torn down and the goodput report is written to
-  ``RUN/_tpu_ops/goodput.json``.
+Run state: ``RUN/_tpu_ops/state.json`` (``train.runstate``), written only by the lease holder; a
+supervisor started after its predecessor died adopts the live slice or records the preemption
+meanwhile. The report (``train.goodput``) derives from it; once done, never rewritten.
 """
 
 from __future__ import annotations
@@ -25,53 +21,41 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tpu_ops.agent.job import Job
 from tpu_ops.cloud.clients import storage_client
-from tpu_ops.errors import SpecError, TpuOpsError, TrainingError, TransientError
+from tpu_ops.errors import TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.provision.providers import Phase, Provider, SliceState, for_spec
-from tpu_ops.provision.records import Outcome
+from tpu_ops.provision.providers import Provider, for_spec
+from tpu_ops.provision.records import Slice
 from tpu_ops.settings import Settings
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.startup import render_startup_script
 from tpu_ops.train import choice, notices
 from tpu_ops.train.checkpoints import latest_complete_step
-from tpu_ops.train.goodput import GoodputReport, Incarnation, Preemption
-from tpu_ops.train.layout import RunLayout, exists, list_json, put_json
+from tpu_ops.train.goodput import GoodputReport
+from tpu_ops.train.incarnations import (
+    absorb_heartbeats,
+    check_command,
+    check_recoveries,
+    done_marker,
+    job_document,
+    mine,
+    preemption_event,
+    slice_lost,
+    startup_script,
+    trainer_failed,
+)
+from tpu_ops.train.layout import RunLayout, list_json, put_json
+from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState, StateStore
 
 Notify = Callable[[str, dict[str, Any]], None]
 PREEMPTED_EVENT = "tpu-ops.slice.preempted"
 RECOVERED_EVENT = "tpu-ops.slice.recovered"
 PROVISIONED_EVENT = "tpu-ops.slice.provisioned"
-
-
-def check_command(job: TrainJobSpec, run_id: str) -> None:
-    """A MaxText-style ``run_name=`` in the command must be the run id, or its auto-resume and ours disagree."""
-    for arg in job.train.command or []:
-        if arg.startswith("run_name=") and arg.removeprefix("run_name=") != run_id:
-            raise SpecError(
-                f"train.command sets {arg!r} but the run id is {run_id!r}: they must match so the trainer's own "
-                f"resume reads the same checkpoints (<checkpoint_dir>/<run_id>/{job.train.checkpoint_subdir})",
-                [{"field": "train.command", "value": arg}],
-            )
-
-
-def job_document(job: TrainJobSpec, run_id: str) -> Job:
-    """The job spec every worker's agent reads from ``RUN/_tpu_ops/job.json``."""
-    t = job.train
-    layout = RunLayout.of(t.checkpoint_dir, run_id, t.checkpoint_subdir)
-    return Job(
-        run_id=run_id, run_uri=layout.run_uri, steps=t.steps, checkpoint_every=t.checkpoint_every,
-        command=list(t.command) if t.command else None, trainer=t.trainer, checkpoint_subdir=t.checkpoint_subdir,
-        dataset_manifest=t.dataset_manifest, hyperparameters=dict(t.hyperparameters),
-        heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
-        coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
-        preemption_notice=t.preemption_notice,
-    )  # fmt: skip
+LEASE_MIN_S, LEASE_POLLS = 30.0, 20  # the lease lasts max(30 s, 20 polls); renewed every third of that
+STATE_SAVE_S = 2.0  # run state written every max(2 s, 6 polls) while steps go by, and at every event
 
 
 class _Preempted(Exception):
@@ -86,18 +70,19 @@ class Supervisor:
     def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, provider: Provider | None = None,
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
-        job = choice.for_job(job)  # a cost-ranked ladder learns the run's steps, checkpoints and deadline
+        job = choice.for_job(job)  # a cost-ranked ladder learns the run's length
         self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
         check_command(job, run_id)
-        self.lease = SliceLease(job.provision, run_id, settings, provider=provider or for_spec(job.provision, settings),
-                                on_attempt=on_attempt,  # re-ranked at every walk with the steps kept by then:
-                                progress=choice.kept_steps(self))  # fmt: skip
-        self.provider = self.lease.provider
+        # The slice's owner here (provider seam); ``self.lease`` fences the run.
+        provider = provider or for_spec(job.provision, settings)
+        self.slices = SliceLease(job.provision, run_id, settings, provider=provider, on_attempt=on_attempt,
+                                 progress=choice.kept_steps(self))  # fmt: skip
+        self.provider = self.slices.provider
         self.gcs = storage_client(settings)
-        self.doc = job_document(job, run_id)
+        self.doc = job_document(job, run_id, settings.gcp_project)
         self.layout = RunLayout(self.doc.run_uri, self.doc.checkpoint_subdir)
         self.wheel, self.notify, self.on_attempt = wheel, notify or (lambda name, payload: None), on_attempt
-        if self.wheel is None:  # every worker needs the agent: an image has only its own python3 (agent hook)
+        if self.wheel is None:  # an image has only its own python3: every worker needs the agent
             from tpu_ops.train.wheel import agent_wheel
 
             self.wheel = agent_wheel(settings)
@@ -106,81 +91,162 @@ class Supervisor:
         self.report = GoodputReport(run_id, "running", job.train.steps, None, time.time())
         self.deadline = time.monotonic() + job.train.max_duration.total_seconds()
         self.stalls: dict[int | None, int] = {}
-        self._notices: list[dict[str, Any]] = []
+        if job.train.goodput_logging:
+            settings.check_safe("logging_endpoint")  # a dry run writes to the local fake only
+        self.store = StateStore(self.gcs, self.layout.run_state)
+        self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
+        self.state = RunState(run_id, time.time(), job.train.steps)
+        self._saved_at = 0.0
+        self._save_every = max(STATE_SAVE_S, 6 * self.poll_s)
+        self._progress_mark: tuple[Any, ...] = ()
+        self._progress_mono = time.monotonic()
+        self._notices: list[dict[str, Any]] = []  # the current incarnation's SIGTERM notices
+        self._slice: Slice | None = None
 
-    # -- the run -----------------------------------------------------------------------------
     def run(self) -> GoodputReport:
-        """Train to the end (or fail); always tear down and write the goodput report."""
-        t0 = time.monotonic()
+        """Train to the end (or fail); always tear down and write the goodput report.
+
+        A run whose report says it is done is not touched: its stored report is returned as it is.
+        """
+        stored = GoodputReport.finished(self.gcs, self.layout.goodput)
+        if stored is not None:
+            self.report = stored
+            return stored
+        self.lease.acquire()  # LeaseHeldError (naming the holder) if another supervisor runs this run
+        self.lease.start()
+        lost = False
         try:
-            if exists(self.gcs, self.layout.done):
-                self.report.outcome = "already-done"
-            else:
-                self._upload()
-                self._train()
-                self.report.outcome = "done"
+            self._load_state()
+            self._upload()
+            self._train()
+            self.state.outcome = "done"
+        except LeaseLostError:
+            lost = True  # another supervisor took the run over: slice and state are its
+            raise
         except BaseException as exc:
-            self.report.outcome, self.report.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.state.outcome, self.state.error = "failed", f"{type(exc).__name__}: {exc}"
             raise
         finally:
             try:
-                self.lease.release()
+                if not lost:
+                    try:
+                        self.slices.release()
+                    finally:
+                        self._finish()
             finally:
-                self._finish(time.monotonic() - t0)
+                self.lease.release()
         return self.report
 
+    def _load_state(self) -> None:
+        """The run's state from GCS (an earlier supervisor's), or a new one."""
+        found = self.store.load()
+        if found is not None:
+            self.state = found
+            self.state.outcome, self.state.error = "running", ""  # a failed run is resumed
+        self.state.supervisors.append({**{k: self.lease.me[k] for k in ("host", "pid")}, "started_at": time.time()})
+        self.report.started_at = self.state.started_at
+        self._save()
+
+    def _save(self) -> None:
+        self.lease.check()
+        self.store.save(self.state)
+        self._saved_at = time.monotonic()
+
     def _upload(self) -> None:
+        live = self.state.live
+        if live is not None:  # an adopted incarnation: job.json keeps naming it
+            self.doc.incarnation = live.id
+            self.doc.goodput.update(run_started_at=self.state.started_at, requested_at=live.requested_at)
         put_json(self.gcs, self.layout.job, asdict(self.doc))
-        choice.record_identity(self.gcs, self.layout, self.job)  # keys this run in the capacity history
+        choice.record_identity(self.gcs, self.layout, self.job)
         if self.wheel is not None:
             target = self.layout.agent_dir.child(self.wheel.name)
             self.gcs.bucket(target.bucket).blob(target.prefix).upload_from_filename(str(self.wheel))
 
     def _train(self) -> None:
-        preemption: Preemption | None = None
+        preemption = self._resume()
         while True:
-            inc = self._provision(len(self.report.incarnations), preemption)
+            done = self._done()
+            if done is not None:  # finished while no supervisor ran
+                last = self.state.incarnations[-1] if self.state.incarnations else None
+                if last is not None and last.end in ("", "done"):
+                    self._completed(last, done)
+                else:
+                    self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+                    self.state.finished_at = max(float(done.get("time") or time.time()), self.state.started_at)
+                return
+            inc = self._provision(preemption)
             try:
-                self._watch(inc, preemption)
-                inc.kept_until = self.report.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+                self._watch(inc)
                 return
             except _Preempted as p:
                 preemption = self._recover(inc, p.reason)
 
-    def _provision(self, number: int, preemption: Preemption | None) -> Incarnation:
+    def _resume(self) -> PreemptionState | None:
+        """Take over the incarnation an earlier supervisor left live: adopt its slice if it is healthy,
+        else record the preemption that happened while no supervisor ran."""
+        live = self.state.live
+        if live is None:  # a predecessor died between deleting a slice and asking anew
+            last = self.state.preemptions[-1] if self.state.preemptions else None
+            return last if last is not None and last.resume_step is None else None
+        if not live.queued_resource:
+            return None
+        self._heartbeats(live)  # progress meanwhile
+        lost = self._preemption_signal(live, mine(live, list_json(self.gcs, self.layout.workers)))
+        if lost is None:
+            return None  # _provision adopts it (same incarnation id: reports stay current)
+        return self._recover(live, lost, unsupervised=True)
+
+    def _provision(self, preemption: PreemptionState | None) -> IncarnationState:
         self._check_deadline()
-        inc_id = f"{number}-{uuid.uuid4().hex[:8]}"
-        script = render_startup_script(
-            self.run_id, ["run", "--job", str(self.layout.job), "--incarnation", inc_id, "--job-file", "job.json"],
-            run_uri=self.layout.run_uri, agent_prefix=str(self.layout.agent_dir),
-        )  # fmt: skip
+        inc = self.state.live
+        if inc is None:  # a new incarnation: its id is stored before the slice boots
+            number = len(self.state.incarnations)
+            inc = IncarnationState(number, f"{number}-{uuid.uuid4().hex[:8]}", time.time(),
+                                   resume_step=latest_complete_step(self.gcs, self.layout.steps_uri))  # fmt: skip
+            self.state.incarnations.append(inc)
+            self.doc.incarnation = inc.id
+            self.doc.goodput.update(run_started_at=self.state.started_at, requested_at=inc.requested_at)
+            put_json(self.gcs, self.layout.job, asdict(self.doc))
+            self._save()
+        self.doc.incarnation = inc.id
+        script = startup_script(self.run_id, self.layout, inc.id)
         t0 = time.monotonic()
-        resume = latest_complete_step(self.gcs, self.layout.steps_uri)
-        s = self.lease.acquire(metadata={"startup-script": script})
+        s = self.slices.acquire(metadata={"startup-script": script})
+        self._slice = s
+        if inc.queued_resource and inc.queued_resource != s.queued_resource:
+            raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
+        adopted = bool(inc.queued_resource)
+        inc.queued_resource, inc.zone, inc.tier = s.queued_resource, s.zone, s.tier
+        if inc.ready_at is None:
+            inc.ready_at = time.time()
         if preemption is not None:
             preemption.reprovision_s = time.monotonic() - t0
-            preemption.resume_step = resume
-            preemption.steps_lost = max(0, (preemption.last_step or 0) - (resume or 0))
-        adopted = any(a.outcome == Outcome.ADOPTED for a in s.attempts)
-        inc = Incarnation(number, "" if adopted else inc_id, s.queued_resource, s.zone, s.tier, time.time(), resume)
-        self._slice = s
-        self.report.incarnations.append(inc)
-        self.notify(PROVISIONED_EVENT, {"incarnation": number, "queued_resource": s.queued_resource, "node": s.node,
-                                        "zone": s.zone, "tier": s.tier, "resume_step": resume})  # fmt: skip
+            preemption.resume_step = inc.resume_step
+            preemption.steps_lost = max(0, (preemption.last_step or 0) - (inc.resume_step or 0))
+        self._save()
+        self.report.incarnations = self.state.incarnations
+        self.notify(PROVISIONED_EVENT, {"incarnation": inc.number, "queued_resource": s.queued_resource,
+                                        "node": s.node, "zone": s.zone, "tier": s.tier, "adopted": adopted,
+                                        "resume_step": inc.resume_step})  # fmt: skip
         return inc
 
-    # -- watching ----------------------------------------------------------------------------
-    def _watch(self, inc: Incarnation, preemption: Preemption | None) -> None:
+    def _watch(self, inc: IncarnationState) -> None:
         """Return when DONE; raise ``_Preempted`` or ``TrainingError``."""
-        self._progress_mark: tuple[Any, ...] = ()
+        self._progress_mark = ()
         self._progress_mono = time.monotonic()
+        preemption = self.state.preemptions[-1] if self.state.preemptions else None
+        if preemption is not None and preemption.incarnation != inc.number - 1:
+            preemption = None
 
+        self._notices = []
         next_full = 0.0
 
         def check() -> bool | None:
             nonlocal next_full
-            if time.monotonic() < next_full:  # between polls: only the workers' SIGTERM notices (agent hook)
-                why = notices.check(self.gcs, self.layout, inc.incarnation_id, inc.ready_at, self._notices)
+            if time.monotonic() < next_full:  # between full polls: only the workers' SIGTERM notices
+                self.lease.check()
+                why = notices.check(self.gcs, self.layout, inc.id, inc.ready_at or 0.0, self._notices)
                 if why:
                     raise _Preempted(why)
                 return None
@@ -197,113 +263,121 @@ class Supervisor:
                 f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached at step {inc.last_step}"
             ) from None
 
-    def _check(self, inc: Incarnation, preemption: Preemption | None) -> bool | None:
+    def _check(self, inc: IncarnationState, preemption: PreemptionState | None) -> bool | None:
+        self.lease.check()
         try:
-            reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
+            reports = mine(inc, list_json(self.gcs, self.layout.workers))
             self._heartbeats(inc, preemption)
-            if exists(self.gcs, self.layout.done):
+            done = self._done()
+            if done is not None:
+                self._completed(inc, done)
                 return True
-            self._notices = notices.notices(self.gcs, self.layout, inc.incarnation_id, inc.ready_at)  # agent hook
-            lost = notices.reason(self._notices) if self._notices else self._slice_lost(inc)
+            lost = self._preemption_signal(inc, reports)
         except TransientError:
             return None  # this poll failed; the next one tries again
         if lost:
             raise _Preempted(lost)
-        failed = [r for r in reports if r["exit_code"] != 0]
-        if any(r.get("terminated") for r in failed):
-            raise _Preempted("workers terminated")  # told to stop by the host, not the trainer's fault
-        if failed:
-            r = min(failed, key=lambda r: r["worker"])
-            raise TrainingError(
-                f"run {self.run_id}: the trainer on worker {r['worker']} exited {r['exit_code']} at step "
-                f"{r.get('last_step')} (resumed from {r.get('resume_step')}); not a preemption, so no recovery. "
-                f"Log tail:\n{r.get('log_tail', '')}",
-                worker=r["worker"], exit_code=r["exit_code"], log_tail=r.get("log_tail", ""),
-            )  # fmt: skip
-        if time.monotonic() - self._progress_mono > self.stall_s and len(reports) < self._slice.hosts:
+        trainer_failed(self.run_id, reports)
+        if time.monotonic() - self._progress_mono > self.stall_s and len(reports) < self._hosts:
             step = inc.last_step if inc.last_step is not None else inc.resume_step
             self.stalls[step] = self.stalls.get(step, 0) + 1
             if self.stalls[step] >= 2:
                 raise TrainingError(f"run {self.run_id}: no progress past step {step} twice in a row; giving up")
             raise _Preempted(f"stalled: no new step for {self.stall_s:.0f}s")
+        if time.monotonic() - self._saved_at >= self._save_every:
+            self._save()  # the step records so far
         return None
 
-    def _mine(self, inc: Incarnation, docs: list[Any]) -> list[dict[str, Any]]:
-        return [d for d in docs if not inc.incarnation_id or d.get("incarnation") == inc.incarnation_id]
+    def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
+        """Every sign that the slice is being taken away, in one place: the agents' SIGTERM notices under
+        ``RUN/_tpu_ops/notices/`` (a preemption at once), the slice's state, terminated workers; the reason, or None."""
+        self._notices = notices.notices(self.gcs, self.layout, inc.id, inc.ready_at or 0.0)
+        if self._notices:
+            return notices.reason(self._notices)
+        lost = slice_lost(self.provider, inc)
+        if lost:
+            return lost
+        if any(r.get("terminated") and r["exit_code"] != 0 for r in reports):
+            return "workers terminated"
+        return None
 
-    def _heartbeats(self, inc: Incarnation, preemption: Preemption | None) -> None:
-        beats = self._mine(inc, list_json(self.gcs, self.layout.heartbeats))
-        steps = [b["step"] for b in beats if b.get("step") is not None]
-        mark = (max(steps) if steps else None, sum(int(b.get("log_bytes", 0)) for b in beats))
-        now = time.time()
+    @property
+    def _hosts(self) -> int:
+        return self._slice.hosts if self._slice is not None else 1
+
+    def _done(self) -> dict[str, Any] | None:
+        return done_marker(self.gcs, self.layout)
+
+    def _completed(self, inc: IncarnationState, done: dict[str, Any]) -> None:
+        final = latest_complete_step(self.gcs, self.layout.steps_uri)
+        self._heartbeats(inc)  # worker 0's exit heartbeat (written before DONE) has the last steps
+        inc.kept_until = self.state.final_step = final
+        inc.end, inc.ended_at = "done", float(done.get("time") or time.time())
+        # The run ends with the trainer's last record (the final save); DONE is bookkeeping after it.
+        last = max((float(r[3]) for r in inc.timeline), default=inc.ended_at)
+        self.state.finished_at = max(min(last, inc.ended_at), self.state.started_at)
+        self._save()
+
+    def _heartbeats(self, inc: IncarnationState, preemption: PreemptionState | None = None) -> None:
+        mark = absorb_heartbeats(inc, mine(inc, list_json(self.gcs, self.layout.heartbeats)))
         if mark != self._progress_mark:
             self._progress_mark, self._progress_mono = mark, time.monotonic()
-        self._last_beat = max((float(b["time"]) for b in beats), default=inc.ready_at)
-        top = mark[0]
-        if top is None or (inc.last_step is not None and top <= inc.last_step):
-            return
-        if top > (inc.resume_step or 0) and inc.first_step is None:
-            # When the agents saw the first new step (they heartbeat at once then), else when we did.
-            seen = [float(b["first_step_at"]) for b in beats if b.get("first_step_at")]
-            inc.first_step, inc.first_step_at = top, min(seen, default=now)
-            if preemption is not None:
-                preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
-                self.notify(RECOVERED_EVENT, self._event(preemption, resumed_from=inc.resume_step, step=top))
-        inc.last_step, inc.last_progress_at = top, now
+        if preemption is not None and preemption.restore_s is None and inc.first_step_at and inc.ready_at:
+            preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
+            self._save()  # an event: the recovery is complete
+            payload = preemption_event(self.run_id, preemption, resumed_from=inc.resume_step, step=mark[0])
+            self.notify(RECOVERED_EVENT, payload)
 
-    def _slice_lost(self, inc: Incarnation) -> str | None:
-        """Why the slice is gone (as its provider describes it), or None while it is healthy."""
-        rec = self.provider.describe(inc.zone, inc.queued_resource)
-        if rec is None:
-            return "slice missing"
-        if rec.state in SliceState.RUNNING or rec.state == Phase.BOOTING:
-            return None
-        return rec.raw_state
-
-    # -- recovery ----------------------------------------------------------------------------
-    def _recover(self, inc: Incarnation, reason: str) -> Preemption:
+    def _recover(self, inc: IncarnationState, reason: str, *, unsupervised: bool = False) -> PreemptionState:
         detected = time.time()
-        p = Preemption(len(self.report.preemptions) + 1, reason, inc.queued_resource, inc.zone, inc.tier, detected,
-                       inc.last_step, detect_s=max(0.0, detected - self._last_beat))  # fmt: skip
-        self.report.preemptions.append(p)
+        p = PreemptionState(len(self.state.preemptions) + 1, inc.number, reason, inc.queued_resource, inc.zone,
+                            inc.tier, detected, inc.last_seen_at, inc.last_step, unsupervised)  # fmt: skip
+        p.detect_s = max(0.0, detected - (inc.last_seen_at or detected))
+        inc.end, inc.ended_at = "preempted", detected
+        self.state.preemptions.append(p)
+        self.report.preemptions = self.state.preemptions
+        self._save()
         L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
-        self.notify(PREEMPTED_EVENT, self._event(p))
-        # A notice: the workers are saving; give them their grace before the slice is deleted (agent hook).
-        notices.wait_for_exit_reports(self.gcs, self.layout, inc.incarnation_id, self._slice.hosts, self._notices)
+        self.notify(PREEMPTED_EVENT, preemption_event(self.run_id, p))
+        if self._notices:  # the workers are saving: their grace first
+            notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
         t0 = time.monotonic()
-        self.lease.release()
+        self.slices.release()
         p.delete_s = time.monotonic() - t0
-        # The killed workers' exit reports (written on SIGTERM) name the step each really reached.
-        reports = self._mine(inc, list_json(self.gcs, self.layout.workers))
+        # Exit heartbeats and reports (written on SIGTERM) name the step each worker reached.
+        with contextlib.suppress(TransientError):
+            self._heartbeats(inc)
+        reports = mine(inc, list_json(self.gcs, self.layout.workers))
         reached = [s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None]
         p.last_step = max(reached, default=None)
         inc.kept_until = latest_complete_step(self.gcs, self.layout.steps_uri)
-        if len(self.report.preemptions) > self.job.train.max_recoveries:
-            raise TrainingError(
-                f"run {self.run_id}: preempted {len(self.report.preemptions)} times; max_recoveries is "
-                f"{self.job.train.max_recoveries}. Resume later with the same run id."
-            )
+        self._save()
+        check_recoveries(self.run_id, len(self.state.preemptions), self.job.train.max_recoveries)
         return p
 
     def _check_deadline(self) -> None:
         if time.monotonic() >= self.deadline:
             raise TrainingError(f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached")
 
-    def _event(self, p: Preemption, **extra: Any) -> dict[str, Any]:
-        return {"run_id": self.run_id, "preemption": p.number, "reason": p.reason, "zone": p.zone, "tier": p.tier,
-                "queued_resource": p.queued_resource, "last_step": p.last_step, **extra}  # fmt: skip
-
-    def _finish(self, wall_s: float) -> None:
-        """Wall time, cost from the ledger, and the report in GCS (best effort: never masks an error)."""
-        self.report.wall_s = wall_s
-        if self.report.final_step is None:
+    def _finish(self) -> None:
+        """The report (derived from the run's state, cost from the ledger) to GCS; best effort, never masks an error."""
+        if self.state.final_step is None:
             with contextlib.suppress(TpuOpsError):
-                self.report.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+                self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
+        live = self.state.live
+        if live is not None and self.state.outcome == "failed":
+            live.end, live.ended_at = "failed", time.time()
+            live.kept_until = self.state.final_step
+        if self.state.outcome == "failed" and self.state.finished_at is None:
+            self.state.finished_at = time.time()
         try:
-            cost = L.Ledger(self.settings, self.run_id).summary(load_prices(self.settings))
-            self.report.cost = cost.to_json()
+            cost = L.Ledger(self.settings, self.run_id).summary(load_prices(self.settings)).to_json()
+            self.report = GoodputReport.derive(self.state, time.time(), cost)
             put_json(self.gcs, self.layout.goodput, self.report.to_json())
+            if self.state.outcome == "failed":
+                self.state.finished_at = None  # a later supervisor resumes the run: its wall goes on
+            self._save()
         except (TpuOpsError, OSError) as exc:
             self.report.error = self.report.error or f"goodput report not written: {exc}"
 
