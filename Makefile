@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export NO_GCE_CHECK := true
 
-.PHONY: setup tools test lint typecheck pytest dry-run ui bench mutmut clean
+.PHONY: setup tools test lint typecheck pytest orbax-check dry-run ui bench mutmut clean
 
 setup: $(STAMP) tools
 
@@ -38,6 +38,12 @@ typecheck: $(STAMP)
 
 pytest: setup
 	$(VENV)/bin/pytest -q
+
+## a real JAX + orbax-checkpoint trainer (CPU) on a 2-host slice, preempted during a save, ends with the
+## parameters of an uninterrupted run; its wheels (~185 MB, examples/orbax_trainer/constraints.txt) are
+## downloaded from PyPI once into .tpu-ops/orbax-wheelhouse. A few minutes: not in `make pytest`.
+orbax-check: setup
+	$(VENV)/bin/pytest -q -m orbax tests/train/test_orbax_trainer.py
 
 ## the main job: the whole pipeline, locally, against emulated clouds
 dry-run: $(STAMP)

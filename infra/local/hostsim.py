@@ -50,6 +50,7 @@ class HostBackend(Protocol):
 # cloud these point at Google; here at the emulators) and the dry-run flag.
 WORKER_ENV = frozenset({
     "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "TPU_OPS_DRY_RUN",
+    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
     "TPU_OPS_LOGGING_ENDPOINT", "GOOGLE_CLOUD_PROJECT",
 })  # fmt: skip
 

@@ -47,7 +47,9 @@ class MetadataServer:
 
     def _lookup(self, path: str, recursive: bool) -> tuple[int, str, str]:
         if path in self.values:
-            return 200, self.values[path], "application/text"
+            # The real server types the token as JSON, and google-auth parses it only when so typed.
+            ctype = "application/json" if path.endswith("/token") else "application/text"
+            return 200, self.values[path], ctype
         if path.endswith("/") or path == "":
             children = sorted({k[len(path) :].split("/")[0] + ("/" if "/" in k[len(path) :] else "")
                                for k in self.values if k.startswith(path)})  # fmt: skip
@@ -169,10 +171,13 @@ def tpu_vm_values(node: dict[str, Any], project: str, zone: str, worker: int) ->
 
 def compute_vm_values(node: dict[str, Any], project: str, zone: str, worker: int) -> dict[str, str]:
     """The metadata a Compute Engine TPU VM (one instance of a slice) sees: ``worker-id`` instead
-    of ``agent-worker-number`` and ``worker-network-endpoints`` as the slice's host names."""
+    of ``agent-worker-number`` and ``worker-network-endpoints`` naming the slice's hosts."""
     name = node["name"].rsplit("/", 1)[1]
     ips = [e["ipAddress"] for e in node.get("networkEndpoints", [])]
     hostnames = [str(h) for h in node.get("hostnames", [])]
+    # Host names with each host's IP (``name:id:ip``, a form JAX and the agent read): the fake's host
+    # names resolve nowhere, so the JAX coordinator address must be worker 0's IP.
+    endpoints = ",".join(f"{h}:{i}:{ip}" for i, (h, ip) in enumerate(zip(hostnames, ips, strict=True)))
     accel = str(node.get("acceleratorType", ""))
     tpu_env = {
         "ACCELERATOR_TYPE": accel,
@@ -185,7 +190,7 @@ def compute_vm_values(node: dict[str, Any], project: str, zone: str, worker: int
     attrs: dict[str, str] = {str(k): str(v) for k, v in (node.get("metadata") or {}).items()}
     attrs.update({
         "worker-id": str(worker),
-        "worker-network-endpoints": ",".join(hostnames),
+        "worker-network-endpoints": endpoints,
         "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in tpu_env.items()),
         "accelerator-type": accel,
     })  # fmt: skip

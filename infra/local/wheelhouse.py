@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import importlib.metadata
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -64,4 +66,43 @@ def upload_wheelhouse(settings: Settings, uri: str, names: tuple[str, ...] = ("n
     for name in names:
         wheel = repack(name, Path(settings.state_dir) / "wheelhouse")
         gcs.bucket(dest.bucket).blob(dest.key(wheel.name)).upload_from_filename(str(wheel))
+    return uri
+
+
+# The JAX + Orbax trainer's setup (examples/orbax_trainer): fetch the runtime folder the user uploaded
+# (wheels, pip's own wheel, requirements, constraints, the trainer), then `pip install --no-index
+# --find-links` into a venv of the image's python3, with pip run from its wheel (the image has no pip).
+ORBAX_SETUP = (
+    'set -eu; "$TPU_OPS_AGENT_PYTHON" -m tpu_ops.agent fetch "$1" rt; python3 -m venv --without-pip venv; '
+    'pip=$(ls rt/pip-*.whl); venv/bin/python "$pip/pip" install -q --no-index --no-compile --find-links rt '
+    "-r rt/requirements.txt -c rt/constraints.txt"
+)
+ORBAX_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "orbax_trainer"
+
+
+def pypi_wheelhouse(cache: Path, example: Path = ORBAX_EXAMPLE) -> Path:
+    """Download ``example``'s requirements (pinned by its constraints) and pip's own wheel from the
+    package index into ``cache``, once: a stamp holding both files' text skips later calls."""
+    req, cons = example / "requirements.txt", example / "constraints.txt"
+    stamp = cache / ".downloaded"
+    want = req.read_text() + cons.read_text()
+    if stamp.exists() and stamp.read_text() == want:
+        return cache
+    cache.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(cache)]
+    # pip's own version comes from the constraints too (it is in the wheelhouse to install the rest)
+    subprocess.run([*pip, "-r", str(req), "-c", str(cons), "pip"], check=True, timeout=1800)
+    stamp.write_text(want)
+    return cache
+
+
+def upload_orbax_runtime(settings: Settings, uri: str, cache: Path, example: Path = ORBAX_EXAMPLE) -> str:
+    """Upload the wheelhouse in ``cache`` and the example's requirements, constraints and trainer under
+    ``uri`` (gs://...), which ``ORBAX_SETUP`` fetches on every worker; returns ``uri``."""
+    settings.check_safe("gcs_endpoint")
+    gcs = storage_client(settings)
+    dest = parse_gs(uri)
+    files = sorted(cache.glob("*.whl")) + [example / n for n in ("requirements.txt", "constraints.txt", "train.py")]
+    for f in files:
+        gcs.bucket(dest.bucket).blob(dest.key(f.name)).upload_from_filename(str(f))
     return uri
