@@ -1014,7 +1014,8 @@ class ComputeBackend(FakeBackend[NodeEvent]):
     # -- control (what /_fake/* exposes) --------------------------------------------------------
     def preempt(self, zone: str, name: str, project: str | None = None) -> dict[str, Any]:
         """Spot preemption: STOPPING now (the guest gets SIGTERM), a ``compute.instances.preempted``
-        zone operation, and ``preempt_notice_s`` of fake time later TERMINATED (or deleted)."""
+        zone operation, and ``preempt_notice_s`` of fake time later TERMINATED (or deleted); for a host
+        of a multi-host slice, every running host of the slice."""
 
         def run() -> dict[str, Any]:
             found = [i for (p, z, n), i in self._instances.items()
@@ -1025,11 +1026,16 @@ class ComputeBackend(FakeBackend[NodeEvent]):
             if inst.model != "SPOT":
                 raise exc.FailedPrecondition(f"instance {inst.path} is {inst.model}; only SPOT VMs are preempted")
             now = self.clock.now()
-            inst.status, inst.preempted, inst.kill_at = Status.STOPPING, True, now + self.preempt_notice_s
-            op = self._new_op(inst.project, f"zones/{zone}", PREEMPTED, inst.path, inst.uid)
-            op.status_message = "Instance was preempted."
-            if (inst.path, inst.uid) in self._hosted:
-                self._event("terminating", "preempted", inst)
+            # A multi-host slice (a group with a workload policy) is lost as a whole: every host gets
+            # its notice and goes with it (Google: its instances are only ever rescheduled together).
+            grp = self._groups.get((inst.project, inst.zone, inst.group)) if inst.group else None
+            slice_ = [m for m in self._members(grp) if m.status == Status.RUNNING] if grp and grp.policy else [inst]
+            for host in slice_:
+                host.status, host.preempted, host.kill_at = Status.STOPPING, True, now + self.preempt_notice_s
+                op = self._new_op(host.project, f"zones/{zone}", PREEMPTED, host.path, host.uid)
+                op.status_message = "Instance was preempted."
+                if (host.path, host.uid) in self._hosted:
+                    self._event("terminating", "preempted", host)
             return inst.to_json(self.link_base)
 
         return self._locked(run)
