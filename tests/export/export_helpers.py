@@ -47,7 +47,8 @@ def write_run(gcs: Any, bucket: str, run_id: str, *, big: int = 0) -> tuple[str,
     b.blob(f"{base}/_tpu_ops/job.json").upload_from_string(json.dumps({"run_id": run_id, "dataset_manifest": manifest}))
     goodput = {"final_step": 200, "wall_s": 900.0, "productive_s": 810.0,
                "preemptions": [{"number": 1, "reason": "node PREEMPTED", "last_step": 150, "resume_step": 100,
-                               "steps_lost": 50, "detect_s": 4.1, "reprovision_s": 30.2}]}  # fmt: skip
+                               "steps_lost": 50, "detect_s": 4.1, "reprovision_s": 30.2,
+                               "overhead_s": 36.123456789}]}  # fmt: skip
     b.blob(f"{base}/_tpu_ops/goodput.json").upload_from_string(json.dumps(goodput))
     return f"gs://{bucket}/runs", manifest
 

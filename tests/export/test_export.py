@@ -68,7 +68,7 @@ def test_export_approve_deploy_and_lineage(
     assert main(["audit", "lineage", arn]) == 0
     text = capsys.readouterr().out
     for want in (f"dataset snapshot  {MANIFEST['snapshot_id']}", f"training run  {run.run_id}", "preemptions: 1",
-                 "reason=node PREEMPTED", "steps_lost=50", f"{run.run_uri}/200 (checkpoint, step 200)",
+                 "reason=node PREEMPTED", "steps_lost=50, overhead_s=36.1", f"{run.run_uri}/200 (checkpoint, step 200)",
                  meta["artifact_sha256"], arn,
                  "model.approved  by alice", "endpoint      fraud-prod"):  # fmt: skip
         assert want in text, (want, text)

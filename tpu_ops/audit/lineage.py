@@ -135,5 +135,10 @@ _PREEMPTION_KEYS = ("number", "reason", "zone", "tier", "last_step", "resume_ste
 def _one_line(obj: Any) -> str:
     if isinstance(obj, dict):
         keys = [k for k in _PREEMPTION_KEYS if k in obj] or list(obj)
-        return ", ".join(f"{k}={obj[k]}" for k in keys)
+        return ", ".join(f"{k}={_figure(obj[k])}" for k in keys)
     return str(obj)
+
+
+def _figure(value: Any) -> str:
+    """Seconds to one decimal, as the goodput report prints them; anything else as it is."""
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
