@@ -54,6 +54,10 @@ def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
     reports = sorted((tmp_path / "work" / "workers").rglob("stdout.log"))
     assert len(reports) == 8  # 4 hosts, twice
     assert sum("resuming from step" in r.read_text() for r in reports) == 4
+    # one host preempted: every host of the slice got the notice, so the step in hand was saved
+    first = [r.read_text() for r in reports if "resuming from step" not in r.read_text()]
+    assert len(first) == 4 and all("SIGTERM: notice written" in text for text in first)
+    assert p["steps_lost"] == 0 and p["resume_step"] == p["last_step"]
     assert "Traceback" not in out.stderr
     # its own Prefect home, under the workdir: not the PREFECT_HOME (or ~/.prefect) of the shell
     assert (tmp_path / "work" / "prefect-home").is_dir() and not (tmp_path / "prefect").exists()
