@@ -10,7 +10,7 @@ its own fake metadata server (``GCE_METADATA_HOST``/``GCE_METADATA_IP``). Like G
 images, a worker sees a bare interpreter: ``python3`` is a virtual environment of the host's
 base Python without pip or any third-party package, pip finds no index (``PIP_NO_INDEX=1``, no
 config file), and the environment is rebuilt from scratch: only the endpoints a VM would know
-(metadata server, GCS emulator and what TensorStore needs to reach it) and the dry-run flag pass
+(metadata server, GCS emulator and what TensorStore and gcsfs need to use it) and the dry-run flag pass
 through, never the host's ``PATH``, virtual environment or credentials. When the node is
 preempted, deleted or the fake is reset, every worker's group gets SIGTERM (the notice) and, after
 ``grace_s``, SIGKILL. stdout/stderr go to files in the worker's directory and stay readable after

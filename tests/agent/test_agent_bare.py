@@ -128,6 +128,9 @@ def test_sigterm_writes_the_notice_at_once_and_forwards_the_remaining_grace(bare
 def test_metadata_forms_worker_id_and_host_name_lists() -> None:
     assert parse_endpoints("unknown:unknown:10.0.0.1,unknown:unknown:10.0.0.2") == ("10.0.0.1", "10.0.0.2")
     assert parse_endpoints("t1v-w-0, t1v-w-1\nt1v-w-2") == ("t1v-w-0", "t1v-w-1", "t1v-w-2")
+    # a host name with its IP (the fake Compute Engine's form): the IP, which needs no DNS
+    assert parse_endpoints("s-0.z.c.p.internal:0:127.20.0.2,s-1.z.c.p.internal:1:127.20.0.3") == (
+        "127.20.0.2", "127.20.0.3")  # fmt: skip
     values = {"instance/attributes/worker-id": "1", "instance/attributes/worker-network-endpoints": "h-0,h-1",
               "instance/zone": "projects/1/zones/us-east5-a", "instance/name": "slice-1"}  # fmt: skip
     md = MetadataServer(values).start()
