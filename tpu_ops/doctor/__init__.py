@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tpu_ops.cloud import probes
 from tpu_ops.doctor.base import (
     CALL_TIMEOUT_S,
     GCS_PERMISSIONS,
@@ -40,19 +41,11 @@ __all__ = ["MISSING", "OK", "SKIPPED", "Check", "aws_checks", "compute_checks", 
 def _gcs_bucket(settings: Settings, gcs: Any, uri: str, role: str) -> Check:
     bucket_name = parse_uri(uri, "gs").bucket
     name = f"gcs {role}: gs://{bucket_name}"
-    bucket = gcs.bucket(bucket_name)
     emulated = bool(settings.gcs_endpoint)
-    try:
-        granted = set(bucket.test_iam_permissions(list(GCS_PERMISSIONS), timeout=CALL_TIMEOUT_S, retry=None))
-    except Exception as exc:
-        from google.api_core.exceptions import NotFound
-
-        if not (emulated and isinstance(exc, NotFound)):
-            raise
-        # the emulator has no IAM: the bucket's existence is what can be checked
-        bucket.reload(timeout=CALL_TIMEOUT_S, retry=None)
-        return _ok(name, f"exists in {bucket.location} (emulator: no IAM to test)")
-    lacking = [p for p in GCS_PERMISSIONS if p not in granted]
+    access = probes.bucket_access(gcs, bucket_name, GCS_PERMISSIONS, emulated=emulated, timeout_s=CALL_TIMEOUT_S)
+    if access.granted is None:  # the emulator has no IAM: the bucket's existence is what can be checked
+        return _ok(name, f"exists in {access.location} (emulator: no IAM to test)")
+    lacking = [p for p in GCS_PERMISSIONS if p not in access.granted]
     if lacking:
         return _missing(
             name,
@@ -64,10 +57,7 @@ def _gcs_bucket(settings: Settings, gcs: Any, uri: str, role: str) -> Check:
 
 
 def _tpu_locations(settings: Settings, tpu: Any, zones: list[str]) -> Check:
-    from google.cloud.location import locations_pb2
-
-    request = locations_pb2.ListLocationsRequest(name=f"projects/{settings.gcp_project}")
-    listed = {loc.location_id for loc in tpu.list_locations(request, retry=None, timeout=CALL_TIMEOUT_S).locations}
+    listed = probes.tpu_zones(tpu, settings.gcp_project, timeout_s=CALL_TIMEOUT_S)
     absent = [z for z in zones if z not in listed]
     if absent:
         return _missing(
@@ -81,8 +71,7 @@ def _tpu_locations(settings: Settings, tpu: Any, zones: list[str]) -> Check:
 def _tpu_accelerator(settings: Settings, tpu: Any, accelerator: str, zones: list[str]) -> list[Check]:
     out = []
     for zone in zones:
-        parent = f"projects/{settings.gcp_project}/locations/{zone}"
-        types = {t.type_ for t in tpu.list_accelerator_types(parent=parent, retry=None, timeout=CALL_TIMEOUT_S)}
+        types = probes.tpu_accelerator_types(tpu, settings.gcp_project, zone, timeout_s=CALL_TIMEOUT_S)
         name = f"tpu {accelerator} in {zone}"
         if accelerator in types:
             out.append(_ok(name, "offered"))
@@ -99,7 +88,7 @@ def _reservation(settings: Settings, name: str, zone: str) -> Check:
         parts = name.split("/")
         project, leaf = parts[1], parts[-1]
     parent = f"projects/{project}/locations/{zone}"
-    body = _tpu_rest_get(settings, f"/v2alpha1/{parent}/reservations")
+    body = probes.tpu_rest_get(settings, f"/v2alpha1/{parent}/reservations", timeout_s=CALL_TIMEOUT_S)
     found = {str(r.get("name", "")).rsplit("/", 1)[-1]: r for r in body.get("reservations", [])}
     label = f"reservation {leaf} in {zone}"
     if leaf not in found:
@@ -111,31 +100,6 @@ def _reservation(settings: Settings, name: str, zone: str) -> Check:
         )
     size = (found[leaf].get("standard") or {}).get("size", "?")
     return _ok(label, f"{found[leaf].get('state', '?')}, size {size}")
-
-
-def _tpu_rest_get(settings: Settings, path: str) -> dict[str, Any]:
-    """One GET on the TPU REST API (the emulator's endpoint, or tpu.googleapis.com with credentials)."""
-    import requests
-
-    from tpu_ops.cloud.clients import _google_credentials
-
-    settings.check_safe("tpu_endpoint")
-    endpoint = (settings.tpu_endpoint or "https://tpu.googleapis.com").rstrip("/")
-    if settings.tpu_endpoint:
-        session: Any = requests.Session()
-    else:  # pragma: no cover - real cloud only
-        import google.auth
-        from google.auth.transport.requests import AuthorizedSession
-
-        creds = _google_credentials(settings, emulated=False)
-        if creds is None:
-            creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
-    with session:
-        resp = session.get(endpoint + path, timeout=CALL_TIMEOUT_S)
-        resp.raise_for_status()
-        body: dict[str, Any] = resp.json()
-    return body
 
 
 def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
