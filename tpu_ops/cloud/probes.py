@@ -1,4 +1,4 @@
-"""The read-only Google Cloud calls ``tpu-ops doctor`` makes, answered as plain values.
+"""The read-only cloud calls ``tpu-ops doctor`` makes (Google Cloud, AWS), answered as typed values.
 
 Nothing here writes. Errors are left as the SDK raised them: the doctor's guard turns each into a
 MISSING line through :func:`tpu_ops.cloud.translate.explain`, naming the call that failed.
@@ -77,3 +77,69 @@ def tpu_rest_get(settings: Settings, path: str, *, timeout_s: float) -> dict[str
         resp.raise_for_status()
         body: dict[str, Any] = resp.json()
     return body
+
+
+# -- AWS -------------------------------------------------------------------------------------------
+def caller_arn(sts: Any) -> str:
+    """Who the AWS credentials are (``sts:GetCallerIdentity``)."""
+    return str(sts.get_caller_identity()["Arn"])
+
+
+def s3_versioning(s3: Any, bucket: str, prefix: str) -> str:
+    """List one key under ``prefix`` (is it listable?), then the bucket's versioning status ("" if never set)."""
+    s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    return str(s3.get_bucket_versioning(Bucket=bucket).get("Status") or "")
+
+
+def s3_reachable(s3: Any, bucket: str) -> None:
+    """``HeadBucket``: raises if the bucket is missing or not ours to see."""
+    s3.head_bucket(Bucket=bucket)
+
+
+@dataclass(frozen=True)
+class ObjectLock:
+    """A bucket's Object Lock configuration: on or off, and its default retention if any."""
+
+    enabled: bool
+    mode: str = ""
+    days: int | None = None
+    years: int | None = None
+
+
+def s3_object_lock(s3: Any, bucket: str) -> ObjectLock:
+    """The bucket's Object Lock configuration (off when it has none)."""
+    try:
+        conf = s3.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration") or {}
+    except Exception as exc:
+        if "ObjectLockConfigurationNotFound" not in str(exc):  # the error code, in the message
+            raise
+        conf = {}
+    rule = (conf.get("Rule") or {}).get("DefaultRetention") or {}
+    return ObjectLock(conf.get("ObjectLockEnabled") == "Enabled", rule.get("Mode", ""), rule.get("Days"),
+                      rule.get("Years"))  # fmt: skip
+
+
+def model_package_group_status(sagemaker: Any, group: str) -> str | None:
+    """The SageMaker model package group's status, or None if it does not exist."""
+    try:
+        desc = sagemaker.describe_model_package_group(ModelPackageGroupName=group)
+    except Exception as exc:
+        if "does not exist" not in str(exc) and "ValidationException" not in str(exc):
+            raise
+        return None
+    return str(desc.get("ModelPackageGroupStatus", "present"))
+
+
+@dataclass(frozen=True)
+class KmsKey:
+    """What the doctor asks of the audit signing key."""
+
+    usage: str
+    state: str
+    spec: str
+
+
+def kms_key(kms: Any, key_id: str) -> KmsKey:
+    """A KMS key's usage, state and key spec (``DescribeKey``)."""
+    meta = kms.describe_key(KeyId=key_id)["KeyMetadata"]
+    return KmsKey(str(meta.get("KeyUsage")), str(meta.get("KeyState")), str(meta.get("KeySpec", "?")))

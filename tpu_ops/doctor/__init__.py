@@ -138,8 +138,7 @@ def _aws(settings: Settings, service: str) -> Any:
 
 def _s3_source(s3: Any, uri: str) -> Check:
     src = parse_uri(uri, "s3")
-    s3.list_objects_v2(Bucket=src.bucket, Prefix=src.prefix, MaxKeys=1)
-    versioning = s3.get_bucket_versioning(Bucket=src.bucket).get("Status") or "never enabled"
+    versioning = probes.s3_versioning(s3, src.bucket, src.prefix) or "never enabled"
     detail = f"listable; versioning {versioning}"
     if versioning != "Enabled":
         detail += " (reads pin ETags instead of versions)"
@@ -148,20 +147,15 @@ def _s3_source(s3: Any, uri: str) -> Check:
 
 def _s3_export(s3: Any, uri: str) -> Check:
     dest = parse_uri(uri, "s3")
-    s3.head_bucket(Bucket=dest.bucket)
+    probes.s3_reachable(s3, dest.bucket)
     return _ok(f"s3 export: s3://{dest.bucket}", "reachable (write access is not probed: doctor never writes)")
 
 
 def _s3_audit(s3: Any, uri: str) -> Check:
     bucket = parse_uri(uri, "s3").bucket
     name = f"s3 audit: s3://{bucket}"
-    try:
-        conf = s3.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration") or {}
-    except Exception as exc:
-        if "ObjectLockConfigurationNotFound" not in str(exc):
-            raise
-        conf = {}
-    if conf.get("ObjectLockEnabled") != "Enabled":
+    lock = probes.s3_object_lock(s3, bucket)
+    if not lock.enabled:
         return _missing(
             name,
             "Object Lock is not enabled: audit records could be deleted or overwritten",
@@ -170,45 +164,38 @@ def _s3_audit(s3: Any, uri: str) -> Check:
             f"--bucket {bucket} --object-lock-configuration ObjectLockEnabled=Enabled; policy: "
             "infra/iam/aws/audit-bucket-policy.json",
         )
-    rule = (conf.get("Rule") or {}).get("DefaultRetention") or {}
-    default = f"default {rule.get('Mode')} {rule.get('Days') or rule.get('Years')}" if rule else "no default retention"
+    default = f"default {lock.mode} {lock.days or lock.years}" if lock.mode else "no default retention"
     return _ok(name, f"Object Lock enabled ({default})")
 
 
 def _model_group(sm: Any, group: str) -> Check:
     name = f"sagemaker group: {group}"
-    try:
-        desc = sm.describe_model_package_group(ModelPackageGroupName=group)
-    except Exception as exc:
-        if "does not exist" not in str(exc) and "ValidationException" not in str(exc):
-            raise
-        # the first export creates it (sagemaker:CreateModelPackageGroup is in the flows' policy)
+    status = probes.model_package_group_status(sm, group)
+    if status is None:  # the first export creates it (sagemaker:CreateModelPackageGroup is in the flows' policy)
         return _ok(name, f"not created yet: the first export creates it (or: aws sagemaker "
                          f"create-model-package-group --model-package-group-name {group})")  # fmt: skip
-    return _ok(name, f"{desc.get('ModelPackageGroupStatus', 'present')}")
+    return _ok(name, status)
 
 
 def _kms_key(kms: Any, key_id: str) -> Check:
-    meta = kms.describe_key(KeyId=key_id)["KeyMetadata"]
+    key = probes.kms_key(kms, key_id)
     name = f"kms key: {key_id}"
     problems = []
-    if meta.get("KeyUsage") != "SIGN_VERIFY":
-        problems.append(f"usage {meta.get('KeyUsage')} (needs SIGN_VERIFY)")
-    if meta.get("KeyState") != "Enabled":
-        problems.append(f"state {meta.get('KeyState')}")
+    if key.usage != "SIGN_VERIFY":
+        problems.append(f"usage {key.usage} (needs SIGN_VERIFY)")
+    if key.state != "Enabled":
+        problems.append(f"state {key.state}")
     if problems:
         fix = "aws kms create-key --key-usage SIGN_VERIFY --key-spec ECC_NIST_P256; set TPU_OPS_AUDIT_KMS_KEY_ID"
         return _missing(name, "; ".join(problems), fix)
-    return _ok(name, f"{meta.get('KeySpec', '?')}, SIGN_VERIFY, enabled")
+    return _ok(name, f"{key.spec}, SIGN_VERIFY, enabled")
 
 
 def aws_checks(settings: Settings, spec: PipelineSpec | None, kms_key_id: str | None = None) -> list[Check]:
     """Identity, the source/export/audit buckets, the model package group, the audit signing key."""
     out: list[Check] = []
     creds = "credentials: AWS_PROFILE, a role, or an AwsCredentials block (never keys in a spec)"
-    out += _guard(
-        "aws identity", creds, lambda: _ok("aws identity", _aws(settings, "sts").get_caller_identity()["Arn"])
-    )
+    out += _guard("aws identity", creds, lambda: _ok("aws identity", probes.caller_arn(_aws(settings, "sts"))))
     s3 = _aws(settings, "s3")
     read = "grant infra/iam/aws/flows-role-policy.json (SourceDatasetList/Read) to the flows' role"
     audit_uri = (spec.audit_bucket if spec is not None else None) or getattr(settings, "audit_uri", None)
