@@ -20,6 +20,7 @@ translated into it in one place, :mod:`tpu_ops.cloud.translate`. The tree::
     ├── ProvisioningError         every rung of the capacity ladder failed (carries the attempts)
     ├── CheckpointError           no complete checkpoint, corrupt checkpoint
     ├── TrainingError             the trainer failed on its own (exit status, log tail), or recovery gave up
+    ├── DeadlineError             waited past a deadline for a condition (also a builtin ``TimeoutError``)
     └── IntegrityError            checksum mismatch, source changed mid-run, broken audit chain
         ├── SourceChangedError    the source object is no longer the listed version
         └── ChecksumMismatchError what was stored (or sent) does not match the bytes read
@@ -142,6 +143,13 @@ class TrainingError(TpuOpsError):
         self.worker = worker
         self.exit_code = exit_code
         self.log_tail = log_tail
+
+
+class DeadlineError(TpuOpsError, TimeoutError):
+    """A condition did not come true before its deadline (workers never reported, a slice never went).
+
+    Also a ``TimeoutError``, so code that waits on the one polling helper catches both alike.
+    """
 
 
 class IntegrityError(TpuOpsError):

@@ -12,7 +12,7 @@ from typing import Any
 
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.cloud.translate import google_errors
-from tpu_ops.errors import IntegrityError
+from tpu_ops.errors import DeadlineError, IntegrityError
 from tpu_ops.polling import poll
 from tpu_ops.settings import Settings
 from tpu_ops.uris import parse_gs
@@ -23,7 +23,7 @@ def collect_reports(
 ) -> list[dict[str, Any]]:
     """Wait until ``expected`` workers wrote their reports under ``out_uri``; return them by worker.
 
-    Raises ``IntegrityError`` if a worker reported problems, ``TimeoutError`` if some never report.
+    Raises ``IntegrityError`` if a worker reported problems, ``DeadlineError`` if some never report.
     """
     gcs = storage_client(settings)
     out = parse_gs(out_uri)
@@ -38,7 +38,7 @@ def collect_reports(
     try:
         blobs = poll(reports, timeout_s=timeout_s, interval_s=poll_s, max_interval_s=poll_s, what="worker reports")
     except TimeoutError:
-        raise TimeoutError(f"{seen[0]} of {expected} workers reported under {out_uri} in {timeout_s:.0f}s") from None
+        raise DeadlineError(f"{seen[0]} of {expected} workers reported under {out_uri} in {timeout_s:.0f}s") from None
     with google_errors("gcs"):
         found = sorted((json.loads(b.download_as_bytes()) for b in blobs), key=lambda r: int(r["worker_number"]))
     bad = [r for r in found if r["problems"]]

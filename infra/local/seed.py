@@ -16,7 +16,6 @@ import yaml
 from safetensors.numpy import save
 
 from tpu_ops.cloud.clients import boto3_client, storage_client
-from tpu_ops.cloud.session import shared_client
 from tpu_ops.settings import Settings
 from tpu_ops.specs import PipelineSpec
 from tpu_ops.uris import parse_gs, parse_s3
@@ -129,25 +128,6 @@ def set_tpu_capacity(settings: Settings, capacity: dict[str, Any]) -> None:
     )
     with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a checked loopback endpoint
         resp.read()
-
-
-def seed_audit(settings: Settings) -> str:
-    """The audit trail's bucket (Object Lock on) and KMS signing key (alias ``AUDIT_KEY_ALIAS``).
-
-    Returns the key's ARN. Idempotent: safe after every reset of the emulated AWS.
-    """
-    from infra.local.stack import AUDIT_KEY_ALIAS
-
-    ensure_s3_bucket(settings, settings.audit_uri, object_lock=True)
-    kms = shared_client(settings, "kms")
-    aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases().get("Aliases", [])}
-    key_id = aliases.get(AUDIT_KEY_ALIAS)
-    if not key_id:
-        key_id = kms.create_key(
-            KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY", Description="tpu-ops audit digests"
-        )["KeyMetadata"]["KeyId"]
-        kms.create_alias(AliasName=AUDIT_KEY_ALIAS, TargetKeyId=key_id)
-    return str(kms.describe_key(KeyId=key_id)["KeyMetadata"]["Arn"])
 
 
 def ensure_model_bucket(settings: Settings, uri: str) -> None:

@@ -36,7 +36,7 @@ from infra.local.tpu.models import Latency, TpuBackend
 from infra.local.tpu.server import TpuServer
 from tpu_ops.settings import Settings
 
-AUDIT_KEY_ALIAS = "alias/tpu-ops-audit"  # created by infra.local.seed.seed_audit
+AUDIT_KEY_ALIAS = "alias/tpu-ops-audit"  # created by LocalStack.seed_audit
 
 PROJECT = "tpu-ops-local"
 AWS_REGION = "us-east-1"
@@ -276,10 +276,22 @@ class LocalStack:
             self.compute.backend.reset()
 
     def seed_audit(self) -> str:
-        """The audit bucket (Object Lock) and KMS signing key; moto's reset forgets them, so after each."""
-        from infra.local.seed import seed_audit
+        """The audit trail's bucket (Object Lock on) and KMS signing key (alias ``AUDIT_KEY_ALIAS``);
+        moto's reset forgets them, so after each. Returns the key's ARN; idempotent."""
+        from infra.local.seed import ensure_s3_bucket
+        from tpu_ops.cloud.session import shared_client
 
-        return seed_audit(self.settings())
+        settings = self.settings()
+        ensure_s3_bucket(settings, settings.audit_uri, object_lock=True)
+        kms = shared_client(settings, "kms")
+        aliases = {a["AliasName"]: a.get("TargetKeyId") for a in kms.list_aliases().get("Aliases", [])}
+        key_id = aliases.get(AUDIT_KEY_ALIAS)
+        if not key_id:
+            key_id = kms.create_key(
+                KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY", Description="tpu-ops audit digests"
+            )["KeyMetadata"]["KeyId"]
+            kms.create_alias(AliasName=AUDIT_KEY_ALIAS, TargetKeyId=key_id)
+        return str(kms.describe_key(KeyId=key_id)["KeyMetadata"]["Arn"])
 
     def reset_gcs(self) -> None:
         """Delete every object and bucket in the GCS emulator (it has no reset of its own)."""

@@ -1,4 +1,4 @@
-"""The CLI, the settings' dry-run guard, the accelerator table and the layering rule."""
+"""The CLI, the settings' dry-run guard, the accelerator table and the edge rule (import rules: test_import_rules)."""
 
 from __future__ import annotations
 
@@ -204,47 +204,6 @@ def test_only_settings_reads_the_environment() -> None:
         and "agent" not in p.relative_to(ROOT / "tpu_ops").parts[:1]
     ]
     assert not readers, readers
-
-
-def _module_graph() -> dict[str, set[str]]:
-    """tpu_ops module → the tpu_ops modules it imports (at the top or inside functions)."""
-    graph: dict[str, set[str]] = {}
-    for path in (ROOT / "tpu_ops").rglob("*.py"):
-        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tpu_ops"):
-                submodules = {f"{node.module}.{a.name}" for a in node.names}
-                deps.update(submodules)
-                deps.add(node.module)  # dropped below when only submodules were imported
-            elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name.startswith("tpu_ops"))
-        graph[name] = deps
-    out: dict[str, set[str]] = {}
-    for m, deps in graph.items():
-        known = {d for d in deps if d in graph and d != m}
-        # `from pkg import submodule` imports the submodule, not the rest of the package;
-        # a package re-exporting its own modules is not a cycle between modules
-        out[m] = {d for d in known if not any(x.startswith(d + ".") for x in known) and not d.startswith(m + ".")}
-    return out
-
-
-def test_no_import_cycle_in_the_library() -> None:
-    graph = _module_graph()
-    assert graph.get("tpu_ops.provision.ladder")
-    cycles: list[list[str]] = []
-
-    def visit(node: str, path: list[str]) -> None:
-        for dep in graph[node]:
-            if dep in path:
-                cycles.append([*path[path.index(dep):], dep])
-            elif len(path) < 30:
-                visit(dep, [*path, dep])
-
-    for module in graph:
-        if not module.endswith("__init__") and "." in module:
-            visit(module, [module])
-    assert not cycles, f"import cycles: {cycles[:5]}"
 
 
 def test_library_modules_and_functions_stay_small() -> None:

@@ -23,7 +23,7 @@ def verify_signature(kms: Any, record: dict[str, Any], key_id: str | None = None
     cannot be asked (unreachable, access denied, no credentials) raises the translated ``CloudError``:
     that says nothing about the record.
     """
-    from tpu_ops.cloud.translate import translate_boto
+    from tpu_ops.cloud.translate import aws_error_code, translate_boto
 
     try:
         sig = base64.b64decode(str(record.get("signature", "")), validate=True)
@@ -43,7 +43,7 @@ def verify_signature(kms: Any, record: dict[str, Any], key_id: str | None = None
             SigningAlgorithm=SIGNING_ALGORITHM,
         )
     except Exception as exc:
-        code = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code", ""))
+        code = aws_error_code(exc)[0]
         if code == "KMSInvalidSignatureException":  # KMS's own word that this signature is not valid
             return False
         if code in _DENIED:  # KMS answers these with HTTP 400: still "could not ask", never "forged"

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from tpu_ops.audit.reading import parse_record
 from tpu_ops.audit.records import DIGEST_CHAIN, GENESIS, SEAL_EVENT, canonical, check_chain
 from tpu_ops.audit.verify import Damage
+from tpu_ops.cloud.translate import aws_error_code, is_aws_connection_error
 from tpu_ops.errors import CloudError
 from tpu_ops.uris import ObjectUri
 
@@ -70,11 +71,6 @@ class Conflict(Exception):
     """Another writer took this seq first."""
 
 
-def _code(exc: Exception) -> tuple[str, int]:
-    resp = getattr(exc, "response", None) or {}
-    return str(resp.get("Error", {}).get("Code", "")), int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-
-
 class S3Store:
     """Write-once records in ``trail`` (an ``s3://bucket/prefix``), through a botocore S3 client."""
 
@@ -103,7 +99,7 @@ class S3Store:
                 ChecksumAlgorithm="SHA256",
             )
         except Exception as exc:
-            code, status = _code(exc)
+            code, status = aws_error_code(exc)
             if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise Conflict(record["seq"]) from exc
             raise
@@ -231,7 +227,7 @@ class S3Store:
                                ChecksumAlgorithm="SHA256",
                                ObjectLockMode="COMPLIANCE", ObjectLockRetainUntilDate=until)  # fmt: skip
         except Exception as exc:
-            code, status = _code(exc)
+            code, status = aws_error_code(exc)
             if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
                 return None  # another sealer bundled the same range
             raise
@@ -283,7 +279,7 @@ class S3Store:
         try:
             data = self.get_bytes(str(ref["key"]))
         except Exception as exc:
-            if _code(exc)[1] == 404 or _code(exc)[0] == "NoSuchKey":
+            if aws_error_code(exc)[1] == 404 or aws_error_code(exc)[0] == "NoSuchKey":
                 problems.append(Damage("deleted", str(ref.get("chain")), None, str(ref["key"]),
                                        "a bundle a seal names is gone"))  # fmt: skip
                 return {}
@@ -362,14 +358,8 @@ def _history(key: str, detail: str) -> Damage:
 
 def is_unreachable(exc: BaseException) -> bool:
     """True for errors that mean "S3 is not answering now" (spool and retry later)."""
-    try:
-        from botocore.exceptions import ConnectionError as BotoConnectionError
-        from botocore.exceptions import HTTPClientError
-    except ImportError:  # pragma: no cover - botocore ships with boto3
-        return False
-    if isinstance(exc, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError):
+    if is_aws_connection_error(exc):
         return True
     if isinstance(exc, CloudError):
         return exc.status is None or exc.status >= 500
-    _, status = _code(exc) if isinstance(exc, Exception) else ("", 0)
-    return status >= 500
+    return aws_error_code(exc)[1] >= 500

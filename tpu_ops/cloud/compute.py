@@ -7,16 +7,15 @@ operation's ``.result()`` is ever called: it polls through a client built withou
 i.e. Google's real host. Writes use the ``*_unary`` methods and hand back an :class:`OpRef`;
 :meth:`ComputeApi.operation_error` polls it with a Zone/Region/GlobalOperationsClient built here.
 
-Errors are translated in one place (:func:`compute_errors`): a stockout (``*RESOURCE_POOL_EXHAUSTED*``,
-``*STOCKOUT*``) is a ``CapacityError`` for (zone, tier) and a quota error a ``QuotaError``, whether
-the create call answered it or its operation ended with it.
+Errors are translated by :mod:`tpu_ops.cloud.translate` (through :func:`compute_errors`): a stockout
+(``*RESOURCE_POOL_EXHAUSTED*``, ``*STOCKOUT*``) is a ``CapacityError`` for (zone, tier) and a quota
+error a ``QuotaError``, whether the create call answered it or its operation ended with it.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
@@ -33,17 +32,12 @@ from tpu_ops.cloud.compute_types import (
     VmSpec,
     vm_body,
 )
-from tpu_ops.cloud.translate import translate_google
-from tpu_ops.errors import CapacityError, CloudError, NotFoundError, QuotaError, TpuOpsError
+from tpu_ops.cloud.translate import capacity_error, google_errors
+from tpu_ops.errors import CloudError, NotFoundError, TpuOpsError
 from tpu_ops.settings import Settings
 
 SERVICE: Final = "compute"
 T = TypeVar("T")
-
-_STOCK: Final = re.compile(
-    r"RESOURCE_POOL_EXHAUSTED|STOCKOUT|resource pool exhausted|does not have enough resources", re.I
-)
-_QUOTA: Final = re.compile(r"QUOTA_EXCEEDED|quota", re.I)
 
 
 def _ts(value: str) -> float | None:
@@ -67,30 +61,15 @@ def _error_lines(err: Any) -> tuple[str, ...]:
 def classify(lines: Sequence[str], *, zone: str, tier: str, status: int | None = None) -> TpuOpsError:
     """The error for Compute Engine error lines (``CODE: message``): stockout, quota or other."""
     text = "; ".join(lines) or "unknown error"
-    if _STOCK.search(text):
-        return CapacityError(text, zone=zone, tier=tier, service=SERVICE, status=status)
-    if _QUOTA.search(text):
-        return QuotaError(text, zone=zone, tier=tier, service=SERVICE, status=status)
+    found = capacity_error(text, zone=zone, tier=tier, service=SERVICE, status=status)
+    if found is not None:
+        return found
     return CloudError(f"{SERVICE}: {text}", service=SERVICE, status=status)
 
 
-@contextmanager
-def compute_errors(*, zone: str = "", tier: str = "") -> Iterator[None]:
-    """Translate anything the block raises from google-cloud-compute (the one place for this SDK)."""
-    try:
-        yield
-    except TpuOpsError:
-        raise
-    except Exception as exc:
-        from google.api_core import exceptions as gexc
-
-        text = str(exc)
-        if isinstance(exc, gexc.GoogleAPICallError) and exc.code not in (404, 409) and zone:
-            if _STOCK.search(text):
-                raise CapacityError(text, zone=zone, tier=tier, service=SERVICE, status=exc.code) from exc
-            if _QUOTA.search(text) and exc.code in (403, 429):
-                raise QuotaError(text, zone=zone, tier=tier, service=SERVICE, status=exc.code) from exc
-        raise translate_google(exc, SERVICE) from exc
+def compute_errors(*, zone: str = "", tier: str = "") -> AbstractContextManager[None]:
+    """Translate anything the block raises from google-cloud-compute (``zone``: a create there)."""
+    return google_errors(SERVICE, zone=zone, tier=tier)
 
 
 class ComputeApi:

@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar
 
 from tpu_ops.cloud import retry
 from tpu_ops.cloud.translate import google_errors, translate_google
-from tpu_ops.errors import CapacityError, NotFoundError, QuotaError, TpuOpsError, TransientError
+from tpu_ops.errors import NotFoundError, TpuOpsError, TransientError
 from tpu_ops.settings import Settings
 from tpu_ops.tiers import Tier
 
@@ -95,6 +95,15 @@ class QueuedResourceRequest:
     network: str | None = None
     service_account: str | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PendingCreate:
+    """A sent create, for :meth:`TpuApi.operation_error`; the SDK operation inside stays opaque."""
+
+    zone: str
+    tier: Tier
+    operation: Any = field(repr=False, compare=False)
 
 
 def _ts(value: Any) -> float | None:
@@ -277,17 +286,15 @@ class TpuApi:
         # On-demand is the API's default tier: no tier field at all.
         return qr
 
-    def create_queued_resource(self, zone: str, req: QueuedResourceRequest, request_id: str) -> Any:
-        """Send one create; return the long-running operation. Raises translated errors.
+    def create_queued_resource(self, zone: str, req: QueuedResourceRequest, request_id: str) -> PendingCreate | None:
+        """Send one create; the pending create to pass to :meth:`operation_error`. Raises translated errors.
 
         A 429 whose message mentions quota is a ``QuotaError`` (move on), any other 429/503 a
         ``TransientError`` (check for the resource, then try again).
         """
-        from google.api_core import exceptions as gexc
-
         msg = self.build_queued_resource(zone, req)
-        try:
-            return self.client.create_queued_resource(
+        with google_errors(SERVICE, zone=zone, tier=req.tier):
+            op = self.client.create_queued_resource(
                 request={
                     "parent": self.parent(zone),
                     "queued_resource_id": req.qr_id,
@@ -296,29 +303,18 @@ class TpuApi:
                 },
                 timeout=self.call_timeout_s,
             )
-        except gexc.GoogleAPICallError as exc:
-            raise self._create_error(exc, zone, req.tier) from exc
-        except Exception as exc:
-            raise translate_google(exc, SERVICE) from exc
+        return None if op is None else PendingCreate(zone, req.tier, op)
 
     @staticmethod
-    def _create_error(exc: Any, zone: str, tier: Tier) -> TpuOpsError:
-        from google.api_core import exceptions as gexc
+    def _create_error(exc: BaseException, zone: str, tier: Tier) -> TpuOpsError:
+        return translate_google(exc, SERVICE, zone=zone, tier=tier)
 
-        text = str(exc)
-        if isinstance(exc, gexc.TooManyRequests | gexc.ResourceExhausted) and "quota" in text.lower():
-            return QuotaError(text, zone=zone, tier=tier, service=SERVICE, status=429)
-        # Over HTTP a 429 is a plain TooManyRequests (throttling); the ResourceExhausted subclass
-        # only comes from an operation's error code 8, which is a stockout.
-        if isinstance(exc, gexc.ResourceExhausted):
-            return CapacityError(text, zone=zone, tier=tier, service=SERVICE, status=429)
-        return translate_google(exc, SERVICE)
-
-    def operation_error(self, op: Any, zone: str, tier: Tier) -> TpuOpsError | None:
+    def operation_error(self, pending: PendingCreate) -> TpuOpsError | None:
         """Refresh a create operation; the translated error if it finished with one, else None.
 
         An operation error with code 8 (RESOURCE_EXHAUSTED) is a stockout for (zone, tier).
         """
+        op = pending.operation
         try:
             with google_errors(SERVICE):
                 if not op.done(retry=None):
@@ -328,7 +324,7 @@ class TpuApi:
         exc = op.exception(timeout=0) if hasattr(op, "exception") else None
         if exc is None:
             return None
-        return self._create_error(exc, zone, tier)
+        return self._create_error(exc, pending.zone, pending.tier)
 
     # -- delete ------------------------------------------------------------------------------
     def delete_queued_resource(self, zone: str, qr_id: str, *, force: bool = True) -> bool:

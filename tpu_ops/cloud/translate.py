@@ -1,14 +1,29 @@
-"""Translate SDK errors (google.api_core, botocore) into the tpu-ops hierarchy, in one place."""
+"""Translate SDK errors (google.api_core, google.auth, botocore) into the tpu-ops hierarchy, in one place.
+
+Every module outside ``tpu_ops/cloud/`` sees only ``TpuOpsError`` subclasses and the plain values
+below (an S3 error code, "is this a connection failure"), never an SDK exception class:
+
+- :func:`translate_google` / :func:`google_errors`: ``google.api_core`` exceptions by HTTP status;
+  with a ``zone`` (a create), a stockout is a ``CapacityError`` and an exhausted quota a ``QuotaError``;
+- :func:`capacity_error`: the same rule for a long-running operation's error lines (Compute Engine);
+- :func:`translate_boto` / :func:`aws_errors`: botocore exceptions by status and error code;
+  :func:`aws_error_code` reads the code a caller needs to tell "the object changed" from a failure;
+- :func:`google_http_error`: a raw JSON-API response (our streaming GCS transport) as the same error;
+- :func:`explain`: what a person must know about any failure (credentials, endpoint, permission).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, Final
 
 from tpu_ops.errors import (
     AccessDeniedError,
     AlreadyExistsError,
     CapacityError,
+    ChecksumMismatchError,
     CloudError,
     CredentialsError,
     NotFoundError,
@@ -34,18 +49,53 @@ def _by_status(status: int | None, message: str, service: str, request_id: str |
     return cls(message, service=service, status=status, request_id=request_id)
 
 
+# A stockout, whatever API says it (Compute Engine codes, Cloud TPU messages).
+_STOCK: Final = re.compile(
+    r"RESOURCE_POOL_EXHAUSTED|STOCKOUT|resource pool exhausted|does not have enough resources", re.I
+)
+_QUOTA: Final = re.compile(r"QUOTA_EXCEEDED|quota", re.I)
+
+
+def capacity_error(
+    text: str, *, zone: str, tier: str, service: str, status: int | None = None, exhausted: bool = False
+) -> CapacityError | None:
+    """The capacity error a create in ``zone`` met, if ``text`` says so (or ``exhausted``: gRPC code 8).
+
+    A stockout is a ``CapacityError`` for (zone, tier), an exhausted quota a ``QuotaError``, an
+    operation's RESOURCE_EXHAUSTED without either word a stockout: each moves the ladder on.
+    """
+    if _STOCK.search(text):
+        return CapacityError(text, zone=zone, tier=tier, service=service, status=status)
+    if _QUOTA.search(text):
+        return QuotaError(text, zone=zone, tier=tier, service=service, status=status)
+    if exhausted:
+        return CapacityError(text, zone=zone, tier=tier, service=service, status=status)
+    return None
+
+
 def translate_google(exc: BaseException, service: str = "google", *, zone: str = "", tier: str = "") -> TpuOpsError:
-    """Map a ``google.api_core`` / ``google.auth`` / transport exception to a ``TpuOpsError``."""
+    """Map a ``google.api_core`` / ``google.auth`` / transport exception to a ``TpuOpsError``.
+
+    ``zone`` says the call was a create in that zone: a stockout (any status but 404/409), a quota
+    403/429 or gRPC's RESOURCE_EXHAUSTED becomes a ``CapacityError`` / ``QuotaError`` (see
+    :func:`capacity_error`). Over HTTP a 429 is a plain TooManyRequests, transient unless it names
+    quota; the ResourceExhausted subclass only comes from an operation's error code 8.
+    """
     from google.api_core import exceptions as gexc
 
     if isinstance(exc, TpuOpsError):
         return exc
-    if isinstance(exc, gexc.ResourceExhausted) and "quota" in str(exc).lower():
-        return QuotaError(str(exc), zone=zone, tier=tier, service=service, status=429)
-    if isinstance(exc, gexc.ResourceExhausted) and zone:
-        return CapacityError(str(exc), zone=zone, tier=tier, service=service, status=429)
+    text = str(exc)
+    if isinstance(exc, gexc.GoogleAPICallError) and zone and exc.code not in (404, 409):
+        exhausted = isinstance(exc, gexc.ResourceExhausted)
+        if exhausted or exc.code in (403, 429) or _STOCK.search(text):
+            found = capacity_error(text, zone=zone, tier=tier, service=service, status=exc.code, exhausted=exhausted)
+            if found is not None:
+                return found
+    if isinstance(exc, gexc.ResourceExhausted) and "quota" in text.lower():
+        return QuotaError(text, zone=zone, tier=tier, service=service, status=429)
     if isinstance(exc, gexc.GoogleAPICallError):
-        return _by_status(exc.code, str(exc), service, None)
+        return _by_status(exc.code, text, service, None)
     if isinstance(exc, gexc.RetryError | TimeoutError | ConnectionError):
         return TransientError(f"{service}: {exc}", service=service)
     try:
@@ -56,6 +106,16 @@ def translate_google(exc: BaseException, service: str = "google", *, zone: str =
     except ImportError:  # pragma: no cover - requests ships with google-cloud-storage
         pass
     return CloudError(f"{service}: {type(exc).__name__}: {exc}", service=service)
+
+
+def google_http_error(response: Any, service: str) -> TpuOpsError:
+    """The translated error for a failed ``requests`` response from a Google JSON API (its cause kept)."""
+    from google.api_core.exceptions import from_http_response
+
+    raw = from_http_response(response)  # type: ignore[no-untyped-call]
+    out = translate_google(raw, service)
+    out.__cause__ = raw
+    return out
 
 
 def translate_boto(exc: BaseException, service: str = "aws") -> TpuOpsError:
@@ -77,7 +137,25 @@ def translate_boto(exc: BaseException, service: str = "aws") -> TpuOpsError:
         return TransientError(f"{service}: {exc}", service=service)
     if isinstance(exc, bexc.NoCredentialsError):
         return AccessDeniedError(f"{service}: {exc}", service=service)
+    if isinstance(exc, bexc.FlexibleChecksumError):  # raised when a read meets the end of a checked body
+        return ChecksumMismatchError(f"{service}: the bytes read do not match the checksum AWS sent ({exc})")
     return CloudError(f"{service}: {type(exc).__name__}: {exc}", service=service)
+
+
+def aws_error_code(exc: BaseException) -> tuple[str, int]:
+    """The error code and HTTP status of a botocore ``ClientError`` (``("", 0)`` for anything else)."""
+    resp = getattr(exc, "response", None)
+    if not isinstance(resp, dict):
+        return "", 0
+    return str(resp.get("Error", {}).get("Code", "")), int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def is_aws_connection_error(exc: BaseException) -> bool:
+    """True when botocore (or the socket under it) could not get an answer: refused, reset, timed out."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import HTTPClientError
+
+    return isinstance(exc, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError)
 
 
 @contextmanager

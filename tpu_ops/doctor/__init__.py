@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tpu_ops.cloud import probes
 from tpu_ops.doctor.base import (
     CALL_TIMEOUT_S,
     GCS_PERMISSIONS,
@@ -40,19 +41,11 @@ __all__ = ["MISSING", "OK", "SKIPPED", "Check", "aws_checks", "compute_checks", 
 def _gcs_bucket(settings: Settings, gcs: Any, uri: str, role: str) -> Check:
     bucket_name = parse_uri(uri, "gs").bucket
     name = f"gcs {role}: gs://{bucket_name}"
-    bucket = gcs.bucket(bucket_name)
     emulated = bool(settings.gcs_endpoint)
-    try:
-        granted = set(bucket.test_iam_permissions(list(GCS_PERMISSIONS), timeout=CALL_TIMEOUT_S, retry=None))
-    except Exception as exc:
-        from google.api_core.exceptions import NotFound
-
-        if not (emulated and isinstance(exc, NotFound)):
-            raise
-        # the emulator has no IAM: the bucket's existence is what can be checked
-        bucket.reload(timeout=CALL_TIMEOUT_S, retry=None)
-        return _ok(name, f"exists in {bucket.location} (emulator: no IAM to test)")
-    lacking = [p for p in GCS_PERMISSIONS if p not in granted]
+    access = probes.bucket_access(gcs, bucket_name, GCS_PERMISSIONS, emulated=emulated, timeout_s=CALL_TIMEOUT_S)
+    if access.granted is None:  # the emulator has no IAM: the bucket's existence is what can be checked
+        return _ok(name, f"exists in {access.location} (emulator: no IAM to test)")
+    lacking = [p for p in GCS_PERMISSIONS if p not in access.granted]
     if lacking:
         return _missing(
             name,
@@ -64,10 +57,7 @@ def _gcs_bucket(settings: Settings, gcs: Any, uri: str, role: str) -> Check:
 
 
 def _tpu_locations(settings: Settings, tpu: Any, zones: list[str]) -> Check:
-    from google.cloud.location import locations_pb2
-
-    request = locations_pb2.ListLocationsRequest(name=f"projects/{settings.gcp_project}")
-    listed = {loc.location_id for loc in tpu.list_locations(request, retry=None, timeout=CALL_TIMEOUT_S).locations}
+    listed = probes.tpu_zones(tpu, settings.gcp_project, timeout_s=CALL_TIMEOUT_S)
     absent = [z for z in zones if z not in listed]
     if absent:
         return _missing(
@@ -81,8 +71,7 @@ def _tpu_locations(settings: Settings, tpu: Any, zones: list[str]) -> Check:
 def _tpu_accelerator(settings: Settings, tpu: Any, accelerator: str, zones: list[str]) -> list[Check]:
     out = []
     for zone in zones:
-        parent = f"projects/{settings.gcp_project}/locations/{zone}"
-        types = {t.type_ for t in tpu.list_accelerator_types(parent=parent, retry=None, timeout=CALL_TIMEOUT_S)}
+        types = probes.tpu_accelerator_types(tpu, settings.gcp_project, zone, timeout_s=CALL_TIMEOUT_S)
         name = f"tpu {accelerator} in {zone}"
         if accelerator in types:
             out.append(_ok(name, "offered"))
@@ -99,7 +88,7 @@ def _reservation(settings: Settings, name: str, zone: str) -> Check:
         parts = name.split("/")
         project, leaf = parts[1], parts[-1]
     parent = f"projects/{project}/locations/{zone}"
-    body = _tpu_rest_get(settings, f"/v2alpha1/{parent}/reservations")
+    body = probes.tpu_rest_get(settings, f"/v2alpha1/{parent}/reservations", timeout_s=CALL_TIMEOUT_S)
     found = {str(r.get("name", "")).rsplit("/", 1)[-1]: r for r in body.get("reservations", [])}
     label = f"reservation {leaf} in {zone}"
     if leaf not in found:
@@ -111,31 +100,6 @@ def _reservation(settings: Settings, name: str, zone: str) -> Check:
         )
     size = (found[leaf].get("standard") or {}).get("size", "?")
     return _ok(label, f"{found[leaf].get('state', '?')}, size {size}")
-
-
-def _tpu_rest_get(settings: Settings, path: str) -> dict[str, Any]:
-    """One GET on the TPU REST API (the emulator's endpoint, or tpu.googleapis.com with credentials)."""
-    import requests
-
-    from tpu_ops.cloud.clients import _google_credentials
-
-    settings.check_safe("tpu_endpoint")
-    endpoint = (settings.tpu_endpoint or "https://tpu.googleapis.com").rstrip("/")
-    if settings.tpu_endpoint:
-        session: Any = requests.Session()
-    else:  # pragma: no cover - real cloud only
-        import google.auth
-        from google.auth.transport.requests import AuthorizedSession
-
-        creds = _google_credentials(settings, emulated=False)
-        if creds is None:
-            creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
-    with session:
-        resp = session.get(endpoint + path, timeout=CALL_TIMEOUT_S)
-        resp.raise_for_status()
-        body: dict[str, Any] = resp.json()
-    return body
 
 
 def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
@@ -174,8 +138,7 @@ def _aws(settings: Settings, service: str) -> Any:
 
 def _s3_source(s3: Any, uri: str) -> Check:
     src = parse_uri(uri, "s3")
-    s3.list_objects_v2(Bucket=src.bucket, Prefix=src.prefix, MaxKeys=1)
-    versioning = s3.get_bucket_versioning(Bucket=src.bucket).get("Status") or "never enabled"
+    versioning = probes.s3_versioning(s3, src.bucket, src.prefix) or "never enabled"
     detail = f"listable; versioning {versioning}"
     if versioning != "Enabled":
         detail += " (reads pin ETags instead of versions)"
@@ -184,20 +147,15 @@ def _s3_source(s3: Any, uri: str) -> Check:
 
 def _s3_export(s3: Any, uri: str) -> Check:
     dest = parse_uri(uri, "s3")
-    s3.head_bucket(Bucket=dest.bucket)
+    probes.s3_reachable(s3, dest.bucket)
     return _ok(f"s3 export: s3://{dest.bucket}", "reachable (write access is not probed: doctor never writes)")
 
 
 def _s3_audit(s3: Any, uri: str) -> Check:
     bucket = parse_uri(uri, "s3").bucket
     name = f"s3 audit: s3://{bucket}"
-    try:
-        conf = s3.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration") or {}
-    except Exception as exc:
-        if "ObjectLockConfigurationNotFound" not in str(exc):
-            raise
-        conf = {}
-    if conf.get("ObjectLockEnabled") != "Enabled":
+    lock = probes.s3_object_lock(s3, bucket)
+    if not lock.enabled:
         return _missing(
             name,
             "Object Lock is not enabled: audit records could be deleted or overwritten",
@@ -206,45 +164,38 @@ def _s3_audit(s3: Any, uri: str) -> Check:
             f"--bucket {bucket} --object-lock-configuration ObjectLockEnabled=Enabled; policy: "
             "infra/iam/aws/audit-bucket-policy.json",
         )
-    rule = (conf.get("Rule") or {}).get("DefaultRetention") or {}
-    default = f"default {rule.get('Mode')} {rule.get('Days') or rule.get('Years')}" if rule else "no default retention"
+    default = f"default {lock.mode} {lock.days or lock.years}" if lock.mode else "no default retention"
     return _ok(name, f"Object Lock enabled ({default})")
 
 
 def _model_group(sm: Any, group: str) -> Check:
     name = f"sagemaker group: {group}"
-    try:
-        desc = sm.describe_model_package_group(ModelPackageGroupName=group)
-    except Exception as exc:
-        if "does not exist" not in str(exc) and "ValidationException" not in str(exc):
-            raise
-        # the first export creates it (sagemaker:CreateModelPackageGroup is in the flows' policy)
+    status = probes.model_package_group_status(sm, group)
+    if status is None:  # the first export creates it (sagemaker:CreateModelPackageGroup is in the flows' policy)
         return _ok(name, f"not created yet: the first export creates it (or: aws sagemaker "
                          f"create-model-package-group --model-package-group-name {group})")  # fmt: skip
-    return _ok(name, f"{desc.get('ModelPackageGroupStatus', 'present')}")
+    return _ok(name, status)
 
 
 def _kms_key(kms: Any, key_id: str) -> Check:
-    meta = kms.describe_key(KeyId=key_id)["KeyMetadata"]
+    key = probes.kms_key(kms, key_id)
     name = f"kms key: {key_id}"
     problems = []
-    if meta.get("KeyUsage") != "SIGN_VERIFY":
-        problems.append(f"usage {meta.get('KeyUsage')} (needs SIGN_VERIFY)")
-    if meta.get("KeyState") != "Enabled":
-        problems.append(f"state {meta.get('KeyState')}")
+    if key.usage != "SIGN_VERIFY":
+        problems.append(f"usage {key.usage} (needs SIGN_VERIFY)")
+    if key.state != "Enabled":
+        problems.append(f"state {key.state}")
     if problems:
         fix = "aws kms create-key --key-usage SIGN_VERIFY --key-spec ECC_NIST_P256; set TPU_OPS_AUDIT_KMS_KEY_ID"
         return _missing(name, "; ".join(problems), fix)
-    return _ok(name, f"{meta.get('KeySpec', '?')}, SIGN_VERIFY, enabled")
+    return _ok(name, f"{key.spec}, SIGN_VERIFY, enabled")
 
 
 def aws_checks(settings: Settings, spec: PipelineSpec | None, kms_key_id: str | None = None) -> list[Check]:
     """Identity, the source/export/audit buckets, the model package group, the audit signing key."""
     out: list[Check] = []
     creds = "credentials: AWS_PROFILE, a role, or an AwsCredentials block (never keys in a spec)"
-    out += _guard(
-        "aws identity", creds, lambda: _ok("aws identity", _aws(settings, "sts").get_caller_identity()["Arn"])
-    )
+    out += _guard("aws identity", creds, lambda: _ok("aws identity", probes.caller_arn(_aws(settings, "sts"))))
     s3 = _aws(settings, "s3")
     read = "grant infra/iam/aws/flows-role-policy.json (SourceDatasetList/Read) to the flows' role"
     audit_uri = (spec.audit_bucket if spec is not None else None) or getattr(settings, "audit_uri", None)

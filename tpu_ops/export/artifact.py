@@ -20,6 +20,7 @@ from typing import Any
 
 import google_crc32c
 
+from tpu_ops.cloud.translate import aws_error_code
 from tpu_ops.errors import AlreadyExistsError, IntegrityError
 from tpu_ops.mirror.crc import from_b64, to_b64
 from tpu_ops.mirror.stream import ChecksumStream, close_quietly
@@ -143,9 +144,9 @@ class MultipartSink:
                 ChecksumCRC32C=crc, ChecksumType="FULL_OBJECT", IfNoneMatch="*",
             )  # fmt: skip
         except Exception as exc:
-            if _status(exc) in (409, 412):
+            if aws_error_code(exc)[1] in (409, 412):
                 raise AlreadyExistsError(f"s3://{self.bucket}/{self.key} already exists; not overwritten",
-                                         service="s3", status=_status(exc)) from exc  # fmt: skip
+                                         service="s3", status=aws_error_code(exc)[1]) from exc  # fmt: skip
             raise
         self.request_ids.append(_request_id(resp))
         return self._sha.hexdigest(), crc, resp.get("VersionId")
@@ -154,10 +155,6 @@ class MultipartSink:
         """Abort the upload (best effort: if S3 is down, the bucket's lifecycle rule expires it)."""
         with contextlib.suppress(Exception):  # the original error is what the caller must see
             self.s3.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
-
-
-def _status(exc: Exception) -> int:
-    return int((getattr(exc, "response", None) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
 def _request_id(resp: dict[str, Any]) -> str:

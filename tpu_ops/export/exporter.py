@@ -17,7 +17,7 @@ from typing import Any
 
 from tpu_ops.audit.records import Actor, link_to
 from tpu_ops.audit.trail import AuditTrail
-from tpu_ops.cloud.translate import aws_errors, google_errors
+from tpu_ops.cloud.translate import aws_error_code, aws_errors, google_errors
 from tpu_ops.errors import CheckpointError, IntegrityError, SpecError
 from tpu_ops.export import registry
 from tpu_ops.export.artifact import Artifact, Member, upload_archive, verify_artifact
@@ -125,7 +125,7 @@ def existing_artifact(s3: Any, bucket: str, key: str) -> Artifact | None:
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
     except Exception as exc:
-        if (getattr(exc, "response", None) or {}).get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        if aws_error_code(exc)[0] in ("404", "NoSuchKey", "NotFound"):
             return None
         raise
     sha, crc, size = verify_artifact(s3, bucket, key, None, None)

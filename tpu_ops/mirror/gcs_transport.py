@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from tpu_ops.cloud.translate import google_errors
+from tpu_ops.cloud.translate import google_errors, google_http_error
 from tpu_ops.mirror.stream import Body, Readable, Stored
 
 UPLOAD_TIMEOUT = (60.0, 300.0)  # (connect, read) seconds for one streamed upload
@@ -80,8 +80,6 @@ class GcsWriter:
 
     def write(self, name: str, body: Body, metadata: dict[str, str], *, crc32c: str | None = None) -> Stored:
         """Create object ``name`` with custom ``metadata`` from ``body``; what GCS stored."""
-        from google.api_core.exceptions import from_http_response
-
         resource: dict[str, Any] = {"name": name, "contentType": "application/octet-stream", "metadata": metadata}
         if crc32c:
             resource["crc32c"] = crc32c
@@ -91,7 +89,7 @@ class GcsWriter:
                 self._url, data=data, headers={"Content-Type": data.content_type}, timeout=UPLOAD_TIMEOUT
             )
             if resp.status_code not in (200, 201):
-                raise from_http_response(resp)  # type: ignore[no-untyped-call]
+                raise google_http_error(resp, "gcs")
             doc: dict[str, Any] = resp.json()
         return Stored(int(doc.get("size") or -1), doc.get("crc32c"), int(doc["generation"]))
 
@@ -102,8 +100,6 @@ def open_object(gcs: Any, bucket: str, name: str, generation: int | None = None)
     Pair it with :class:`~tpu_ops.mirror.stream.ChecksumStream` to checksum while reading; close
     it with :func:`~tpu_ops.mirror.stream.close_quietly` if abandoned early.
     """
-    from google.api_core.exceptions import from_http_response
-
     url = f"{_base_url(gcs)}/download/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}?alt=media"
     if generation is not None:
         url += f"&generation={generation}"
@@ -111,6 +107,6 @@ def open_object(gcs: Any, bucket: str, name: str, generation: int | None = None)
         resp = gcs._http.get(url, stream=True, timeout=DOWNLOAD_TIMEOUT, headers={"Accept-Encoding": "identity"})
         if resp.status_code != 200:
             resp.content  # noqa: B018 - the error body, for the message
-            raise from_http_response(resp)  # type: ignore[no-untyped-call]
+            raise google_http_error(resp, "gcs")
     raw: Readable = resp.raw
     return raw, int(resp.headers.get("Content-Length", -1))

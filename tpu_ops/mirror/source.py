@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tpu_ops.cloud.translate import aws_errors
+from tpu_ops.cloud.translate import aws_error_code, aws_errors
 from tpu_ops.errors import ChecksumMismatchError, SourceChangedError
 from tpu_ops.mirror import crc
 from tpu_ops.mirror.records import SourceObject
@@ -23,8 +23,6 @@ _GONE = ("PreconditionFailed", "412", "NoSuchVersion", "NoSuchKey")
 
 def get_pinned(s3: Any, uri: ObjectUri, src: SourceObject, rng: tuple[int, int] | None) -> dict[str, Any]:
     """GET exactly the listed version of ``src`` under ``uri`` (optionally the byte range ``[start, end)``)."""
-    from botocore.exceptions import ClientError
-
     kw: dict[str, Any] = {"Bucket": uri.bucket, "Key": uri.key(src.rel)}
     if src.version_id:
         kw["VersionId"] = src.version_id
@@ -37,8 +35,8 @@ def get_pinned(s3: Any, uri: ObjectUri, src: SourceObject, rng: tuple[int, int] 
     with aws_errors("s3"):
         try:
             resp: dict[str, Any] = s3.get_object(**kw)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
+        except Exception as exc:
+            code = aws_error_code(exc)[0]
             if code in _GONE:
                 raise SourceChangedError(
                     f"source object {src.rel!r} changed or vanished during the run ({code}); "
@@ -65,12 +63,11 @@ def check_against_s3(resp: dict[str, Any], rel: str, ours: int) -> bool:
     SHA*) only when a read meets the end; compares S3's full-object CRC32C (composite multipart
     values, ``...-N``, are not comparable) with ``ours``. Returns whether any S3 checksum was checked.
     """
-    from botocore.exceptions import FlexibleChecksumError
-
     try:
-        extra = resp["Body"].read(1)
-    except FlexibleChecksumError as exc:
-        raise ChecksumMismatchError(f"{rel!r}: the bytes read do not match S3's checksum ({exc})") from exc
+        with aws_errors("s3"):
+            extra = resp["Body"].read(1)
+    except ChecksumMismatchError as exc:  # botocore's FlexibleChecksumError, translated
+        raise ChecksumMismatchError(f"{rel!r}: the bytes read do not match S3's checksum ({exc.__cause__})") from exc
     if extra:
         raise SourceChangedError(f"source object {rel!r}: S3 sends more bytes than listed")
     value = resp.get("ChecksumCRC32C")

@@ -6,7 +6,8 @@ out, the caller commits the manifest), so a snapshot cannot tell which engine co
 1. the planned keys go into a transfer manifest (a CSV under ``DEST/_tpu_ops/sts/``), so STS
    reads nothing it need not (unchanged objects are not even listed by it);
 2. a one-off transfer job (S3 source with a role ARN or access keys, GCS sink, that manifest,
-   ``overwriteWhen: ALWAYS``) is created and run; its operation's counters are the progress;
+   ``overwriteWhen: ALWAYS``) is created and run through :mod:`tpu_ops.cloud.transfer`; its
+   operation's counters are the progress;
 3. a failed operation becomes a tpu-ops error naming the objects (``AccessDeniedError`` for a
    permission problem, ``NotFoundError``, else ``CloudError``); the job is deleted either way;
 4. every copied object is verified against the source listing: the same size; S3's full-object
@@ -30,7 +31,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tpu_ops.cloud.translate import aws_errors, google_errors
+from tpu_ops.cloud import transfer
+from tpu_ops.cloud.transfer import SERVICE, TransferProgress
+from tpu_ops.cloud.translate import aws_error_code, aws_errors, google_errors
 from tpu_ops.errors import (
     AccessDeniedError,
     ChecksumMismatchError,
@@ -48,8 +51,6 @@ from tpu_ops.settings import Settings
 log = logging.getLogger(__name__)
 
 ENGINES = ("local", "sts", "auto")
-SERVICE = "storagetransfer"
-_DONE = {"SUCCESS", "FAILED", "ABORTED"}
 _SHOWN = 10  # objects named in an error message
 
 
@@ -104,9 +105,7 @@ def _write_list(ctx: CopyContext, objects: list[SourceObject], job_id: str) -> s
 
 def copy_all(ctx: CopyContext, objects: list[SourceObject], on_copy: Callable[[int, int], None]) -> list[Copied]:
     """Copy ``objects`` with STS and verify each; see the module doc."""
-    from tpu_ops.cloud.transfer import transfer_client
-
-    client = transfer_client(ctx.settings)
+    client = transfer.transfer_client(ctx.settings)
     source = _aws_source(ctx)  # a credentials problem stops the run before anything is written
     job_id = "tpu-ops-" + uuid.uuid4().hex[:20]
     location = _write_list(ctx, objects, job_id)
@@ -125,35 +124,25 @@ def copy_all(ctx: CopyContext, objects: list[SourceObject], on_copy: Callable[[i
     }
     created = running = final = None
     try:
-        with google_errors(SERVICE):
-            created = client.create_transfer_job({"transfer_job": job})
-            log.info("storage transfer job %s for %d objects", created.name, len(objects))
-            running = client.run_transfer_job({"job_name": created.name, "project_id": project}).operation.name
+        created = transfer.create_job(client, job)
+        log.info("storage transfer job %s for %d objects", created, len(objects))
+        running = transfer.run_job(client, created, project)
         final = _follow(client, running, ctx.settings, on_copy)
     finally:
         if running and final is None:  # interrupted: stop STS copying for a run that will not commit
             _cancel(client, running)
-        _cleanup(client, ctx, created.name if created else None, project, location)
+        _cleanup(client, ctx, created, project, location)
     _raise_failures(final, ctx)
     return verify(ctx, objects)
 
 
-def _transfer_operation(client: Any, name: str) -> Any:
-    """The ``TransferOperation`` inside the long-running operation ``name``."""
-    from google.cloud import storage_transfer_v1
-
-    with google_errors(SERVICE):
-        op = client.get_operation({"name": name})
-    return storage_transfer_v1.TransferOperation.deserialize(op.metadata.value)
-
-
-def _follow(client: Any, name: str, settings: Settings, on_copy: Callable[[int, int], None]) -> Any:
+def _follow(client: Any, name: str, settings: Settings, on_copy: Callable[[int, int], None]) -> TransferProgress:
     """Poll the operation until it ends, reporting its copy counters; return its last state."""
 
-    def check() -> Any:
-        top = _transfer_operation(client, name)
-        on_copy(int(top.counters.objects_copied_to_sink), int(top.counters.bytes_copied_to_sink))
-        return top if top.status.name in _DONE else None
+    def check() -> TransferProgress | None:
+        top = transfer.progress(client, name)
+        on_copy(top.objects_copied, top.bytes_copied)
+        return top if top.done else None
 
     every = settings.poll_interval_s
     return poll(check, timeout_s=math.inf, interval_s=every, max_interval_s=every, what=f"transfer {name}")
@@ -161,8 +150,7 @@ def _follow(client: Any, name: str, settings: Settings, on_copy: Callable[[int, 
 
 def _cancel(client: Any, name: str) -> None:
     try:
-        with google_errors(SERVICE):
-            client.cancel_operation({"name": name})
+        transfer.cancel(client, name)
     except Exception as exc:
         log.warning("could not cancel storage transfer operation %s: %s", name, exc)
 
@@ -171,30 +159,24 @@ def _cleanup(client: Any, ctx: CopyContext, job_name: str | None, project: str, 
     """Delete the one-off job and its transfer manifest (best effort: neither holds data)."""
     try:
         if job_name:
-            request = {"job_name": job_name, "project_id": project, "transfer_job": {"status": "DELETED"}}
-            with google_errors(SERVICE):
-                client.update_transfer_job({**request, "update_transfer_job_field_mask": "status"})
+            transfer.delete_job(client, job_name, project)
         with google_errors("gcs"):
             ctx.bucket.blob(location.split("/", 3)[3]).delete()
     except Exception as exc:
         log.warning("could not clean up storage transfer job %s or %s: %s", job_name, location, exc)
 
 
-def _raise_failures(top: Any, ctx: CopyContext) -> None:
+def _raise_failures(top: TransferProgress, ctx: CopyContext) -> None:
     """Turn a failed or aborted operation into a tpu-ops error naming what failed."""
-    if top.status.name == "SUCCESS":
+    if top.status == "SUCCESS":
         return
-    from google.rpc import code_pb2
-
-    by_code: dict[str, list[str]] = {}
-    for summary in top.error_breakdowns:
-        code = code_pb2.Code.Name(int(summary.error_code))
-        entries = [f"{e.url} ({'; '.join(e.error_details)})" for e in summary.error_log_entries]
-        by_code.setdefault(code, []).extend(entries or [f"{summary.error_count} object(s)"])
-    failed = int(top.counters.objects_from_source_failed)
+    by_code = top.errors
     lines = [f"{code}: " + ", ".join(v[:_SHOWN]) + (" ..." if len(v) > _SHOWN else "") for code, v in by_code.items()]
     detail = "; ".join(lines) or "no error details"
-    what = f"storage transfer {top.name} {top.status.name} ({failed} object(s) failed): {detail}; nothing was committed"
+    what = (
+        f"storage transfer {top.name} {top.status} ({top.objects_failed} object(s) failed): {detail}; "
+        "nothing was committed"
+    )
     if "PERMISSION_DENIED" in by_code or "UNAUTHENTICATED" in by_code:
         raise AccessDeniedError(
             what + f". STS needs s3:ListBucket and s3:GetObject on {ctx.source} for its role or keys",
@@ -237,16 +219,14 @@ def verify(ctx: CopyContext, objects: list[SourceObject]) -> list[Copied]:
 
 def _check_source(ctx: CopyContext, src: SourceObject) -> int | None:
     """The source must still be the listed version (STS copied the latest); S3's CRC32C if any."""
-    from botocore.exceptions import ClientError
-
     kw: dict[str, Any] = {"Bucket": ctx.source.bucket, "Key": ctx.source.key(src.rel), "ChecksumMode": "ENABLED"}
     if not src.version_id:
         kw["IfMatch"] = f'"{src.etag}"'
     with aws_errors("s3"):
         try:
             head = ctx.s3.head_object(**kw)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
+        except Exception as exc:
+            code = aws_error_code(exc)[0]
             if code in ("PreconditionFailed", "412", "404", "NoSuchKey", "NotFound"):
                 raise SourceChangedError(
                     f"source object {src.rel!r} changed or vanished while Storage Transfer Service copied it "

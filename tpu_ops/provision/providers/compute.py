@@ -31,6 +31,7 @@ from tpu_ops.cloud.compute import ComputeApi, InstanceRecord, InstanceStatus, Op
 from tpu_ops.errors import (
     AlreadyExistsError,
     CapacityError,
+    DeadlineError,
     NotFoundError,
     SpecError,
     TpuOpsError,
@@ -346,7 +347,7 @@ class ComputeProvider(Provider):
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"compute: still there after the deadline: {sorted(pending)}")
+                raise DeadlineError(f"compute: still there after the deadline: {sorted(pending)}")
             time.sleep(self.settings.poll_interval_s)
 
     def abandon(self, zone: str, slice_id: str) -> bool:

@@ -11,7 +11,15 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
-from tpu_ops.cloud.tpu import NodeRecord, NodeState, QrState, QueuedResourceRecord, QueuedResourceRequest, TpuApi
+from tpu_ops.cloud.tpu import (
+    NodeRecord,
+    NodeState,
+    PendingCreate,
+    QrState,
+    QueuedResourceRecord,
+    QueuedResourceRequest,
+    TpuApi,
+)
 from tpu_ops.errors import TpuOpsError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision.naming import TIER_LABEL, belongs_to, created_at, run_of
@@ -65,7 +73,7 @@ class TpuApiProvider(Provider):
         self.settings = settings
         self.api = api or TpuApi(settings)
         # Create operations (with their tier) and request ids stay here, never handed out.
-        self._ops: dict[tuple[str, str], tuple[Any, Tier]] = {}
+        self._ops: dict[tuple[str, str], PendingCreate] = {}
         self._request_ids: dict[tuple[str, str], str] = {}
 
     # -- create ------------------------------------------------------------------------------
@@ -79,9 +87,9 @@ class TpuApiProvider(Provider):
         key = (req.zone, req.slice_id)
         # The same request id on every retry of one attempt: the API dedupes it too.
         request_id = self._request_ids.setdefault(key, str(uuid.uuid4()))
-        op = self.api.create_queued_resource(req.zone, qreq, request_id)
-        if op is not None:
-            self._ops[key] = (op, req.tier)
+        pending = self.api.create_queued_resource(req.zone, qreq, request_id)
+        if pending is not None:
+            self._ops[key] = pending
 
     # -- reads -------------------------------------------------------------------------------
     def describe(self, zone: str, slice_id: str) -> SliceRecord | None:
@@ -89,7 +97,7 @@ class TpuApiProvider(Provider):
         if qr is None:
             pending = self._ops.get((zone, slice_id))
             if pending is not None:
-                err = self.api.operation_error(pending[0], zone, pending[1])
+                err = self.api.operation_error(pending)
                 if err is not None:
                     self._ops.pop((zone, slice_id), None)
                     raise err
