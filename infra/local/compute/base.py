@@ -14,7 +14,7 @@ import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, cast
 
 from infra.local.compute import exceptions as cexc
 from infra.local.compute.capacity import Capacity
@@ -41,6 +41,14 @@ class Record(Protocol):
 R = TypeVar("R", bound=Record)
 
 
+class Paging(TypedDict, total=False):
+    """A list call's ``filter``, ``maxResults`` and ``pageToken`` (keywords of every ``list_*``)."""
+
+    flt: str | None
+    max_results: int | None
+    token: str | None
+
+
 @dataclass(frozen=True)
 class Kind(Generic[R]):
     """A collection: its URL name, the backend attribute holding its records, where they live."""
@@ -48,8 +56,8 @@ class Kind(Generic[R]):
     collection: str  # "instances", "instanceTemplates", ...
     attr: str  # the backend's dict of records by Key
     where: str  # "zone", "region" (a region, or "" for global) or "scope" (zones/<z>|regions/<r>|global)
-    list_kind: str  # "compute#instanceList"
-    aggregated_kind: str = ""  # "compute#instanceAggregatedList"; "" = no aggregated list
+    kind: str  # "compute#instance" (its lists: "compute#instanceList", "compute#instanceAggregatedList")
+    aggregated: bool = True  # served by ``aggregated/<collection>``
 
     def scope(self, where: str) -> str:
         if self.where == "zone":
@@ -64,28 +72,14 @@ class Kind(Generic[R]):
         return f"{base}/{name}" if name else base
 
 
-INSTANCES: Kind[Instance] = Kind(
-    "instances", "_instances", "zone", "compute#instanceList", "compute#instanceAggregatedList"
-)
-TEMPLATES: Kind[Template] = Kind(
-    "instanceTemplates",
-    "_templates",
-    "region",
-    "compute#instanceTemplateList",
-    "compute#instanceTemplateAggregatedList",
-)
-POLICIES: Kind[Policy] = Kind(
-    "resourcePolicies", "_policies", "region", "compute#resourcePolicyList", "compute#resourcePolicyAggregatedList"
-)
-GROUPS: Kind[Group] = Kind(
-    "instanceGroupManagers",
-    "_groups",
-    "zone",
-    "compute#instanceGroupManagerList",
-    "compute#instanceGroupManagerAggregatedList",
-)
-OPERATIONS: Kind[Operation] = Kind("operations", "_ops", "scope", "compute#operationList")
-AGGREGATED: dict[str, Kind[Any]] = {k.collection: k for k in (INSTANCES, GROUPS, POLICIES, TEMPLATES)}
+INSTANCES: Kind[Instance] = Kind("instances", "_instances", "zone", "compute#instance")
+TEMPLATES: Kind[Template] = Kind("instanceTemplates", "_templates", "region", "compute#instanceTemplate")
+POLICIES: Kind[Policy] = Kind("resourcePolicies", "_policies", "region", "compute#resourcePolicy")
+GROUPS: Kind[Group] = Kind("instanceGroupManagers", "_groups", "zone", "compute#instanceGroupManager")
+OPERATIONS: Kind[Operation] = Kind("operations", "_ops", "scope", "compute#operation", aggregated=False)
+AGGREGATED: dict[str, Kind[Any]] = {
+    k.collection: k for k in (INSTANCES, GROUPS, POLICIES, TEMPLATES, OPERATIONS) if k.aggregated
+}
 
 
 @dataclass
@@ -201,7 +195,12 @@ class ComputeBase(FakeBackend[NodeEvent]):
 
     # -- lists -----------------------------------------------------------------------------------
     def _list(
-        self, kind: str, items: list[dict[str, Any]], flt: str | None, max_results: int | None, token: str | None
+        self,
+        kind: str,
+        items: list[dict[str, Any]],
+        flt: str | None = None,
+        max_results: int | None = None,
+        token: str | None = None,
     ) -> dict[str, Any]:
         """``{kind, id, items?, nextPageToken?}``: ``items`` filtered, then one page of them."""
         pred = compile_filter(flt)
@@ -227,7 +226,8 @@ class ComputeBase(FakeBackend[NodeEvent]):
             for scope, res in sorted(scoped, key=lambda sr: (sr[0], sr[1]["name"])):
                 if pred(res):
                     items.setdefault(scope, {collection: []})[collection].append(res)
-            return {"kind": kind.aggregated_kind, "id": kind.aggregated_kind, "items": items}
+            list_kind = kind.kind + "AggregatedList"
+            return {"kind": list_kind, "id": list_kind, "items": items}
 
         return self._call("GET", f"{API}projects/{project}/aggregated/{collection}", run)
 
@@ -238,14 +238,7 @@ class ComputeBase(FakeBackend[NodeEvent]):
         )
 
     def _list_call(
-        self,
-        kind: Kind[R],
-        project: str,
-        where: str,
-        flt: str | None,
-        max_results: int | None,
-        token: str | None,
-        order: Callable[[R], Any] | None = None,
+        self, kind: Kind[R], project: str, where: str, page: Paging, order: Callable[[R], Any] | None = None
     ) -> dict[str, Any]:
         """The records of one zone / region / scope, by name (or ``order``), filtered, one page."""
 
@@ -253,7 +246,7 @@ class ComputeBase(FakeBackend[NodeEvent]):
             recs = [r for (p, w, _), r in sorted(self._table(kind).items()) if p == project and w == where]
             if order is not None:
                 recs.sort(key=order)
-            return self._list(kind.list_kind, [self._render(r) for r in recs], flt, max_results, token)
+            return self._list(kind.kind + "List", [self._render(r) for r in recs], **page)
 
         return self._call("GET", API + kind.path(project, where), run)
 

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Unpack
 
 from infra.local.compute import exceptions as cexc
+from infra.local.compute.base import API, Paging
 from infra.local.compute.machines import MACHINE_TYPES
 from infra.local.compute.placement import PlacementMixin
 from infra.local.compute.records import region_of
+
+
+def _reservations(project: str, zone: str, name: str = "") -> str:
+    return f"projects/{project}/zones/{zone}/reservations" + (f"/{name}" if name else "")
 
 
 class CatalogMixin(PlacementMixin):
@@ -17,7 +22,7 @@ class CatalogMixin(PlacementMixin):
 
     def _reservation_json(self, project: str, zone: str, name: str) -> dict[str, Any]:
         res = self.capacity.zone(zone).reservations.get(name)
-        path = f"projects/{project}/zones/{zone}/reservations/{name}"
+        path = _reservations(project, zone, name)
         if res is None:
             raise cexc.not_found(path)
         used = sum(1 for i in self._holding() if i.zone == zone and i.reservation == name)
@@ -37,23 +42,24 @@ class CatalogMixin(PlacementMixin):
         }
 
     def get_reservation(self, project: str, zone: str, name: str) -> dict[str, Any]:
-        path = f"/compute/v1/projects/{project}/zones/{zone}/reservations/{name}"
-        return self._call("GET", path, lambda: self._reservation_json(project, zone, name))
+        return self._call(
+            "GET", API + _reservations(project, zone, name), lambda: self._reservation_json(project, zone, name)
+        )
 
-    def list_reservations(
-        self, project: str, zone: str, flt: str | None = None, max_results: int | None = None, token: str | None = None
-    ) -> dict[str, Any]:
+    def list_reservations(self, project: str, zone: str, **page: Unpack[Paging]) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             names = sorted(self.capacity.zone(zone).reservations)
             items = [self._reservation_json(project, zone, n) for n in names]
-            return self._list("compute#reservationList", items, flt, max_results, token)
+            return self._list("compute#reservationList", items, **page)
 
-        return self._call("GET", f"/compute/v1/projects/{project}/zones/{zone}/reservations", run)
+        return self._call("GET", API + _reservations(project, zone), run)
 
     def get_region(self, project: str, region: str) -> dict[str, Any]:
+        path = f"projects/{project}/regions/{region}"
+
         def run() -> dict[str, Any]:
             if not re.match(r"^[a-z]+-[a-z]+\d+$", region):
-                raise cexc.not_found(f"projects/{project}/regions/{region}")
+                raise cexc.not_found(path)
             quotas = []
             for gen in sorted({m.quota_metric for m in MACHINE_TYPES.values()}):
                 for metric in (gen, "PREEMPTIBLE_" + gen):
@@ -66,23 +72,25 @@ class CatalogMixin(PlacementMixin):
                 "kind": "compute#region",
                 "id": str(abs(hash(region)) % 10**12),
                 "name": region,
-                "selfLink": f"{self.link_base}projects/{project}/regions/{region}",
+                "selfLink": self.link_base + path,
                 "status": "UP",
                 "zones": [f"{self.link_base}projects/{project}/zones/{z}" for z in zones],
                 "quotas": quotas,
             }
 
-        return self._call("GET", f"/compute/v1/projects/{project}/regions/{region}", run)
+        return self._call("GET", API + path, run)
 
     def get_zone(self, project: str, zone: str) -> dict[str, Any]:
+        path = f"projects/{project}/zones/{zone}"
+
         def run() -> dict[str, Any]:
             if not re.match(r"^[a-z]+-[a-z]+\d+-[a-z]$", zone):
-                raise cexc.not_found(f"projects/{project}/zones/{zone}")
+                raise cexc.not_found(path)
             return {"kind": "compute#zone", "id": str(abs(hash(zone)) % 10**12), "name": zone, "status": "UP",
                     "region": f"{self.link_base}projects/{project}/regions/{region_of(zone)}",
-                    "selfLink": f"{self.link_base}projects/{project}/zones/{zone}"}  # fmt: skip
+                    "selfLink": self.link_base + path}  # fmt: skip
 
-        return self._call("GET", f"/compute/v1/projects/{project}/zones/{zone}", run)
+        return self._call("GET", API + path, run)
 
     def get_project(self, project: str) -> dict[str, Any]:
         """What a health check reads to know the Compute Engine API answers for the project."""
@@ -92,16 +100,17 @@ class CatalogMixin(PlacementMixin):
                     "selfLink": f"{self.link_base}projects/{project}",
                     "defaultServiceAccount": "123456789012-compute@developer.gserviceaccount.com"}  # fmt: skip
 
-        return self._call("GET", f"/compute/v1/projects/{project}", run)
+        return self._call("GET", f"{API}projects/{project}", run)
 
     def get_machine_type(self, project: str, zone: str, name: str) -> dict[str, Any]:
+        path = f"projects/{project}/zones/{zone}/machineTypes/{name}"
+
         def run() -> dict[str, Any]:
             m = MACHINE_TYPES.get(name)
-            path = f"projects/{project}/zones/{zone}/machineTypes/{name}"
             if m is None:
                 raise cexc.not_found(path)
             return {"kind": "compute#machineType", "id": str(abs(hash(name)) % 10**12), "name": name,
                     "description": f"{m.chips} {m.generation} TPU chips, {m.cpus} vCPUs", "guestCpus": m.cpus,
                     "memoryMb": m.memory_mb, "zone": zone, "selfLink": self.link_base + path}  # fmt: skip
 
-        return self._call("GET", f"/compute/v1/projects/{project}/zones/{zone}/machineTypes/{name}", run)
+        return self._call("GET", API + path, run)

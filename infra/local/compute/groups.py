@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any
+from typing import Any, Unpack
 
 from infra.local.compute import exceptions as cexc
-from infra.local.compute.base import API, GROUPS
+from infra.local.compute.base import API, GROUPS, Paging
 from infra.local.compute.instances import InstancesMixin
 from infra.local.compute.records import OUTPUT_ONLY, Group, Instance, Status, region_of, timestamp
 from infra.local.core import exceptions as exc
@@ -144,10 +144,8 @@ class GroupsMixin(InstancesMixin):
     def get_group(self, project: str, zone: str, name: str) -> dict[str, Any]:
         return self._get_call(GROUPS, project, zone, name)
 
-    def list_groups(
-        self, project: str, zone: str, flt: str | None = None, max_results: int | None = None, token: str | None = None
-    ) -> dict[str, Any]:
-        return self._list_call(GROUPS, project, zone, flt, max_results, token)
+    def list_groups(self, project: str, zone: str, **page: Unpack[Paging]) -> dict[str, Any]:
+        return self._list_call(GROUPS, project, zone, page)
 
     def list_managed_instances(
         self, project: str, zone: str, name: str, max_results: int | None = None, token: str | None = None

@@ -3,10 +3,10 @@ list, delete, and their time-driven life (PROVISIONING -> RUNNING; STOPPING -> g
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from infra.local.compute import exceptions as cexc
-from infra.local.compute.base import INSTANCES, seconds
+from infra.local.compute.base import INSTANCES, Paging, seconds
 from infra.local.compute.hosts import HostsMixin
 from infra.local.compute.placement import PlacementMixin
 from infra.local.compute.records import OUTPUT_ONLY, Instance, Operation, Status
@@ -58,10 +58,8 @@ class InstancesMixin(HostsMixin, PlacementMixin):
     def get_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
         return self._get_call(INSTANCES, project, zone, name)
 
-    def list_instances(
-        self, project: str, zone: str, flt: str | None = None, max_results: int | None = None, token: str | None = None
-    ) -> dict[str, Any]:
-        return self._list_call(INSTANCES, project, zone, flt, max_results, token)
+    def list_instances(self, project: str, zone: str, **page: Unpack[Paging]) -> dict[str, Any]:
+        return self._list_call(INSTANCES, project, zone, page)
 
     def _start_delete(self, inst: Instance, reason: str) -> None:
         now = self.clock.now()

@@ -20,6 +20,7 @@ simulator: ``ready`` when a slice (an instance, or all of a group's) is RUNNING,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from infra.local.compute.base import GOOGLE_BASE, NAME_RE, ComputeBase, Latency
@@ -64,20 +65,18 @@ class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin
 
     # -- control (what /_fake/* exposes; ``preempt`` is in ``hosts``) -----------------------------
     def configure_capacity(self, spec: dict[str, Any]) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            try:
-                self.capacity.configure(spec)
-            except (ValueError, KeyError, TypeError) as e:
-                raise exc.InvalidArgument(str(e)) from None
-            return self.capacity.to_json()
-
-        return self._locked(run)
+        return self._reconfigure(lambda: self.capacity.configure(spec), (ValueError, KeyError, TypeError))
 
     def set_quotas(self, spec: dict[str, dict[str, int]]) -> dict[str, Any]:
+        return self._reconfigure(lambda: self.capacity.set_quotas(spec), (ValueError, AttributeError, TypeError))
+
+    def _reconfigure(self, change: Callable[[], None], errors: tuple[type[Exception], ...]) -> dict[str, Any]:
+        """Change capacity or quotas; a bad spec is INVALID_ARGUMENT. Returns them all."""
+
         def run() -> dict[str, Any]:
             try:
-                self.capacity.set_quotas(spec)
-            except (ValueError, AttributeError, TypeError) as e:
+                change()
+            except errors as e:
                 raise exc.InvalidArgument(str(e)) from None
             return self.capacity.to_json()
 

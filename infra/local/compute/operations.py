@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Unpack
 
-from infra.local.compute.base import API, OPERATIONS, ComputeBase
+from infra.local.compute.base import API, OPERATIONS, ComputeBase, Paging
 from infra.local.compute.hosts import PREEMPTED
 from infra.local.compute.records import Status
 
@@ -30,12 +30,8 @@ class OperationsMixin(ComputeBase):
                 return op
             threading.Event().wait(0.02)
 
-    def list_operations(
-        self, project: str, scope: str, flt: str | None = None, max_results: int | None = None, token: str | None = None
-    ) -> dict[str, Any]:
-        return self._list_call(
-            OPERATIONS, project, scope, flt, max_results, token, order=lambda o: (o.insert_time, o.uid)
-        )
+    def list_operations(self, project: str, scope: str, **page: Unpack[Paging]) -> dict[str, Any]:
+        return self._list_call(OPERATIONS, project, scope, page, order=lambda o: (o.insert_time, o.uid))
 
     def _settle_ops(self, now: float) -> None:
         for op in self._ops.values():

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Unpack
 
 from infra.local.compute import exceptions as cexc
-from infra.local.compute.base import POLICIES, ComputeBase
+from infra.local.compute.base import POLICIES, ComputeBase, Paging
 from infra.local.compute.records import Policy
 
 TOPOLOGY_RE = re.compile(r"^\d+(x\d+){1,2}$")
@@ -39,15 +39,8 @@ class PoliciesMixin(ComputeBase):
     def get_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
         return self._get_call(POLICIES, project, region, name)
 
-    def list_policies(
-        self,
-        project: str,
-        region: str,
-        flt: str | None = None,
-        max_results: int | None = None,
-        token: str | None = None,
-    ) -> dict[str, Any]:
-        return self._list_call(POLICIES, project, region, flt, max_results, token)
+    def list_policies(self, project: str, region: str, **page: Unpack[Paging]) -> dict[str, Any]:
+        return self._list_call(POLICIES, project, region, page)
 
     def delete_policy(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         return self._delete_unused(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
-from infra.local.compute.base import TEMPLATES
+from infra.local.compute.base import TEMPLATES, Paging
 from infra.local.compute.placement import PlacementMixin
 from infra.local.compute.records import Template
 
@@ -27,15 +27,8 @@ class TemplatesMixin(PlacementMixin):
     def get_template(self, project: str, region: str, name: str) -> dict[str, Any]:
         return self._get_call(TEMPLATES, project, region, name)
 
-    def list_templates(
-        self,
-        project: str,
-        region: str,
-        flt: str | None = None,
-        max_results: int | None = None,
-        token: str | None = None,
-    ) -> dict[str, Any]:
-        return self._list_call(TEMPLATES, project, region, flt, max_results, token)
+    def list_templates(self, project: str, region: str, **page: Unpack[Paging]) -> dict[str, Any]:
+        return self._list_call(TEMPLATES, project, region, page)
 
     def delete_template(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         return self._delete_unused(
