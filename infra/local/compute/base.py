@@ -292,22 +292,16 @@ class ComputeBase(FakeBackend[NodeEvent]):
         return self._insert_call(kind, project, where, request_id, run)
 
     def _delete_unused(
-        self,
-        kind: Kind[R],
-        project: str,
-        where: str,
-        name: str,
-        request_id: str | None,
-        what: str,
-        uses: Callable[[Group, R], bool],
+        self, kind: Kind[R], key: Key, request_id: str | None, what: str, uses: Callable[[Group, R], bool]
     ) -> dict[str, Any]:
         """Delete a record at once unless a group ``uses`` it (then Compute Engine's resourceInUse)."""
+        project, where, name = key
 
         def run(rec: R) -> dict[str, Any]:
             users = [g for g in self._groups.values() if uses(g, rec)]
             if users:
                 raise cexc.in_use(what, rec.path, users[0].path)
-            del self._table(kind)[(project, where, name)]
+            del self._table(kind)[key]
             return self._done_op(project, kind.scope(where), "delete", rec.path, rec.uid)
 
         return self._delete_call(kind, project, where, name, request_id, run)

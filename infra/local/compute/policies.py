@@ -44,5 +44,5 @@ class PoliciesMixin(ComputeBase):
 
     def delete_policy(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         return self._delete_unused(
-            POLICIES, project, region, name, request_id, "resource_policy", lambda g, pol: g.policy is pol
+            POLICIES, (project, region, name), request_id, "resource_policy", lambda g, pol: g.policy is pol
         )

@@ -32,5 +32,5 @@ class TemplatesMixin(PlacementMixin):
 
     def delete_template(self, project: str, region: str, name: str, request_id: str | None = None) -> dict[str, Any]:
         return self._delete_unused(
-            TEMPLATES, project, region, name, request_id, "instance_template", lambda g, tpl: g.template is tpl
+            TEMPLATES, (project, region, name), request_id, "instance_template", lambda g, tpl: g.template is tpl
         )
