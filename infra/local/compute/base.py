@@ -1,11 +1,12 @@
 """What every resource family of the fake Compute Engine shares, written once.
 
-``Kind`` says where a collection's records live and how its paths read (``projects/<p>/zones/<z>/
-instances/<n>``, ``.../regions/<r>|global/instanceTemplates/<n>``, ``.../<scope>/operations/<n>``);
-``ComputeBase`` holds the state and the mechanics every family repeats: name validation, 404 and
-409 errors, ``requestId`` idempotency, operations, filtered and paged lists, aggregated lists, and
-get / list / insert / delete wrapped in ``_call`` with the REST path that faults match. The core
-(``infra.local.core``) gives the lock, faults, events, paging and error model underneath.
+A collection (``records.Kind``) says where its records live and how its paths read
+(``projects/<p>/zones/<z>/instances/<n>``, ``.../regions/<r>|global/instanceTemplates/<n>``,
+``.../<scope>/operations/<n>``). ``ComputeBase`` holds the state and the mechanics every family
+repeats: name validation, 404 and 409 errors, ``requestId`` idempotency, operations, filtered and
+paged lists, aggregated lists, and get / list / insert / delete wrapped in ``_call`` with the REST
+path that faults match. The core (``infra.local.core``) gives the lock, faults, events, paging and
+error model underneath.
 """
 
 from __future__ import annotations
@@ -14,12 +15,26 @@ import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypedDict, TypeVar, cast
+from typing import Any, TypedDict, cast
 
 from infra.local.compute import exceptions as cexc
 from infra.local.compute.capacity import Capacity
 from infra.local.compute.filters import compile_filter
-from infra.local.compute.records import Group, Instance, Operation, Policy, Template
+from infra.local.compute.records import (
+    GROUPS,
+    INSTANCES,
+    OPERATIONS,
+    POLICIES,
+    TEMPLATES,
+    Group,
+    Instance,
+    Key,
+    Kind,
+    Operation,
+    Policy,
+    R,
+    Template,
+)
 from infra.local.core import exceptions as exc
 from infra.local.core.backend import FakeBackend, NodeEvent, operation_id, page
 from infra.local.core.clock import Clock
@@ -27,18 +42,6 @@ from infra.local.core.clock import Clock
 GOOGLE_BASE = "https://compute.googleapis.com/compute/v1/"
 API = "/compute/v1/"  # REST paths (what injected faults match) are API + a resource path
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-Key = tuple[str, str, str]  # (project, where, name); where = zone, region ("" = global) or scope
-
-
-class Record(Protocol):
-    uid: int
-
-    @property
-    def path(self) -> str: ...
-
-
-R = TypeVar("R", bound=Record)
 
 
 class Paging(TypedDict, total=False):
@@ -49,34 +52,6 @@ class Paging(TypedDict, total=False):
     token: str | None
 
 
-@dataclass(frozen=True)
-class Kind(Generic[R]):
-    """A collection: its URL name, the backend attribute holding its records, where they live."""
-
-    collection: str  # "instances", "instanceTemplates", ...
-    attr: str  # the backend's dict of records by Key
-    where: str  # "zone", "region" (a region, or "" for global) or "scope" (zones/<z>|regions/<r>|global)
-    kind: str  # "compute#instance" (its lists: "compute#instanceList", "compute#instanceAggregatedList")
-    aggregated: bool = True  # served by ``aggregated/<collection>``
-
-    def scope(self, where: str) -> str:
-        if self.where == "zone":
-            return f"zones/{where}"
-        if self.where == "scope":
-            return where
-        return f"regions/{where}" if where else "global"
-
-    def path(self, project: str, where: str, name: str = "") -> str:
-        """``projects/<p>/<scope>/<collection>[/<name>]``: resource paths, links and (after API) REST paths."""
-        base = f"projects/{project}/{self.scope(where)}/{self.collection}"
-        return f"{base}/{name}" if name else base
-
-
-INSTANCES: Kind[Instance] = Kind("instances", "_instances", "zone", "compute#instance")
-TEMPLATES: Kind[Template] = Kind("instanceTemplates", "_templates", "region", "compute#instanceTemplate")
-POLICIES: Kind[Policy] = Kind("resourcePolicies", "_policies", "region", "compute#resourcePolicy")
-GROUPS: Kind[Group] = Kind("instanceGroupManagers", "_groups", "zone", "compute#instanceGroupManager")
-OPERATIONS: Kind[Operation] = Kind("operations", "_ops", "scope", "compute#operation", aggregated=False)
 AGGREGATED: dict[str, Kind[Any]] = {
     k.collection: k for k in (INSTANCES, GROUPS, POLICIES, TEMPLATES, OPERATIONS) if k.aggregated
 }

@@ -9,9 +9,9 @@ import secrets
 from typing import Any, Unpack
 
 from infra.local.compute import exceptions as cexc
-from infra.local.compute.base import API, GROUPS, Paging
+from infra.local.compute.base import API, Paging
 from infra.local.compute.instances import InstancesMixin
-from infra.local.compute.records import OUTPUT_ONLY, Group, Instance, Status, region_of, timestamp
+from infra.local.compute.records import GROUPS, OUTPUT_ONLY, Group, Instance, Status, region_of, timestamp
 from infra.local.core import exceptions as exc
 from infra.local.core.backend import page
 

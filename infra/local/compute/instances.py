@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from infra.local.compute import exceptions as cexc
-from infra.local.compute.base import INSTANCES, Paging, seconds
+from infra.local.compute.base import Paging, seconds
 from infra.local.compute.hosts import HostsMixin
 from infra.local.compute.placement import PlacementMixin
-from infra.local.compute.records import OUTPUT_ONLY, Instance, Operation, Status
+from infra.local.compute.records import INSTANCES, OUTPUT_ONLY, Instance, Operation, Status
 
 
 class InstancesMixin(HostsMixin, PlacementMixin):

@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any, Unpack
 
-from infra.local.compute.base import API, OPERATIONS, ComputeBase, Paging
+from infra.local.compute.base import API, ComputeBase, Paging
 from infra.local.compute.hosts import PREEMPTED
-from infra.local.compute.records import Status
+from infra.local.compute.records import OPERATIONS, Status
 
 
 class OperationsMixin(ComputeBase):

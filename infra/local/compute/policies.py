@@ -6,8 +6,8 @@ import re
 from typing import Any, Unpack
 
 from infra.local.compute import exceptions as cexc
-from infra.local.compute.base import POLICIES, ComputeBase, Paging
-from infra.local.compute.records import Policy
+from infra.local.compute.base import ComputeBase, Paging
+from infra.local.compute.records import POLICIES, Policy
 
 TOPOLOGY_RE = re.compile(r"^\d+(x\d+){1,2}$")
 

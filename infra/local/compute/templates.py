@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-from infra.local.compute.base import TEMPLATES, Paging
+from infra.local.compute.base import Paging
 from infra.local.compute.placement import PlacementMixin
-from infra.local.compute.records import Template
+from infra.local.compute.records import TEMPLATES, Template
 
 
 class TemplatesMixin(PlacementMixin):
