@@ -145,14 +145,18 @@ class Instance:
 
 
 @dataclass
-class Template:
+class Regional:
+    """A resource kept as its caller sent it, in a region (a template's "" = global)."""
+
     project: str
-    region: str  # "" for a global template
+    region: str
     name: str
     uid: int
     body: dict[str, Any]
     create_time: float
 
+
+class Template(Regional):
     @property
     def path(self) -> str:
         return TEMPLATES.path(self.project, self.region, self.name)
@@ -168,15 +172,7 @@ class Template:
         return out
 
 
-@dataclass
-class Policy:
-    project: str
-    region: str
-    name: str
-    uid: int
-    body: dict[str, Any]
-    create_time: float
-
+class Policy(Regional):
     @property
     def path(self) -> str:
         return POLICIES.path(self.project, self.region, self.name)
