@@ -1,10 +1,11 @@
-"""Records of the fake Compute Engine and their JSON in the v1 REST shape (camelCase, enum names)."""
+"""Records of the fake Compute Engine and their JSON in the v1 REST shape (camelCase, enum names), and
+the collections they live in (``Kind``: where a record is kept and how its paths read)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from infra.local.compute.machines import MachineType
 
@@ -16,6 +17,42 @@ def timestamp(t: float) -> str:
 
 def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
+
+
+Key = tuple[str, str, str]  # (project, where, name); where = zone, region ("" = global) or scope
+
+
+class Record(Protocol):
+    uid: int
+
+    @property
+    def path(self) -> str: ...
+
+
+R = TypeVar("R", bound=Record)
+
+
+@dataclass(frozen=True)
+class Kind(Generic[R]):
+    """A collection: its URL name, the backend attribute holding its records, where they live."""
+
+    collection: str  # "instances", "instanceTemplates", ...
+    attr: str  # the backend's dict of records by Key
+    where: str  # "zone", "region" (a region, or "" for global) or "scope" (zones/<z>|regions/<r>|global)
+    kind: str  # "compute#instance" (its lists: "compute#instanceList", "compute#instanceAggregatedList")
+    aggregated: bool = True  # served by ``aggregated/<collection>``
+
+    def scope(self, where: str) -> str:
+        if self.where == "zone":
+            return f"zones/{where}"
+        if self.where == "scope":
+            return where
+        return f"regions/{where}" if where else "global"
+
+    def path(self, project: str, where: str, name: str = "") -> str:
+        """``projects/<p>/<scope>/<collection>[/<name>]``: resource paths, links and (after API) REST paths."""
+        base = f"projects/{project}/{self.scope(where)}/{self.collection}"
+        return f"{base}/{name}" if name else base
 
 
 class Status:
@@ -60,7 +97,7 @@ class Instance:
 
     @property
     def path(self) -> str:
-        return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
+        return INSTANCES.path(self.project, self.zone, self.name)
 
     @property
     def hostname(self) -> str:
@@ -108,18 +145,21 @@ class Instance:
 
 
 @dataclass
-class Template:
+class Regional:
+    """A resource kept as its caller sent it, in a region (a template's "" = global)."""
+
     project: str
-    region: str  # "" for a global template
+    region: str
     name: str
     uid: int
     body: dict[str, Any]
     create_time: float
 
+
+class Template(Regional):
     @property
     def path(self) -> str:
-        scope = f"regions/{self.region}" if self.region else "global"
-        return f"projects/{self.project}/{scope}/instanceTemplates/{self.name}"
+        return TEMPLATES.path(self.project, self.region, self.name)
 
     def to_json(self, base: str) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": "compute#instanceTemplate", "id": str(self.uid)}
@@ -132,18 +172,10 @@ class Template:
         return out
 
 
-@dataclass
-class Policy:
-    project: str
-    region: str
-    name: str
-    uid: int
-    body: dict[str, Any]
-    create_time: float
-
+class Policy(Regional):
     @property
     def path(self) -> str:
-        return f"projects/{self.project}/regions/{self.region}/resourcePolicies/{self.name}"
+        return POLICIES.path(self.project, self.region, self.name)
 
     def to_json(self, base: str) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": "compute#resourcePolicy", "id": str(self.uid)}
@@ -173,7 +205,7 @@ class Group:
 
     @property
     def path(self) -> str:
-        return f"projects/{self.project}/zones/{self.zone}/instanceGroupManagers/{self.name}"
+        return GROUPS.path(self.project, self.zone, self.name)
 
     @property
     def target_size(self) -> int:
@@ -206,7 +238,7 @@ class Operation:
 
     @property
     def path(self) -> str:
-        return f"projects/{self.project}/{self.scope}/operations/{self.name}"
+        return OPERATIONS.path(self.project, self.scope, self.name)
 
     @property
     def done(self) -> bool:
@@ -245,3 +277,11 @@ class Operation:
         if self.http_error is not None:
             out["httpErrorStatusCode"], out["httpErrorMessage"] = self.http_error
         return out
+
+
+# The collections, each once: its records' ``path`` and every REST path and 404/409 of it follow from these.
+INSTANCES: Kind[Instance] = Kind("instances", "_instances", "zone", "compute#instance")
+TEMPLATES: Kind[Template] = Kind("instanceTemplates", "_templates", "region", "compute#instanceTemplate")
+POLICIES: Kind[Policy] = Kind("resourcePolicies", "_policies", "region", "compute#resourcePolicy")
+GROUPS: Kind[Group] = Kind("instanceGroupManagers", "_groups", "zone", "compute#instanceGroupManager")
+OPERATIONS: Kind[Operation] = Kind("operations", "_ops", "scope", "compute#operation", aggregated=False)
