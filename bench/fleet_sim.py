@@ -64,6 +64,10 @@ SCENARIO: dict[str, Any] = {
         "us-east5-c": {"SPOT": 48, "STANDARD": 24},
     },
     "reservation_vms": 3,
+    # A reservation is billed whether used or not (Compute Engine: at the on-demand rate, for as long as
+    # it exists): every policy pays for its VMs from the first arrival to the last deadline; using it
+    # adds nothing (an hour used after that window is billed as held).
+    "reservation_billing": "prepaid: every VM from t=0 to the last run's deadline, used or not",
     "boot_s": 180.0,  # insert -> RUNNING (the fake's provision latency)
     "restore_s": 240.0,  # RUNNING -> first new step (agent, restore); billed
     "detect_delete_s": 60.0,  # preemption -> slice gone; billed
@@ -155,8 +159,12 @@ def fleet_spec(ladder: list[str]) -> ProvisionSpec:
 class Fleet:
     """One policy over the whole trace: ``order`` is None for ``auto``, else a fixed list of step numbers."""
 
-    def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None) -> None:
+    def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None,
+                 reservation_price: ranking.ReservationPrice = "opportunity") -> None:  # fmt: skip
         self.runs, self.seed, self.fixed = runs, seed, order
+        self.reservation_price = reservation_price
+        # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
+        self.window_end = max((r.deadline for r in runs), default=0.0)
         self.spec = fleet_spec(SCENARIO["written_ladder"])
         self.steps = plan(self.spec)
         self.table = shipped()
@@ -176,6 +184,9 @@ class Fleet:
         self.state = {r.idx: RunState(r) for r in runs}
         self.rankings = 0
         self.held: dict[str, float] = {}  # slice-hours by tier@zone
+        self.list_cost = 0.0  # every held hour at its list price (the accounting before the audit)
+        self.history_reads = 0  # GCS calls auto's rankings would make (list + 2 objects per recorded run)
+        self.recorded_runs: set[int] = set()
         self.why_counts: dict[str, int] = {}
 
     # -- plumbing ----------------------------------------------------------------------------------
@@ -195,8 +206,9 @@ class Fleet:
         sps = SCENARIO["seconds_per_step"]
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
-        ordered, choice = ranking.order(self.spec, self.steps, self.table, self.history, run)
+        ordered, choice = ranking.order(self.spec, self.steps, self.table, self.history, run, self.reservation_price)
         self.rankings += 1
+        self.history_reads += 1 + 2 * len(self.recorded_runs)
         self.why_counts[choice.method] = self.why_counts.get(choice.method, 0) + 1
         return ordered
 
@@ -256,7 +268,11 @@ class Fleet:
     def _release(self, st: RunState, end: float, outcome: str, lost_steps: int | None) -> None:
         assert st.step is not None
         held = end - st.ready_at
-        st.cost += held / 3600.0 * self.price(st.step)
+        self.list_cost += held / 3600.0 * self.price(st.step)
+        # A reserved VM is paid for the whole window anyway (see ``reservation_cost``): only an hour
+        # held after the window costs anything more.
+        billed = max(0.0, end - max(st.ready_at, self.window_end)) if st.step.tier == "reservation" else held
+        st.cost += billed / 3600.0 * self.price(st.step)
         where = f"{st.step.tier}@{st.step.zone[-1]}"
         self.held[where] = self.held.get(where, 0.0) + held / 3600.0
         st.api_calls += 1
@@ -272,6 +288,7 @@ class Fleet:
         ident = {"accelerator_type": "v5p-8", "backend": self.backend_name}
         for k, h in H.fold_run(rec, ident).items():
             self.history[k] = self.history.get(k, History()).merged(h)
+        self.recorded_runs.add(st.spec.idx)
         st.step, st.instance, st.requested_at = None, "", 0.0
 
     def preempt(self, st: RunState) -> None:
@@ -302,6 +319,11 @@ class Fleet:
         with self.api._lock:
             self.api._ops = {k: op for k, op in self.api._ops.items() if not op.done}
 
+    def reservation_cost(self) -> float:
+        """What the reservation costs every policy: each VM at its price over the window, used or not."""
+        by = {s.tier: s for s in self.steps}
+        return SCENARIO["reservation_vms"] * self.price(by["reservation"]) * self.window_end / 3600.0
+
     def run(self) -> dict[str, Any]:
         for r in self.runs:
             self.at(r.arrival, "walk", r.idx)
@@ -317,17 +339,23 @@ class Fleet:
         self.api.tick()
         leaked = self.api.state()["instances"]
         sts = list(self.state.values())
-        cost = sum(s.cost for s in sts)
+        prepaid = self.reservation_cost()
+        used = sum(s.cost for s in sts)
+        cost = used + prepaid
         kept = sum(s.kept for s in sts)
         hit = sum(1 for s in sts if not s.failed and s.finished_at is not None and s.finished_at <= s.spec.deadline)
         return {
             "cost_usd": round(cost, 2),
+            "reservation_prepaid_usd": round(prepaid, 2),
             "kept_steps": kept,
             "usd_per_kept_step": cost / kept if kept else math.inf,
+            # Before the audit: every held hour at list price, an idle reservation free.
+            "usd_per_kept_step_list_accounting": self.list_cost / kept if kept else math.inf,
             "deadline_hit_rate": hit / len(sts),
             "failed_runs": sum(1 for s in sts if s.failed),
             "slices_leaked": leaked,
             "api_calls_per_run": sum(s.api_calls for s in sts) / len(sts),
+            "history_gcs_reads_per_run": self.history_reads / len(sts),
             "preemptions": sum(s.recoveries for s in sts),
             "slice_hours": {k: round(v, 1) for k, v in sorted(self.held.items())},
             "usd_per_1k_steps_by_class": {
@@ -358,27 +386,26 @@ class Fleet:
 
 
 def fixed_orders(steps: list[Step], all_orders: bool) -> dict[str, list[int]]:
-    """Fixed ladders a user can write: every order of the three tiers x every ordered subset of the
-    zones (``slice.zones``; the reservation only where its zone is listed) — 90 ladders; or the written one."""
+    """Fixed ladders a user can write, the written one first; with ``all_orders``, every one that
+    differs in what it buys: any arrangement of any subset of {the reservation, spot in a, b, c}, with
+    the on-demand rungs (a > b > c) anywhere among them — 261 ladders. On-demand is always in (without
+    it a run waits for spot when spot is out) and its zone order is fixed: the three zones' on-demand
+    is the same price and size, so ordering it differently only reshuffles equal slices."""
     by = {(str(s.tier), s.zone): s.number for s in steps}
     res = next(s for s in steps if s.tier == "reservation")
-    out: dict[str, list[int]] = {}
-    tier_orders = list(itertools.permutations(("reservation", "spot", "on-demand"))) if all_orders else [
-        ("reservation", "spot", "on-demand")]  # fmt: skip
-    zone_orders = [p for k in (3, 2, 1) for p in itertools.permutations(ZONES, k)] if all_orders else [ZONES]
-    for tiers in tier_orders:
-        for zones in zone_orders:
-            seq: list[int] = []
-            names = []
-            for tier in tiers:
-                if tier == "reservation":
-                    if res.zone in zones:
-                        seq.append(res.number)
-                        names.append("res")
-                else:
-                    seq += [by[(tier, z)] for z in zones]
-                    names.append(tier)
-            out.setdefault(" > ".join(names) + " @ " + ",".join(z[-1] for z in zones), seq)
+    singles = [("res", res.number)] + [(f"spot {z[-1]}", by[("spot", z)]) for z in ZONES]
+    od = [by[("on-demand", z)] for z in ZONES]
+    written = [s.number for s in steps]
+    out: dict[str, list[int]] = {"written: res > spot a,b,c > on-demand a,b,c": written}
+    if not all_orders:
+        return out
+    for k in range(len(singles) + 1):
+        for perm in itertools.permutations(singles, k):
+            for pos in range(k + 1):
+                names = [n for n, _ in perm[:pos]] + ["on-demand"] + [n for n, _ in perm[pos:]]
+                seq = [x for _, x in perm[:pos]] + od + [x for _, x in perm[pos:]]
+                if seq != written:
+                    out[" > ".join(names)] = seq
     return out
 
 
@@ -393,14 +420,19 @@ def main(argv: list[str] | None = None) -> int:
     runs = make_runs(args.runs, args.seed)
     steps = plan(fleet_spec(SCENARIO["written_ladder"]))
     results: dict[str, dict[str, Any]] = {}
-    for name, order in fixed_orders(steps, not args.written_only).items():
+    orders = fixed_orders(steps, not args.written_only)
+    for name, order in orders.items():
         results[name] = Fleet(runs, args.seed, order).run()
-    auto_fleet = Fleet(runs, args.seed, None)
-    auto = auto_fleet.run()
-    auto["rankings"] = auto_fleet.rankings
-    auto["ranking_methods"] = auto_fleet.why_counts
-    written = results[next(iter(fixed_orders(steps, False)))]
-    # The best fixed ladder at an equal or better deadline hit rate than auto (else the best overall).
+    # auto as shipped (a reservation charged at its opportunity cost, the spot price), and the two
+    # other ways to price it, for comparison.
+    autos: dict[str, dict[str, Any]] = {}
+    for how in ("opportunity", "prepaid", "list"):
+        fleet = Fleet(runs, args.seed, None, how)  # type: ignore[arg-type]
+        autos[how] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
+    auto = autos["opportunity"]
+    written_name = next(iter(orders))
+    written = results[written_name]
+    # The best fixed ladder, with hindsight, at an equal or better deadline hit rate than auto's.
     comparable = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= auto["deadline_hit_rate"]}
     best_name = min(comparable or results, key=lambda k: (comparable or results)[k]["usd_per_kept_step"])
     cheapest_name = min(results, key=lambda k: results[k]["usd_per_kept_step"])
@@ -409,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "scenario": {**SCENARIO, "runs": args.runs, "seed": args.seed},
         "auto": auto,
-        "written_order": written,
+        "auto_reservation_prepaid": autos["prepaid"],
+        "auto_reservation_list": autos["list"],
+        "written_order": {"ladder": written_name, **written},
         "best_fixed": {"ladder": best_name, **best, "compared_at_hit_rate_ge_auto": bool(comparable)},
         "cheapest_fixed": {"ladder": cheapest_name, **results[cheapest_name]},
         "fixed_ladders": len(results),
@@ -421,23 +455,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def line(name: str, r: dict[str, Any]) -> str:
-        return (f"  {name:<44} ${r['cost_usd']:>10,.0f}  ${r['usd_per_kept_step'] * 1000:7.4f}/1k steps  "
-                f"hit {r['deadline_hit_rate']:6.1%}  failed {r['failed_runs']:3d}  leaked {r['slices_leaked']}  "
-                f"API calls/run {r['api_calls_per_run']:5.1f}  preemptions {r['preemptions']}")  # fmt: skip
+        return (f"  {name:<58} ${r['cost_usd']:>8,.0f}  ${r['usd_per_kept_step'] * 1000:6.3f}/1k steps  "
+                f"hit {r['deadline_hit_rate']:6.1%}  failed {r['failed_runs']:2d}  leaked {r['slices_leaked']}  "
+                f"API calls/run {r['api_calls_per_run']:4.1f}  preemptions {r['preemptions']}")  # fmt: skip
 
     print(f"fleet: {args.runs} runs (seed {args.seed}), {SCENARIO['accelerator']}")
     print(f"  spot preemptions/h by zone (hidden from the ranking): {SCENARIO['spot_preemptions_per_hour']}")
     print(f"  capacity chips: {SCENARIO['capacity_chips']}; reservation {SCENARIO['reservation_vms']} VMs in "
-          f"us-east5-a; {SCENARIO['arrivals_per_hour']} arrivals/h")  # fmt: skip
+          f"us-east5-a, {SCENARIO['reservation_billing']} (${written['reservation_prepaid_usd']:,.0f}); "
+          f"{SCENARIO['arrivals_per_hour']} arrivals/h")  # fmt: skip
     print(f"  classes: {json.dumps(SCENARIO['classes'])}")
-    print(f"policies ({len(results)} fixed-order ladders tried):")
-    print(line("auto (ranked by expected $/kept step)", auto))
-    print(line("written order: " + next(iter(fixed_orders(steps, False))), written))
-    print(line("best fixed (hit rate ≥ auto): " + best_name, best))
-    print(line("cheapest fixed (any hit rate): " + cheapest_name, results[cheapest_name]))
+    print(f"policies ({len(results)} fixed-order ladders tried, on the same traces):")
+    print(line("auto (reservation at its opportunity cost: spot price)", auto))
+    print(line("auto, reservation priced at 0 (prepaid)", autos["prepaid"]))
+    print(line("auto, reservation at its list price (the previous round)", autos["list"]))
+    print(line(written_name, written))
+    print(line("best fixed (hit ≥ auto): " + best_name, best))
+    print(line("cheapest fixed (any hit): " + cheapest_name, results[cheapest_name]))
     print(f"auto vs best fixed: {saving:.1%} cheaper per kept step, hit rate {auto['deadline_hit_rate']:.1%} vs "
-          f"{best['deadline_hit_rate']:.1%}; rankings {auto['rankings']} {auto['ranking_methods']}; "
-          f"{out['seconds']} s")  # fmt: skip
+          f"{best['deadline_hit_rate']:.1%}; rankings {auto['rankings']} {auto['ranking_methods']}, "
+          f"history GCS reads/run {auto['history_gcs_reads_per_run']:.0f}; {out['seconds']} s")  # fmt: skip
     return 0
 
 
