@@ -18,7 +18,8 @@ Traces are keyed by (run, rung, n-th use), so every policy meets the same luck o
 
 The default scenario (``--runs 300 --seed 7``) is printed with the results; the README quotes it.
 
-    .venv/bin/python bench/fleet_sim.py [--runs 300] [--seed 7] [--json] [--fixed-all]
+    .venv/bin/python bench/fleet_sim.py [--runs 300] [--seed 7] [--scenario both|stationary|drift]
+        [--written-only] [--json] [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -84,7 +85,39 @@ SCENARIO: dict[str, Any] = {
     },
     "written_ladder": ["reservation:team-res@us-east5-a", "spot", "on-demand"],
     "max_miss": 0.2,
+    # ``choose.half_life`` of the variant that weighs history by age: yesterday's runs count half.
+    "half_life_h": 24.0,
+    # The drifting variant: spot capacity in zone a degrades on day 3 (on-demand demand there grows,
+    # so Compute Engine reclaims spot VMs more often); the other zones stay as they are.
+    "drift": {"at_hour": 72.0, "spot_preemptions_per_hour": {"us-east5-a": 1.0}},
 }
+Rates = list[tuple[float, dict[str, float]]]  # (from second, spot preemptions/h by zone), in order
+
+
+def scenario_rates(name: str) -> Rates:
+    """``stationary``: the rates above throughout; ``drift``: zone a's changes at ``drift.at_hour``."""
+    base = dict(SCENARIO["spot_preemptions_per_hour"])
+    if name == "stationary":
+        return [(0.0, base)]
+    d = SCENARIO["drift"]
+    return [(0.0, base), (d["at_hour"] * 3600.0, {**base, **d["spot_preemptions_per_hour"]})]
+
+
+def preempted_at(rates: Rates, zone: str, start: float, rng: random.Random) -> float:
+    """When a spot slice held from ``start`` is preempted: a Poisson process whose rate follows
+    ``rates`` (one unit-exponential draw spent against the accumulated hazard)."""
+    budget = rng.expovariate(1.0)
+    t = start
+    for i, (_, by_zone) in enumerate(rates):
+        end = rates[i + 1][0] if i + 1 < len(rates) else math.inf
+        if end <= t:
+            continue
+        lam = by_zone[zone] / 3600.0
+        if lam > 0 and t + budget / lam <= end:
+            return t + budget / lam
+        budget -= lam * (end - t)
+        t = end
+    return math.inf
 
 
 def _deadline(cls: str, work_s: float) -> float:
@@ -160,9 +193,13 @@ class Fleet:
     """One policy over the whole trace: ``order`` is None for ``auto``, else a fixed list of step numbers."""
 
     def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None,
-                 reservation_price: ranking.ReservationPrice = "opportunity") -> None:  # fmt: skip
+                 reservation_price: ranking.ReservationPrice = "opportunity", rates: Rates | None = None,
+                 half_life_h: float | None = None) -> None:  # fmt: skip
         self.runs, self.seed, self.fixed = runs, seed, order
         self.reservation_price = reservation_price
+        self.rates = rates or scenario_rates("stationary")
+        self.half_life_s = half_life_h * 3600.0 if half_life_h is not None else None
+        self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each slice's record, folded
         # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
         self.window_end = max((r.deadline for r in runs), default=0.0)
         self.spec = fleet_spec(SCENARIO["written_ladder"])
@@ -206,7 +243,8 @@ class Fleet:
         sps = SCENARIO["seconds_per_step"]
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
-        ordered, choice = ranking.order(self.spec, self.steps, self.table, self.history, run, self.reservation_price)
+        ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
+                                        self.reservation_price)  # fmt: skip
         self.rankings += 1
         self.history_reads += 1 + 2 * len(self.recorded_runs)
         self.why_counts[choice.method] = self.why_counts.get(choice.method, 0) + 1
@@ -254,12 +292,10 @@ class Fleet:
         t = st.ready_at = self.now()
         sps = SCENARIO["seconds_per_step"]
         done_at = t + SCENARIO["restore_s"] + (st.spec.steps - st.kept) * sps
-        rate = SCENARIO["spot_preemptions_per_hour"][st.step.zone] if st.step.tier == "spot" else 0.0
         lose_at = math.inf
-        if rate > 0:
-            lose_at = t + trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number]).expovariate(
-                rate / 3600
-            )
+        if st.step.tier == "spot":
+            luck = trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number])
+            lose_at = preempted_at(self.rates, st.step.zone, t, luck)
         if lose_at < done_at:
             self.at(lose_at, "preempt", st.spec.idx)
         else:
@@ -286,8 +322,10 @@ class Fleet:
                                        "delete_s": SCENARIO["detect_delete_s"], "restore_s": SCENARIO["restore_s"],
                                        "steps_lost": lost_steps})  # fmt: skip
         ident = {"accelerator_type": "v5p-8", "backend": self.backend_name}
-        for k, h in H.fold_run(rec, ident).items():
+        folded = H.fold_run(rec, ident)
+        for k, h in folded.items():
             self.history[k] = self.history.get(k, History()).merged(h)
+        self.records.append((rec, folded))
         self.recorded_runs.add(st.spec.idx)
         st.step, st.instance, st.requested_at = None, "", 0.0
 
@@ -318,6 +356,18 @@ class Fleet:
         quadratic over a fleet's thousands): finished ones are dropped, as Compute Engine expires them."""
         with self.api._lock:
             self.api._ops = {k: op for k, op in self.api._ops.items() if not op.done}
+
+    def aged_history(self) -> dict[H.Key, History]:
+        """The history as ``history.fold`` weighs it with ``choose.half_life`` (the sums, without one)."""
+        if self.half_life_s is None:
+            return self.history
+        now = self.clock.now()
+        out: dict[H.Key, History] = {}
+        for rec, folded in self.records:
+            w = H.weight(rec, now, self.half_life_s)
+            for k, h in folded.items():
+                out[k] = out.get(k, History()).merged(h.scaled(w))
+        return out
 
     def reservation_cost(self) -> float:
         """What the reservation costs every policy: each VM at its price over the window, used or not."""
@@ -409,72 +459,94 @@ def fixed_orders(steps: list[Step], all_orders: bool) -> dict[str, list[int]]:
     return out
 
 
+AUTOS: dict[str, tuple[ranking.ReservationPrice, bool]] = {
+    "auto": ("opportunity", False),  # as shipped, defaults only: the README's figure
+    "auto with choose.half_life 24 h": ("opportunity", True),
+    "auto, reservation priced at 0 (prepaid)": ("prepaid", False),
+    "auto as the previous round (reservation at list price)": ("list", False),
+}
+
+
+def compare(runs: list[RunSpec], seed: int, scenario: str, orders: dict[str, list[int]]) -> dict[str, Any]:
+    """Every fixed ladder and ``auto`` (with its variants) on the same runs and the same luck."""
+    rates = scenario_rates(scenario)
+    results = {name: Fleet(runs, seed, order, rates=rates).run() for name, order in orders.items()}
+    autos: dict[str, dict[str, Any]] = {}
+    for name, (price, aged) in AUTOS.items():
+        fleet = Fleet(runs, seed, None, price, rates, SCENARIO["half_life_h"] if aged else None)
+        autos[name] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
+    auto = autos["auto"]
+    written_name = next(iter(orders))
+    # The best fixed ladder, with hindsight, at an equal or better deadline hit rate than auto's.
+    comparable = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= auto["deadline_hit_rate"]}
+    pool = comparable or results
+    best_name = min(pool, key=lambda k: pool[k]["usd_per_kept_step"])
+    cheapest_name = min(results, key=lambda k: results[k]["usd_per_kept_step"])
+    return {
+        "scenario": scenario,
+        "spot_rates": rates,
+        "autos": autos,
+        "written_order": {"ladder": written_name, **results[written_name]},
+        "best_fixed": {"ladder": best_name, **results[best_name], "compared_at_hit_rate_ge_auto": bool(comparable)},
+        "cheapest_fixed": {"ladder": cheapest_name, **results[cheapest_name]},
+        "fixed_ladders": len(results),
+        "auto_saving_vs_best_fixed": 1 - auto["usd_per_kept_step"] / results[best_name]["usd_per_kept_step"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--scenario", choices=("both", "stationary", "drift"), default="both")
     ap.add_argument("--written-only", action="store_true", help="compare with the written order only")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json-out", help="also write the figures as JSON to this file")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     runs = make_runs(args.runs, args.seed)
     steps = plan(fleet_spec(SCENARIO["written_ladder"]))
-    results: dict[str, dict[str, Any]] = {}
     orders = fixed_orders(steps, not args.written_only)
-    for name, order in orders.items():
-        results[name] = Fleet(runs, args.seed, order).run()
-    # auto as shipped (a reservation charged at its opportunity cost, the spot price), and the two
-    # other ways to price it, for comparison.
-    autos: dict[str, dict[str, Any]] = {}
-    for how in ("opportunity", "prepaid", "list"):
-        fleet = Fleet(runs, args.seed, None, how)  # type: ignore[arg-type]
-        autos[how] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
-    auto = autos["opportunity"]
-    written_name = next(iter(orders))
-    written = results[written_name]
-    # The best fixed ladder, with hindsight, at an equal or better deadline hit rate than auto's.
-    comparable = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= auto["deadline_hit_rate"]}
-    best_name = min(comparable or results, key=lambda k: (comparable or results)[k]["usd_per_kept_step"])
-    cheapest_name = min(results, key=lambda k: results[k]["usd_per_kept_step"])
-    best = results[best_name]
-    saving = 1 - auto["usd_per_kept_step"] / best["usd_per_kept_step"]
-    out = {
-        "scenario": {**SCENARIO, "runs": args.runs, "seed": args.seed},
-        "auto": auto,
-        "auto_reservation_prepaid": autos["prepaid"],
-        "auto_reservation_list": autos["list"],
-        "written_order": {"ladder": written_name, **written},
-        "best_fixed": {"ladder": best_name, **best, "compared_at_hit_rate_ge_auto": bool(comparable)},
-        "cheapest_fixed": {"ladder": cheapest_name, **results[cheapest_name]},
-        "fixed_ladders": len(results),
-        "auto_saving_vs_best_fixed": saving,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+    names = ("stationary", "drift") if args.scenario == "both" else (args.scenario,)
+    out: dict[str, Any] = {"scenario": {**SCENARIO, "runs": args.runs, "seed": args.seed}}
+    for name in names:
+        out[name] = compare(runs, args.seed, name, orders)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(out, indent=2, default=str))
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
 
     def line(name: str, r: dict[str, Any]) -> str:
-        return (f"  {name:<58} ${r['cost_usd']:>8,.0f}  ${r['usd_per_kept_step'] * 1000:6.3f}/1k steps  "
+        return (f"  {name:<64} ${r['cost_usd']:>8,.0f}  ${r['usd_per_kept_step'] * 1000:6.3f}/1k steps  "
                 f"hit {r['deadline_hit_rate']:6.1%}  failed {r['failed_runs']:2d}  leaked {r['slices_leaked']}  "
                 f"API calls/run {r['api_calls_per_run']:4.1f}  preemptions {r['preemptions']}")  # fmt: skip
 
+    prepaid = out[names[0]]["written_order"]["reservation_prepaid_usd"]
     print(f"fleet: {args.runs} runs (seed {args.seed}), {SCENARIO['accelerator']}")
     print(f"  spot preemptions/h by zone (hidden from the ranking): {SCENARIO['spot_preemptions_per_hour']}")
     print(f"  capacity chips: {SCENARIO['capacity_chips']}; reservation {SCENARIO['reservation_vms']} VMs in "
-          f"us-east5-a, {SCENARIO['reservation_billing']} (${written['reservation_prepaid_usd']:,.0f}); "
+          f"us-east5-a, {SCENARIO['reservation_billing']} (${prepaid:,.0f}); "
           f"{SCENARIO['arrivals_per_hour']} arrivals/h")  # fmt: skip
     print(f"  classes: {json.dumps(SCENARIO['classes'])}")
-    print(f"policies ({len(results)} fixed-order ladders tried, on the same traces):")
-    print(line("auto (reservation at its opportunity cost: spot price)", auto))
-    print(line("auto, reservation priced at 0 (prepaid)", autos["prepaid"]))
-    print(line("auto, reservation at its list price (the previous round)", autos["list"]))
-    print(line(written_name, written))
-    print(line("best fixed (hit ≥ auto): " + best_name, best))
-    print(line("cheapest fixed (any hit): " + cheapest_name, results[cheapest_name]))
-    print(f"auto vs best fixed: {saving:.1%} cheaper per kept step, hit rate {auto['deadline_hit_rate']:.1%} vs "
-          f"{best['deadline_hit_rate']:.1%}; rankings {auto['rankings']} {auto['ranking_methods']}, "
-          f"history GCS reads/run {auto['history_gcs_reads_per_run']:.0f}; {out['seconds']} s")  # fmt: skip
+    print(f"  auto: choose.max_miss {SCENARIO['max_miss']}; starts with no history (the written order)")
+    for name in names:
+        r = out[name]
+        d = SCENARIO["drift"]
+        what = "rates as above" if name == "stationary" else (
+            f"from hour {d['at_hour']:.0f} spot/h {d['spot_preemptions_per_hour']}")  # fmt: skip
+        print(f"scenario {name} ({what}); {r['fixed_ladders']} fixed-order ladders on the same traces:")
+        for label, a in r["autos"].items():
+            print(line(label, a))
+        print(line(r["written_order"]["ladder"], r["written_order"]))
+        print(line("best fixed (hit ≥ auto): " + r["best_fixed"]["ladder"], r["best_fixed"]))
+        print(line("cheapest fixed (any hit): " + r["cheapest_fixed"]["ladder"], r["cheapest_fixed"]))
+        a, b = r["autos"]["auto"], r["best_fixed"]
+        print(f"  => auto vs best fixed: {r['auto_saving_vs_best_fixed']:.1%} cheaper per kept step, hit rate "
+              f"{a['deadline_hit_rate']:.1%} vs {b['deadline_hit_rate']:.1%}; rankings {a['rankings']} "
+              f"{a['ranking_methods']}, history GCS reads/run {a['history_gcs_reads_per_run']:.0f}")  # fmt: skip
+    print(f"{out['seconds']} s")
     return 0
 
 

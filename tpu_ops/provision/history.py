@@ -95,12 +95,39 @@ def fold_run(
     return out
 
 
-def fold(runs: Iterable[tuple[dict[str, Any], dict[str, Any] | None]], now: float | None = None) -> dict[Key, History]:
-    """Every run's observations summed by key."""
+def last_seen(record: dict[str, Any]) -> float | None:
+    """The newest moment a run record speaks of (its end, or its last slice's end or start)."""
+    started, wall = _f(record.get("started_at")), _f(record.get("wall_s"))
+    times = [_f(record.get("finished_at")), started + wall if started is not None and wall is not None else None]
+    for inc in record.get("incarnations") or []:
+        if isinstance(inc, dict):
+            times += [_f(inc.get(k)) for k in ("ended_at", "last_seen_at", "ready_at")]
+    found = [t for t in times if t is not None]
+    return max(found) if found else None
+
+
+def weight(record: dict[str, Any], now: float, half_life_s: float | None) -> float:
+    """How much a run's observations count: ``0.5 ** (age / half_life)``, age from :func:`last_seen`
+    (1 without a half-life, or when the record has no time: it cannot be aged)."""
+    seen = last_seen(record)
+    if half_life_s is None or seen is None:
+        return 1.0
+    return float(0.5 ** (max(0.0, now - seen) / half_life_s))
+
+
+def fold(
+    runs: Iterable[tuple[dict[str, Any], dict[str, Any] | None]],
+    now: float | None = None,
+    half_life_s: float | None = None,
+) -> dict[Key, History]:
+    """Every run's observations summed by key; with ``half_life_s``, each run's weighted by its age
+    (spot capacity drifts with demand: what a zone did last month says less than what it did today)."""
+    now = time.time() if now is None else now
     out: dict[Key, History] = {}
     for record, identity in runs:
+        w = weight(record, now, half_life_s)
         for k, h in fold_run(record, identity, now).items():
-            _add(out, k, h)
+            _add(out, k, h if w == 1.0 else h.scaled(w))
     return out
 
 
@@ -134,9 +161,9 @@ def read_runs(gcs: Any, root: ObjectUri) -> list[tuple[str, dict[str, Any], dict
     return out
 
 
-def load(gcs: Any, root: ObjectUri, now: float | None = None) -> dict[Key, History]:
-    """The capacity history of every run under ``root``."""
-    return fold(((rec, ident) for _, rec, ident in read_runs(gcs, root)), now)
+def load(gcs: Any, root: ObjectUri, now: float | None = None, half_life_s: float | None = None) -> dict[Key, History]:
+    """The capacity history of every run under ``root`` (weighted by age with ``half_life_s``)."""
+    return fold(((rec, ident) for _, rec, ident in read_runs(gcs, root)), now, half_life_s)
 
 
 def write_identity(gcs: Any, run: ObjectUri, accelerator_type: str, backend: str, chips: int) -> None:

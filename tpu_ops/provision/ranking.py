@@ -187,7 +187,8 @@ def history_for(
     from tpu_ops.uris import parse_gs
 
     try:
-        return history.load(storage_client(settings), parse_gs(c.history), now)
+        half_life = c.half_life.total_seconds() if c.half_life is not None else None
+        return history.load(storage_client(settings), parse_gs(c.history), now, half_life)
     except TpuOpsError:
         if strict:
             raise
