@@ -71,3 +71,22 @@ def test_fixed_ladders_and_traces(sim: ModuleType) -> None:
     assert list(sim.fixed_orders(steps, False)) == ["written: res > spot a,b,c > on-demand a,b,c"]
     # The same (run, rung, n-th use) meets the same luck whatever the policy; another key, other luck.
     assert sim.trace(7, 3, 4, 1).random() == sim.trace(7, 3, 4, 1).random() != sim.trace(7, 3, 4, 2).random()
+
+
+def test_preemptions_follow_a_rate_that_changes(sim: ModuleType) -> None:
+    import random
+
+    rates = [(0.0, {"z": 1.0, "off": 0.0}), (3600.0, {"z": 2.0, "off": 0.0})]  # per hour, 2/h after an hour
+    draws = [random.Random(s).expovariate(1.0) for s in range(40)]
+    early = next(s for s in range(40) if draws[s] < 1.0)
+    late = next(s for s in range(40) if draws[s] > 1.0)
+    assert sim.preempted_at(rates, "z", 0.0, random.Random(early)) == pytest.approx(draws[early] * 3600, rel=1e-12)
+    # past the change, the rest of the draw is spent at 2/h
+    got = sim.preempted_at(rates, "z", 0.0, random.Random(late))
+    assert got == pytest.approx(3600 + (draws[late] - 1.0) * 1800, rel=1e-12)
+    # a slice held from after the change sees only the new rate; a zone never preempted, never
+    assert sim.preempted_at(rates, "z", 7200.0, random.Random(early)) == pytest.approx(7200 + draws[early] * 1800)
+    assert sim.preempted_at(rates, "off", 0.0, random.Random(1)) == float("inf")
+    assert sim.scenario_rates("stationary") == [(0.0, sim.SCENARIO["spot_preemptions_per_hour"])]
+    drift = sim.scenario_rates("drift")
+    assert drift[1] == (72 * 3600.0, {"us-east5-a": 1.0, "us-east5-b": 0.6, "us-east5-c": 2.0})
