@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tpu_ops.errors import ConfigError
-from tpu_ops.provision.choose import History, Rung, RunModel, rank
+from tpu_ops.provision.choose import Choice, History, Rung, RunModel, rank
 from tpu_ops.provision.ladder import plan
 from tpu_ops.provision.prices import PriceTable, shipped
 from tpu_ops.provision.ranking import backend_of, candidates, order, rank_price
@@ -92,5 +92,10 @@ def test_the_plan_says_how_the_reservation_was_priced() -> None:
     assert prepaid.note.endswith("so it is charged at nothing")
     _, listed = order(spec, steps, shipped(), hist, RunModel(3600, 2.0, 3600), "list")
     assert "reservation is paid" not in listed.note
+
+    def res_price(c: Choice) -> float:
+        return next(r.expectation.rung.usd_per_hour for r in c.ranked if r.expectation.rung.tier == "reservation")
+
+    assert (res_price(choice), res_price(prepaid), res_price(listed)) == (8.4, 0.0, 16.8)
     _, none = order(spec, steps, shipped(), {}, RunModel(3600, 2.0, 3600))
     assert none.method == "written-order" and "reservation is paid" not in none.note
