@@ -11,12 +11,17 @@ for the attempts, ``tpu_ops.provision.ranking.order`` (``choose.rank``) to order
 ``state.json``) into the fleet's capacity history, which ``auto`` learns from as the fleet runs
 (starting from no history at all, i.e. the written order).
 
-What is modelled: when a spot VM is preempted (per-zone Poisson rates the ranking never sees), how
-long a slice takes to boot and restore, and the training itself (steps of ``seconds_per_step``, a
-checkpoint every ``checkpoint_every`` steps; a preemption loses the steps since the last one).
-Traces are keyed by (run, rung, n-th use), so every policy meets the same luck on the same choice.
+What is modelled: when a spot VM is preempted (per-zone Poisson rates the ranking never sees,
+constant in the ``stationary`` scenario, zone a's rising on day 3 in ``drift``), how long a slice
+takes to boot and restore, and the training itself (steps of ``seconds_per_step``, a checkpoint every
+``checkpoint_every`` steps; a preemption loses the steps since the last one). Billing: a held slice by
+the second at its list price, from RUNNING to deleted; the reservation as Compute Engine bills it,
+every VM for the whole window whether used or not (the same sum for every policy), so an hour of it
+used costs nothing more. Traces are keyed by (run, rung, n-th use), so every policy meets the same
+luck on the same choice.
 
-The default scenario (``--runs 300 --seed 7``) is printed with the results; the README quotes it.
+The default (``--runs 300 --seed 7``) runs both scenarios; the figures and the scenario are printed,
+and the README quotes them.
 
     .venv/bin/python bench/fleet_sim.py [--runs 300] [--seed 7] [--scenario both|stationary|drift]
         [--written-only] [--json] [--json-out FILE]
