@@ -199,9 +199,8 @@ class Fleet:
 
     def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None,
                  reservation_price: ranking.ReservationPrice = "opportunity", rates: Rates | None = None,
-                 half_life_h: float | None = None, lookahead: bool = True) -> None:  # fmt: skip
+                 half_life_h: float | None = None) -> None:  # fmt: skip
         self.runs, self.seed, self.fixed = runs, seed, order
-        self.lookahead = lookahead
         self.reservation_price = reservation_price
         self.rates = rates or scenario_rates("stationary")
         self.half_life_s = half_life_h * 3600.0 if half_life_h is not None else None
@@ -255,7 +254,7 @@ class Fleet:
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
         ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
-                                        self.reservation_price, self.lookahead)  # fmt: skip
+                                        self.reservation_price)  # fmt: skip
         self.rankings += 1
         self.history_reads += 1
         self.history_scan_reads += 1 + 2 * len(self.recorded_runs)
@@ -475,13 +474,11 @@ def fixed_orders(steps: list[Step], all_orders: bool) -> dict[str, list[int]]:
     return out
 
 
-# (reservation price, weighed by age, one-step lookahead)
-AUTOS: dict[str, tuple[ranking.ReservationPrice, bool, bool]] = {
-    "auto": ("opportunity", False, True),  # as shipped, defaults only: the README's figure
-    "auto without the lookahead (stays on its rung)": ("opportunity", False, False),
-    "auto with choose.half_life 24 h": ("opportunity", True, True),
-    "auto, reservation priced at 0 (prepaid)": ("prepaid", False, True),
-    "auto as the previous round (reservation at list price)": ("list", False, True),
+AUTOS: dict[str, tuple[ranking.ReservationPrice, bool]] = {
+    "auto": ("opportunity", False),  # as shipped, defaults only: the README's figure
+    "auto with choose.half_life 24 h": ("opportunity", True),
+    "auto, reservation priced at 0 (prepaid)": ("prepaid", False),
+    "auto as the previous round (reservation at list price)": ("list", False),
 }
 
 
@@ -500,8 +497,8 @@ def compare(runs: list[RunSpec], seed: int, scenario: str, orders: dict[str, lis
             cached.parent.mkdir(parents=True, exist_ok=True)
             cached.write_text(json.dumps(results, default=str))
     autos: dict[str, dict[str, Any]] = {}
-    for name, (price, aged, lookahead) in AUTOS.items():
-        fleet = Fleet(runs, seed, None, price, rates, SCENARIO["half_life_h"] if aged else None, lookahead)
+    for name, (price, aged) in AUTOS.items():
+        fleet = Fleet(runs, seed, None, price, rates, SCENARIO["half_life_h"] if aged else None)
         autos[name] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
     auto = autos["auto"]
     written_name = next(iter(orders))

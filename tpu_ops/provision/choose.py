@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 PRIOR_HOURS: Final = 4.0  # a prior rate weighs as much as 4 hours of observed slice time
@@ -244,43 +244,6 @@ def expect(rung: Rung, run: RunModel, history: History | None = None) -> Expecta
     return Expectation(rung, b, held, wall, n, usd, per_step, max(0.0, miss))
 
 
-def checkpointed_before_preemption(work_s: float, checkpoint_s: float, rate_per_s: float) -> float:
-    """``E[1{X < W} · c⌊X/c⌋]`` with ``X ~ Exp(λ)``: the work a slice has checkpointed when it is
-    preempted before finishing (0 when it is not). Over the whole segments ``j < K = ⌊W/c⌋`` (each
-    ended by a preemption with probability ``q^j (1 - q)``, ``q = e^{-λc}``, keeping ``jc``) the sum is
-    ``c q (1 - K q^{K-1} + (K-1) q^K) / (1 - q)``; a last partial segment keeps ``Kc`` with
-    probability ``q^K - e^{-λW}``."""
-    lam, c, w = rate_per_s, checkpoint_s, work_s
-    if lam <= 0 or c <= 0 or w <= 0:
-        return 0.0  # never preempted, or a trainer that saves on the notice loses nothing (handled by the caller)
-    q = math.exp(-lam * c)
-    k = math.floor(w / c)
-    whole = c * q * (1 - k * q ** (k - 1) + (k - 1) * q**k) / -math.expm1(-lam * c) if k >= 1 else 0.0
-    return whole + k * c * (q**k - math.exp(-lam * w))
-
-
-def lookahead_usd(e: Expectation, run: RunModel, alt: Expectation) -> float:
-    """``e``'s expected dollars if the run stays on its rung only until its first preemption, then does
-    what is left on ``alt`` (the ladder's best rung by the stay-put model): a preempted run walks the
-    ladder again, so a flaky rung costs a long run less than staying on it would.
-
-    ``P E[min(X, W)] + P(X < W) (a W + P' r') - a E[1{X<W} c⌊X/c⌋]``, with ``X ~ Exp(λ)`` the time to
-    the first preemption, ``P`` this rung's $ per second, ``a`` the alternative's expected $ per second
-    of work (its stay-put cost over ``W``), ``P' r'`` its restore (held, billed). Checkpoint interval 0
-    (saved on the notice): nothing is lost, the whole remainder ``W - X`` goes to the alternative."""
-    lam = e.belief.rate_per_hour / 3600.0
-    w, c = run.work_s, run.checkpoint_s
-    price = e.rung.usd_per_hour / 3600.0
-    if lam <= 0 or w <= 0 or math.isinf(alt.usd):
-        return e.usd
-    p_pre = -math.expm1(-lam * w)
-    held = p_pre / lam  # E[min(X, W)]
-    a = alt.usd / w
-    restore = alt.rung.usd_per_hour / 3600.0 * alt.belief.recovery_s
-    kept = checkpointed_before_preemption(w, c, lam) if c > 0 else held - w * math.exp(-lam * w)
-    return price * held + p_pre * (a * w + restore) - a * kept
-
-
 @dataclass(frozen=True)
 class Ranked:
     """A rung's place in the choice and why."""
@@ -339,7 +302,6 @@ def rank(
     *,
     max_miss: float = 0.1,
     keep_order_without_history: bool = True,
-    lookahead: bool = True,
 ) -> Choice:
     """Order ``rungs`` by expected $ per kept step, those that make the deadline first.
 
@@ -348,9 +310,7 @@ def rank(
     preemption far more than this one (each run is ranked alone; this keeps it from taking the
     steady rungs others need for nothing).
     A rung whose deadline miss probability exceeds ``max_miss`` goes after every rung that meets
-    it (still tried: better late than nothing), ordered by miss probability. With ``lookahead``, every
-    rung but the cheapest that makes the deadline is priced by :func:`lookahead_usd` against it (a
-    preempted run walks the ladder again); the miss probability stays the stay-put model's. With no history for
+    it (still tried: better late than nothing), ordered by miss probability. With no history for
     any rung and ``keep_order_without_history``, the written order stands (the priors alone would
     only restate the price list) and the note says so.
     """
@@ -364,8 +324,6 @@ def rank(
         )
         note = "no history for any rung: keeping the written order (run once to record some)"
         return Choice(ranked, "written-order", note)
-    if lookahead:
-        exps = _looked_ahead(exps, run, max_miss)
     ok, near = _by_cost([e for e in exps if e.miss_probability <= max_miss])
     late = sorted((e for e in exps if e.miss_probability > max_miss),
                   key=lambda e: (e.miss_probability, e.usd_per_step, e.rung.order))  # fmt: skip
@@ -380,19 +338,6 @@ def rank(
         if not ok:
             note += "; no rung is expected to make it, so the least likely to miss goes first"
     return Choice(tuple(out), "cost", note)
-
-
-def _looked_ahead(exps: list[Expectation], run: RunModel, max_miss: float) -> list[Expectation]:
-    """Each rung's cost by :func:`lookahead_usd` against the cheapest stay-put rung that makes the deadline."""
-    fine = [e for e in exps if e.miss_probability <= max_miss and not math.isinf(e.usd)]
-    if not fine or run.steps <= 0:
-        return exps
-    alt = min(fine, key=lambda e: (e.usd_per_step, e.rung.order))
-    out = []
-    for e in exps:
-        usd = e.usd if e is alt else min(e.usd, lookahead_usd(e, run, alt))
-        out.append(replace(e, usd=usd, usd_per_step=usd / run.steps))
-    return out
 
 
 def _by_cost(ok: list[Expectation]) -> tuple[list[Expectation], list[Expectation]]:

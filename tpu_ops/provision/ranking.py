@@ -111,14 +111,11 @@ def order(
     histories: dict[Key, History],
     run: RunModel,
     reservation: ReservationPrice = "opportunity",
-    lookahead: bool = True,
 ) -> tuple[list[Any], Choice]:
     """The planned attempts reordered by the choice (their numbers, hence resource names, kept).
-    ``reservation``: how a reservation is priced (:func:`rank_price`), ``lookahead``: see
-    :func:`~tpu_ops.provision.choose.rank` (the fleet simulator compares both)."""
+    ``reservation``: how a reservation is priced (:func:`rank_price`; the fleet simulator compares)."""
     c = spec.choose or ChooseSpec()
-    choice = rank(candidates(spec, steps, table, reservation), run, histories, max_miss=c.max_miss,
-                  lookahead=lookahead)  # fmt: skip
+    choice = rank(candidates(spec, steps, table, reservation), run, histories, max_miss=c.max_miss)
     by_number = {s.number: s for s in steps}
     ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
     if c.auto and choice.method == "written-order":
