@@ -24,7 +24,11 @@ The default (``--runs 300 --seed 7``) runs both scenarios; the figures and the s
 and the README quotes them.
 
     .venv/bin/python bench/fleet_sim.py [--runs 300] [--seed 7] [--scenario both|stationary|drift]
-        [--written-only] [--json] [--json-out FILE]
+        [--written-only] [--json] [--json-out FILE] [--fixed-cache DIR]
+
+History requests are counted as the capacity summary makes them (``history_gcs_reads_per_run``: one
+read per ranking, a read and a conditional write per slice recorded), beside what a full scan of the
+run records per ranking would have made (``history_gcs_reads_per_run_full_scan``).
 """
 
 from __future__ import annotations

@@ -90,3 +90,22 @@ def test_preemptions_follow_a_rate_that_changes(sim: ModuleType) -> None:
     assert sim.scenario_rates("stationary") == [(0.0, sim.SCENARIO["spot_preemptions_per_hour"])]
     drift = sim.scenario_rates("drift")
     assert drift[1] == (72 * 3600.0, {"us-east5-a": 1.0, "us-east5-b": 0.6, "us-east5-c": 2.0})
+
+
+def test_history_requests_and_the_fixed_ladder_cache(sim: ModuleType, tmp_path: Path) -> None:
+    runs = sim.make_runs(8, 7)
+    fleet = sim.Fleet(runs, 7, None)
+    r = fleet.run()
+    slices = len(fleet.records)
+    # One summary read per ranking, and a read + a conditional write per slice's record published.
+    assert r["history_gcs_reads_per_run"] == (fleet.rankings + slices) / 8
+    assert r["history_gcs_writes_per_run"] == slices / 8
+    assert fleet.history_scan_reads > fleet.rankings  # the full scan grew with every run recorded
+    # Fixed ladders never call the ranking: their results are kept and read back as computed.
+    steps = sim.plan(sim.fleet_spec(sim.SCENARIO["written_ladder"]))
+    orders = sim.fixed_orders(steps, False)
+    first = sim.compare(runs, 7, "stationary", orders, tmp_path)
+    (cached,) = tmp_path.iterdir()
+    assert cached.name == "fixed-8-7-stationary-1.json"
+    again = sim.compare(runs, 7, "stationary", orders, tmp_path)
+    assert again["written_order"] == first["written_order"]
