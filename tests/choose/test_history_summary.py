@@ -81,6 +81,12 @@ def test_one_read_per_ranking_once_the_summary_exists(gcs: Any) -> None:
     assert H.load(client, root)[B] == first[B].merged(grown)
 
 
+def test_no_runs_no_summary(gcs: Any) -> None:
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    assert H.load(client, root) == {}
+    assert H.read_summary(client, root) == (None, 0)  # a ranking over nothing writes nothing
+
+
 def test_a_stale_generation_is_refused(gcs: Any) -> None:
     client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
     H.publish(client, root, "a", STATE, IDENT)

@@ -178,9 +178,11 @@ def load(gcs: Any, root: ObjectUri, now: float | None = None, half_life_s: float
     doc, generation = read_summary(gcs, root)
     if doc is None:
         doc = scan_summary(gcs, root)
-        # Another run created it meanwhile, or the bucket is read-only: this ranking has its history.
+        # Nothing to keep when there are no runs; if another run created it meanwhile, or the bucket
+        # is read-only, this ranking still has its history.
         with contextlib.suppress(TpuOpsError):
-            write_summary(gcs, root, doc, generation)
+            if doc["runs"]:
+                write_summary(gcs, root, doc, generation)
     return combine(doc, now, half_life_s)
 
 
