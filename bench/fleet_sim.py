@@ -11,14 +11,24 @@ for the attempts, ``tpu_ops.provision.ranking.order`` (``choose.rank``) to order
 ``state.json``) into the fleet's capacity history, which ``auto`` learns from as the fleet runs
 (starting from no history at all, i.e. the written order).
 
-What is modelled: when a spot VM is preempted (per-zone Poisson rates the ranking never sees), how
-long a slice takes to boot and restore, and the training itself (steps of ``seconds_per_step``, a
-checkpoint every ``checkpoint_every`` steps; a preemption loses the steps since the last one).
-Traces are keyed by (run, rung, n-th use), so every policy meets the same luck on the same choice.
+What is modelled: when a spot VM is preempted (per-zone Poisson rates the ranking never sees,
+constant in the ``stationary`` scenario, zone a's rising on day 3 in ``drift``), how long a slice
+takes to boot and restore, and the training itself (steps of ``seconds_per_step``, a checkpoint every
+``checkpoint_every`` steps; a preemption loses the steps since the last one). Billing: a held slice by
+the second at its list price, from RUNNING to deleted; the reservation as Compute Engine bills it,
+every VM for the whole window whether used or not (the same sum for every policy), so an hour of it
+used costs nothing more. Traces are keyed by (run, rung, n-th use), so every policy meets the same
+luck on the same choice.
 
-The default scenario (``--runs 300 --seed 7``) is printed with the results; the README quotes it.
+The default (``--runs 300 --seed 7``) runs both scenarios; the figures and the scenario are printed,
+and the README quotes them.
 
-    .venv/bin/python bench/fleet_sim.py [--runs 300] [--seed 7] [--json] [--fixed-all]
+    .venv/bin/python bench/fleet_sim.py [--runs 300] [--seed 7] [--scenario both|stationary|drift]
+        [--written-only] [--json] [--json-out FILE] [--fixed-cache DIR]
+
+History requests are counted as the capacity summary makes them (``history_gcs_reads_per_run``: one
+read per ranking, a read and a conditional write per slice recorded), beside what a full scan of the
+run records per ranking would have made (``history_gcs_reads_per_run_full_scan``).
 """
 
 from __future__ import annotations
@@ -64,6 +74,10 @@ SCENARIO: dict[str, Any] = {
         "us-east5-c": {"SPOT": 48, "STANDARD": 24},
     },
     "reservation_vms": 3,
+    # A reservation is billed whether used or not (Compute Engine: at the on-demand rate, for as long as
+    # it exists): every policy pays for its VMs from the first arrival to the last deadline; using it
+    # adds nothing (an hour used after that window is billed as held).
+    "reservation_billing": "prepaid: every VM from t=0 to the last run's deadline, used or not",
     "boot_s": 180.0,  # insert -> RUNNING (the fake's provision latency)
     "restore_s": 240.0,  # RUNNING -> first new step (agent, restore); billed
     "detect_delete_s": 60.0,  # preemption -> slice gone; billed
@@ -80,7 +94,39 @@ SCENARIO: dict[str, Any] = {
     },
     "written_ladder": ["reservation:team-res@us-east5-a", "spot", "on-demand"],
     "max_miss": 0.2,
+    # ``choose.half_life`` of the variant that weighs history by age: yesterday's runs count half.
+    "half_life_h": 24.0,
+    # The drifting variant: spot capacity in zone a degrades on day 3 (on-demand demand there grows,
+    # so Compute Engine reclaims spot VMs more often); the other zones stay as they are.
+    "drift": {"at_hour": 72.0, "spot_preemptions_per_hour": {"us-east5-a": 1.0}},
 }
+Rates = list[tuple[float, dict[str, float]]]  # (from second, spot preemptions/h by zone), in order
+
+
+def scenario_rates(name: str) -> Rates:
+    """``stationary``: the rates above throughout; ``drift``: zone a's changes at ``drift.at_hour``."""
+    base = dict(SCENARIO["spot_preemptions_per_hour"])
+    if name == "stationary":
+        return [(0.0, base)]
+    d = SCENARIO["drift"]
+    return [(0.0, base), (d["at_hour"] * 3600.0, {**base, **d["spot_preemptions_per_hour"]})]
+
+
+def preempted_at(rates: Rates, zone: str, start: float, rng: random.Random) -> float:
+    """When a spot slice held from ``start`` is preempted: a Poisson process whose rate follows
+    ``rates`` (one unit-exponential draw spent against the accumulated hazard)."""
+    budget = rng.expovariate(1.0)
+    t = start
+    for i, (_, by_zone) in enumerate(rates):
+        end = rates[i + 1][0] if i + 1 < len(rates) else math.inf
+        if end <= t:
+            continue
+        lam = by_zone[zone] / 3600.0
+        if lam > 0 and t + budget / lam <= end:
+            return t + budget / lam
+        budget -= lam * (end - t)
+        t = end
+    return math.inf
 
 
 def _deadline(cls: str, work_s: float) -> float:
@@ -155,8 +201,16 @@ def fleet_spec(ladder: list[str]) -> ProvisionSpec:
 class Fleet:
     """One policy over the whole trace: ``order`` is None for ``auto``, else a fixed list of step numbers."""
 
-    def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None) -> None:
+    def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None,
+                 reservation_price: ranking.ReservationPrice = "opportunity", rates: Rates | None = None,
+                 half_life_h: float | None = None) -> None:  # fmt: skip
         self.runs, self.seed, self.fixed = runs, seed, order
+        self.reservation_price = reservation_price
+        self.rates = rates or scenario_rates("stationary")
+        self.half_life_s = half_life_h * 3600.0 if half_life_h is not None else None
+        self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each slice's record, folded
+        # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
+        self.window_end = max((r.deadline for r in runs), default=0.0)
         self.spec = fleet_spec(SCENARIO["written_ladder"])
         self.steps = plan(self.spec)
         self.table = shipped()
@@ -176,6 +230,14 @@ class Fleet:
         self.state = {r.idx: RunState(r) for r in runs}
         self.rankings = 0
         self.held: dict[str, float] = {}  # slice-hours by tier@zone
+        self.list_cost = 0.0  # every held hour at its list price (the accounting before the audit)
+        # GCS requests for the history: a ranking reads the capacity summary (1); each slice's record is
+        # published into it (a read and a conditional write; the sim is sequential, so no 412 retries).
+        # ``history_scan_reads``: what the full scan did before the summary (a listing + 2 per past run).
+        self.history_reads = 0
+        self.history_writes = 0
+        self.history_scan_reads = 0
+        self.recorded_runs: set[int] = set()
         self.why_counts: dict[str, int] = {}
 
     # -- plumbing ----------------------------------------------------------------------------------
@@ -195,8 +257,11 @@ class Fleet:
         sps = SCENARIO["seconds_per_step"]
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
-        ordered, choice = ranking.order(self.spec, self.steps, self.table, self.history, run)
+        ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
+                                        self.reservation_price)  # fmt: skip
         self.rankings += 1
+        self.history_reads += 1
+        self.history_scan_reads += 1 + 2 * len(self.recorded_runs)
         self.why_counts[choice.method] = self.why_counts.get(choice.method, 0) + 1
         return ordered
 
@@ -242,12 +307,10 @@ class Fleet:
         t = st.ready_at = self.now()
         sps = SCENARIO["seconds_per_step"]
         done_at = t + SCENARIO["restore_s"] + (st.spec.steps - st.kept) * sps
-        rate = SCENARIO["spot_preemptions_per_hour"][st.step.zone] if st.step.tier == "spot" else 0.0
         lose_at = math.inf
-        if rate > 0:
-            lose_at = t + trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number]).expovariate(
-                rate / 3600
-            )
+        if st.step.tier == "spot":
+            luck = trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number])
+            lose_at = preempted_at(self.rates, st.step.zone, t, luck)
         if lose_at < done_at:
             self.at(lose_at, "preempt", st.spec.idx)
         else:
@@ -256,7 +319,11 @@ class Fleet:
     def _release(self, st: RunState, end: float, outcome: str, lost_steps: int | None) -> None:
         assert st.step is not None
         held = end - st.ready_at
-        st.cost += held / 3600.0 * self.price(st.step)
+        self.list_cost += held / 3600.0 * self.price(st.step)
+        # A reserved VM is paid for the whole window anyway (see ``reservation_cost``): only an hour
+        # held after the window costs anything more.
+        billed = max(0.0, end - max(st.ready_at, self.window_end)) if st.step.tier == "reservation" else held
+        st.cost += billed / 3600.0 * self.price(st.step)
         where = f"{st.step.tier}@{st.step.zone[-1]}"
         self.held[where] = self.held.get(where, 0.0) + held / 3600.0
         st.api_calls += 1
@@ -270,8 +337,13 @@ class Fleet:
                                        "delete_s": SCENARIO["detect_delete_s"], "restore_s": SCENARIO["restore_s"],
                                        "steps_lost": lost_steps})  # fmt: skip
         ident = {"accelerator_type": "v5p-8", "backend": self.backend_name}
-        for k, h in H.fold_run(rec, ident).items():
+        folded = H.fold_run(rec, ident)
+        for k, h in folded.items():
             self.history[k] = self.history.get(k, History()).merged(h)
+        self.records.append((rec, folded))
+        self.history_reads += 1
+        self.history_writes += 1
+        self.recorded_runs.add(st.spec.idx)
         st.step, st.instance, st.requested_at = None, "", 0.0
 
     def preempt(self, st: RunState) -> None:
@@ -302,6 +374,23 @@ class Fleet:
         with self.api._lock:
             self.api._ops = {k: op for k, op in self.api._ops.items() if not op.done}
 
+    def aged_history(self) -> dict[H.Key, History]:
+        """The history as ``history.fold`` weighs it with ``choose.half_life`` (the sums, without one)."""
+        if self.half_life_s is None:
+            return self.history
+        now = self.clock.now()
+        out: dict[H.Key, History] = {}
+        for rec, folded in self.records:
+            w = H.weight(rec, now, self.half_life_s)
+            for k, h in folded.items():
+                out[k] = out.get(k, History()).merged(h.scaled(w))
+        return out
+
+    def reservation_cost(self) -> float:
+        """What the reservation costs every policy: each VM at its price over the window, used or not."""
+        by = {s.tier: s for s in self.steps}
+        return SCENARIO["reservation_vms"] * self.price(by["reservation"]) * self.window_end / 3600.0
+
     def run(self) -> dict[str, Any]:
         for r in self.runs:
             self.at(r.arrival, "walk", r.idx)
@@ -317,17 +406,25 @@ class Fleet:
         self.api.tick()
         leaked = self.api.state()["instances"]
         sts = list(self.state.values())
-        cost = sum(s.cost for s in sts)
+        prepaid = self.reservation_cost()
+        used = sum(s.cost for s in sts)
+        cost = used + prepaid
         kept = sum(s.kept for s in sts)
         hit = sum(1 for s in sts if not s.failed and s.finished_at is not None and s.finished_at <= s.spec.deadline)
         return {
             "cost_usd": round(cost, 2),
+            "reservation_prepaid_usd": round(prepaid, 2),
             "kept_steps": kept,
             "usd_per_kept_step": cost / kept if kept else math.inf,
+            # Before the audit: every held hour at list price, an idle reservation free.
+            "usd_per_kept_step_list_accounting": self.list_cost / kept if kept else math.inf,
             "deadline_hit_rate": hit / len(sts),
             "failed_runs": sum(1 for s in sts if s.failed),
             "slices_leaked": leaked,
             "api_calls_per_run": sum(s.api_calls for s in sts) / len(sts),
+            "history_gcs_reads_per_run": self.history_reads / len(sts),
+            "history_gcs_writes_per_run": self.history_writes / len(sts),
+            "history_gcs_reads_per_run_full_scan": self.history_scan_reads / len(sts),
             "preemptions": sum(s.recoveries for s in sts),
             "slice_hours": {k: round(v, 1) for k, v in sorted(self.held.items())},
             "usd_per_1k_steps_by_class": {
@@ -358,86 +455,130 @@ class Fleet:
 
 
 def fixed_orders(steps: list[Step], all_orders: bool) -> dict[str, list[int]]:
-    """Fixed ladders a user can write: every order of the three tiers x every ordered subset of the
-    zones (``slice.zones``; the reservation only where its zone is listed) — 90 ladders; or the written one."""
+    """Fixed ladders a user can write, the written one first; with ``all_orders``, every one that
+    differs in what it buys: any arrangement of any subset of {the reservation, spot in a, b, c}, with
+    the on-demand rungs (a > b > c) anywhere among them — 261 ladders. On-demand is always in (without
+    it a run waits for spot when spot is out) and its zone order is fixed: the three zones' on-demand
+    is the same price and size, so ordering it differently only reshuffles equal slices."""
     by = {(str(s.tier), s.zone): s.number for s in steps}
     res = next(s for s in steps if s.tier == "reservation")
-    out: dict[str, list[int]] = {}
-    tier_orders = list(itertools.permutations(("reservation", "spot", "on-demand"))) if all_orders else [
-        ("reservation", "spot", "on-demand")]  # fmt: skip
-    zone_orders = [p for k in (3, 2, 1) for p in itertools.permutations(ZONES, k)] if all_orders else [ZONES]
-    for tiers in tier_orders:
-        for zones in zone_orders:
-            seq: list[int] = []
-            names = []
-            for tier in tiers:
-                if tier == "reservation":
-                    if res.zone in zones:
-                        seq.append(res.number)
-                        names.append("res")
-                else:
-                    seq += [by[(tier, z)] for z in zones]
-                    names.append(tier)
-            out.setdefault(" > ".join(names) + " @ " + ",".join(z[-1] for z in zones), seq)
+    singles = [("res", res.number)] + [(f"spot {z[-1]}", by[("spot", z)]) for z in ZONES]
+    od = [by[("on-demand", z)] for z in ZONES]
+    written = [s.number for s in steps]
+    out: dict[str, list[int]] = {"written: res > spot a,b,c > on-demand a,b,c": written}
+    if not all_orders:
+        return out
+    for k in range(len(singles) + 1):
+        for perm in itertools.permutations(singles, k):
+            for pos in range(k + 1):
+                names = [n for n, _ in perm[:pos]] + ["on-demand"] + [n for n, _ in perm[pos:]]
+                seq = [x for _, x in perm[:pos]] + od + [x for _, x in perm[pos:]]
+                if seq != written:
+                    out[" > ".join(names)] = seq
     return out
+
+
+AUTOS: dict[str, tuple[ranking.ReservationPrice, bool]] = {
+    "auto": ("opportunity", False),  # as shipped, defaults only: the README's figure
+    "auto with choose.half_life 24 h": ("opportunity", True),
+    "auto, reservation priced at 0 (prepaid)": ("prepaid", False),
+    "auto as the previous round (reservation at list price)": ("list", False),
+}
+
+
+def compare(runs: list[RunSpec], seed: int, scenario: str, orders: dict[str, list[int]],
+            fixed_cache: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every fixed ladder and ``auto`` (with its variants) on the same runs and the same luck.
+    ``fixed_cache``: a directory keeping the fixed ladders' results per (runs, seed, scenario, ladders):
+    they never call the ranking, so they can be reused while it changes (delete it when the sim does)."""
+    rates = scenario_rates(scenario)
+    cached = fixed_cache / f"fixed-{len(runs)}-{seed}-{scenario}-{len(orders)}.json" if fixed_cache else None
+    if cached is not None and cached.exists():
+        results: dict[str, dict[str, Any]] = json.loads(cached.read_text())
+    else:
+        results = {name: Fleet(runs, seed, order, rates=rates).run() for name, order in orders.items()}
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(results, default=str))
+    autos: dict[str, dict[str, Any]] = {}
+    for name, (price, aged) in AUTOS.items():
+        fleet = Fleet(runs, seed, None, price, rates, SCENARIO["half_life_h"] if aged else None)
+        autos[name] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
+    auto = autos["auto"]
+    written_name = next(iter(orders))
+    # The best fixed ladder, with hindsight, at an equal or better deadline hit rate than auto's.
+    comparable = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= auto["deadline_hit_rate"]}
+    pool = comparable or results
+    best_name = min(pool, key=lambda k: pool[k]["usd_per_kept_step"])
+    cheapest_name = min(results, key=lambda k: results[k]["usd_per_kept_step"])
+    return {
+        "scenario": scenario,
+        "spot_rates": rates,
+        "autos": autos,
+        "written_order": {"ladder": written_name, **results[written_name]},
+        "best_fixed": {"ladder": best_name, **results[best_name], "compared_at_hit_rate_ge_auto": bool(comparable)},
+        "cheapest_fixed": {"ladder": cheapest_name, **results[cheapest_name]},
+        "fixed_ladders": len(results),
+        "auto_saving_vs_best_fixed": 1 - auto["usd_per_kept_step"] / results[best_name]["usd_per_kept_step"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--scenario", choices=("both", "stationary", "drift"), default="both")
     ap.add_argument("--written-only", action="store_true", help="compare with the written order only")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json-out", help="also write the figures as JSON to this file")
+    ap.add_argument("--fixed-cache", type=Path, help="directory reusing the fixed ladders' results (see compare)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     runs = make_runs(args.runs, args.seed)
     steps = plan(fleet_spec(SCENARIO["written_ladder"]))
-    results: dict[str, dict[str, Any]] = {}
-    for name, order in fixed_orders(steps, not args.written_only).items():
-        results[name] = Fleet(runs, args.seed, order).run()
-    auto_fleet = Fleet(runs, args.seed, None)
-    auto = auto_fleet.run()
-    auto["rankings"] = auto_fleet.rankings
-    auto["ranking_methods"] = auto_fleet.why_counts
-    written = results[next(iter(fixed_orders(steps, False)))]
-    # The best fixed ladder at an equal or better deadline hit rate than auto (else the best overall).
-    comparable = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= auto["deadline_hit_rate"]}
-    best_name = min(comparable or results, key=lambda k: (comparable or results)[k]["usd_per_kept_step"])
-    cheapest_name = min(results, key=lambda k: results[k]["usd_per_kept_step"])
-    best = results[best_name]
-    saving = 1 - auto["usd_per_kept_step"] / best["usd_per_kept_step"]
-    out = {
-        "scenario": {**SCENARIO, "runs": args.runs, "seed": args.seed},
-        "auto": auto,
-        "written_order": written,
-        "best_fixed": {"ladder": best_name, **best, "compared_at_hit_rate_ge_auto": bool(comparable)},
-        "cheapest_fixed": {"ladder": cheapest_name, **results[cheapest_name]},
-        "fixed_ladders": len(results),
-        "auto_saving_vs_best_fixed": saving,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+    orders = fixed_orders(steps, not args.written_only)
+    names = ("stationary", "drift") if args.scenario == "both" else (args.scenario,)
+    out: dict[str, Any] = {"scenario": {**SCENARIO, "runs": args.runs, "seed": args.seed}}
+    for name in names:
+        out[name] = compare(runs, args.seed, name, orders, args.fixed_cache)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(out, indent=2, default=str))
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
 
     def line(name: str, r: dict[str, Any]) -> str:
-        return (f"  {name:<44} ${r['cost_usd']:>10,.0f}  ${r['usd_per_kept_step'] * 1000:7.4f}/1k steps  "
-                f"hit {r['deadline_hit_rate']:6.1%}  failed {r['failed_runs']:3d}  leaked {r['slices_leaked']}  "
-                f"API calls/run {r['api_calls_per_run']:5.1f}  preemptions {r['preemptions']}")  # fmt: skip
+        return (f"  {name:<64} ${r['cost_usd']:>8,.0f}  ${r['usd_per_kept_step'] * 1000:6.3f}/1k steps  "
+                f"hit {r['deadline_hit_rate']:6.1%}  failed {r['failed_runs']:2d}  leaked {r['slices_leaked']}  "
+                f"API calls/run {r['api_calls_per_run']:4.1f}  preemptions {r['preemptions']}")  # fmt: skip
 
+    prepaid = out[names[0]]["written_order"]["reservation_prepaid_usd"]
     print(f"fleet: {args.runs} runs (seed {args.seed}), {SCENARIO['accelerator']}")
     print(f"  spot preemptions/h by zone (hidden from the ranking): {SCENARIO['spot_preemptions_per_hour']}")
     print(f"  capacity chips: {SCENARIO['capacity_chips']}; reservation {SCENARIO['reservation_vms']} VMs in "
-          f"us-east5-a; {SCENARIO['arrivals_per_hour']} arrivals/h")  # fmt: skip
+          f"us-east5-a, {SCENARIO['reservation_billing']} (${prepaid:,.0f}); "
+          f"{SCENARIO['arrivals_per_hour']} arrivals/h")  # fmt: skip
     print(f"  classes: {json.dumps(SCENARIO['classes'])}")
-    print(f"policies ({len(results)} fixed-order ladders tried):")
-    print(line("auto (ranked by expected $/kept step)", auto))
-    print(line("written order: " + next(iter(fixed_orders(steps, False))), written))
-    print(line("best fixed (hit rate ≥ auto): " + best_name, best))
-    print(line("cheapest fixed (any hit rate): " + cheapest_name, results[cheapest_name]))
-    print(f"auto vs best fixed: {saving:.1%} cheaper per kept step, hit rate {auto['deadline_hit_rate']:.1%} vs "
-          f"{best['deadline_hit_rate']:.1%}; rankings {auto['rankings']} {auto['ranking_methods']}; "
-          f"{out['seconds']} s")  # fmt: skip
+    print(f"  auto: choose.max_miss {SCENARIO['max_miss']}; starts with no history (the written order)")
+    for name in names:
+        r = out[name]
+        d = SCENARIO["drift"]
+        what = "rates as above" if name == "stationary" else (
+            f"from hour {d['at_hour']:.0f} spot/h {d['spot_preemptions_per_hour']}")  # fmt: skip
+        print(f"scenario {name} ({what}); {r['fixed_ladders']} fixed-order ladders on the same traces:")
+        for label, a in r["autos"].items():
+            print(line(label, a))
+        print(line(r["written_order"]["ladder"], r["written_order"]))
+        print(line("best fixed (hit ≥ auto): " + r["best_fixed"]["ladder"], r["best_fixed"]))
+        print(line("cheapest fixed (any hit): " + r["cheapest_fixed"]["ladder"], r["cheapest_fixed"]))
+        a, b = r["autos"]["auto"], r["best_fixed"]
+        print(f"  => auto vs best fixed: {r['auto_saving_vs_best_fixed']:.1%} cheaper per kept step, hit rate "
+              f"{a['deadline_hit_rate']:.1%} vs {b['deadline_hit_rate']:.1%}; rankings {a['rankings']} "
+              f"{a['ranking_methods']}, history GCS reads/run {a['history_gcs_reads_per_run']:.1f} "
+              f"(+{a['history_gcs_writes_per_run']:.1f} writes; a full scan per ranking: "
+              f"{a['history_gcs_reads_per_run_full_scan']:.0f})")  # fmt: skip
+    print(f"{out['seconds']} s")
     return 0
 
 

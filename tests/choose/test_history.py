@@ -224,3 +224,59 @@ def test_a_training_job_fills_in_the_ranking_from_its_train_section() -> None:
     del body["provision"]["choose"]
     plain = TrainJobSpec.model_validate(body)
     assert for_job(plain) is plain
+
+
+def _shifted(record: dict[str, Any], by: float) -> dict[str, Any]:
+    """The same run ``by`` seconds later (every moment moved, every duration kept)."""
+    moments = ("started_at", "finished_at", "requested_at", "ready_at", "ended_at", "detected_at")
+
+    def move(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v + by if k in moments and isinstance(v, float) else v for k, v in d.items()}
+
+    return {**move(record), "incarnations": [move(i) for i in record["incarnations"]],
+            "preemptions": [move(p) for p in record["preemptions"]]}  # fmt: skip
+
+
+def test_history_weighed_by_age() -> None:
+    from tpu_ops.provision.history import last_seen, weight
+
+    # STATE's newest moment is its second slice's end (8720 + 3600); REPORT's is started + wall.
+    assert last_seen(STATE) == 12320.0 and last_seen(REPORT) == 12000.0
+    assert last_seen({"incarnations": [{"ready_at": 5.0}, {"ready_at": 9.0, "ended_at": 7.0}]}) == 9.0
+    assert last_seen({"incarnations": []}) is None
+    assert weight(STATE, 12320.0 + 3600, 3600.0) == 0.5
+    assert weight(STATE, 12320.0 + 7200, 3600.0) == 0.25
+    assert weight(STATE, 12320.0 + 7200, None) == 1.0  # no half-life: every run counts alike
+    assert weight(STATE, 11000.0, 3600.0) == 1.0  # a clock behind the record: not weighed up
+    assert weight({"incarnations": []}, 1e9, 3600.0) == 1.0  # no time to age it by
+    h = History(hours=2.0, preemptions=3, obtained=4, obtain_s_total=5.0, recoveries=6, recovery_s_total=7.0,
+                steps_lost_total=8)  # fmt: skip
+    assert h.scaled(0.5) == History(1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+    # The same run twice, one a half-life older: 1 + 1/2 of each sum.
+    older = _shifted(STATE, -3600.0)
+    assert fold_run(older, IDENT) == fold_run(STATE, IDENT)
+    aged = fold([(STATE, IDENT), (older, IDENT)], now=12320.0, half_life_s=3600.0)
+    one = fold_run(STATE, IDENT)
+    assert aged[A] == one[A].merged(one[A].scaled(0.5)) and aged[A].preemptions == 1.5
+    assert fold([(STATE, IDENT), (older, IDENT)], now=12320.0)[A].preemptions == 2  # unweighted
+
+
+def test_the_ranking_reads_history_weighed_by_its_half_life(gcs_env: dict[str, str]) -> None:
+    from tpu_ops.provision.ranking import history_for
+    from tpu_ops.settings import Settings
+    from tpu_ops.specs import ProvisionSpec
+
+    gcs = _client(gcs_env)
+    gcs.create_bucket("aged")
+    gcs.bucket("aged").blob("ckpt/r1/_tpu_ops/state.json").upload_from_string(json.dumps(STATE))
+    body: dict[str, Any] = {
+        "slice": {"accelerator_type": "v5p-32", "region": "us-east5", "zones": ["us-east5-a"]},
+        "ladder": ["spot"], "budget_usd": 10000, "hours": 4, "choose": {"history": "gs://aged/ckpt", "half_life": "1h"},
+    }  # fmt: skip
+    spec = ProvisionSpec.model_validate(body)
+    settings = Settings(dry_run=True, gcs_endpoint=gcs_env["TPU_OPS_GCS_ENDPOINT"])
+    key = ("?", "us-east5-a", "spot", "tpu-api")  # no capacity.json: accelerator unknown, default backend
+    got = history_for(spec, settings, now=12320.0 + 3600)
+    assert got[key].hours == 1.0 and got[key].preemptions == 0.5  # a half-life old: half of 2 h, 1
+    del body["choose"]["half_life"]
+    assert history_for(ProvisionSpec.model_validate(body), settings, now=12320.0 + 3600)[key].preemptions == 1

@@ -104,12 +104,12 @@ class History:
     """What was observed on one (accelerator type, zone, tier, backend): raw sums, not means."""
 
     hours: float = 0.0  # slice-hours held
-    preemptions: int = 0
-    obtained: int = 0  # slices obtained (with a measured time)
+    preemptions: float = 0  # counts: whole numbers, unless weighted by age (:meth:`scaled`)
+    obtained: float = 0  # slices obtained (with a measured time)
     obtain_s_total: float = 0.0
-    recoveries: int = 0  # preemptions with a measured recovery overhead
+    recoveries: float = 0  # preemptions with a measured recovery overhead
     recovery_s_total: float = 0.0
-    steps_lost_total: int = 0  # over ``preemptions``
+    steps_lost_total: float = 0  # over ``preemptions``
 
     @property
     def empty(self) -> bool:
@@ -117,6 +117,11 @@ class History:
 
     def merged(self, other: History) -> History:
         return History(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    def scaled(self, weight: float) -> History:
+        """Every sum times ``weight``: an older observation counts for less (``choose.half_life``);
+        the means (obtain, recovery, steps lost, the rate) are unchanged, only how much they weigh."""
+        return History(*(a * weight for a in astuple(self)))
 
 
 def astuple(h: History) -> tuple[Any, ...]:

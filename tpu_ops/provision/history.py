@@ -14,10 +14,18 @@ preemption's recovery overhead (detect + delete + restore; the next slice's obta
 *its* rung) and steps lost. The sums, not means, are kept, so ``tpu_ops.provision.choose`` can shrink
 them towards its prior by how much they rest on. A run refreshes the history by writing its records;
 ``tpu-ops capacity stats`` prints it.
+
+A ranking reads the history in one request: ``ROOT/_tpu_ops/capacity-summary.json`` keeps each run's
+folded sums (and when it was last seen, for ``choose.half_life``). A supervised run publishes its own
+entry at each milestone of its state (a slice obtained, preempted, recovered, ended) with a
+read-modify-write under the object's generation precondition, retried on 412, so concurrent runs
+never lose each other's updates. Where the summary does not exist yet it is built once from a full
+scan of the run records (a listing plus two reads per run), then kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable
@@ -25,14 +33,17 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tpu_ops.cloud.translate import google_errors
-from tpu_ops.errors import NotFoundError
-from tpu_ops.provision.choose import History
+from tpu_ops.errors import CloudError, NotFoundError, TpuOpsError
+from tpu_ops.provision.choose import History, astuple
 from tpu_ops.uris import ObjectUri
 
 Key = tuple[str, str, str, str]  # (accelerator type, zone, tier, backend)
 STATE_DIR: Final = "_tpu_ops"
 IDENTITY: Final = "capacity.json"
 UNKNOWN: Final = "?"  # a run recorded before its identity was
+SUMMARY: Final = "capacity-summary.json"  # under ROOT/_tpu_ops/: every run's sums, read in one request
+SUMMARY_VERSION: Final = 1
+PUBLISH_ATTEMPTS: Final = 8  # read-modify-write retries when another run wrote the summary in between
 
 
 def _f(v: Any) -> float | None:
@@ -95,12 +106,39 @@ def fold_run(
     return out
 
 
-def fold(runs: Iterable[tuple[dict[str, Any], dict[str, Any] | None]], now: float | None = None) -> dict[Key, History]:
-    """Every run's observations summed by key."""
+def last_seen(record: dict[str, Any]) -> float | None:
+    """The newest moment a run record speaks of (its end, or its last slice's end or start)."""
+    started, wall = _f(record.get("started_at")), _f(record.get("wall_s"))
+    times = [_f(record.get("finished_at")), started + wall if started is not None and wall is not None else None]
+    for inc in record.get("incarnations") or []:
+        if isinstance(inc, dict):
+            times += [_f(inc.get(k)) for k in ("ended_at", "last_seen_at", "ready_at")]
+    found = [t for t in times if t is not None]
+    return max(found) if found else None
+
+
+def weight(record: dict[str, Any], now: float, half_life_s: float | None) -> float:
+    """How much a run's observations count: ``0.5 ** (age / half_life)``, age from :func:`last_seen`
+    (1 without a half-life, or when the record has no time: it cannot be aged)."""
+    seen = last_seen(record)
+    if half_life_s is None or seen is None:
+        return 1.0
+    return float(0.5 ** (max(0.0, now - seen) / half_life_s))
+
+
+def fold(
+    runs: Iterable[tuple[dict[str, Any], dict[str, Any] | None]],
+    now: float | None = None,
+    half_life_s: float | None = None,
+) -> dict[Key, History]:
+    """Every run's observations summed by key; with ``half_life_s``, each run's weighted by its age
+    (spot capacity drifts with demand: what a zone did last month says less than what it did today)."""
+    now = time.time() if now is None else now
     out: dict[Key, History] = {}
     for record, identity in runs:
+        w = weight(record, now, half_life_s)
         for k, h in fold_run(record, identity, now).items():
-            _add(out, k, h)
+            _add(out, k, h if w == 1.0 else h.scaled(w))
     return out
 
 
@@ -134,9 +172,111 @@ def read_runs(gcs: Any, root: ObjectUri) -> list[tuple[str, dict[str, Any], dict
     return out
 
 
-def load(gcs: Any, root: ObjectUri, now: float | None = None) -> dict[Key, History]:
-    """The capacity history of every run under ``root``."""
-    return fold(((rec, ident) for _, rec, ident in read_runs(gcs, root)), now)
+def load(gcs: Any, root: ObjectUri, now: float | None = None, half_life_s: float | None = None) -> dict[Key, History]:
+    """The capacity history of every run under ``root`` (weighted by age with ``half_life_s``): one
+    read of the summary; without one, a full scan, kept as the summary for the next ranking."""
+    doc, generation = read_summary(gcs, root)
+    if doc is None:
+        doc = scan_summary(gcs, root)
+        # Nothing to keep when there are no runs; if another run created it meanwhile, or the bucket
+        # is read-only, this ranking still has its history.
+        with contextlib.suppress(TpuOpsError):
+            if doc["runs"]:
+                write_summary(gcs, root, doc, generation)
+    return combine(doc, now, half_life_s)
+
+
+# -- the summary: one object, one read per ranking ----------------------------------------------
+
+
+def summary_uri(root: ObjectUri) -> ObjectUri:
+    return root.child(f"{STATE_DIR}/{SUMMARY}")
+
+
+def entry(record: dict[str, Any], identity: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
+    """One run's line in the summary: its folded sums by key, and when it was last seen."""
+    folded = fold_run(record, identity, now)
+    return {"seen": last_seen(record), "sums": [[*k, *astuple(h)] for k, h in sorted(folded.items())]}
+
+
+def combine(doc: dict[str, Any], now: float | None = None, half_life_s: float | None = None) -> dict[Key, History]:
+    """The history a summary holds: every run's sums added (each weighted by age with ``half_life_s``)."""
+    now = time.time() if now is None else now
+    out: dict[Key, History] = {}
+    for e in (doc.get("runs") or {}).values():
+        seen = _f(e.get("seen"))
+        w = 1.0 if half_life_s is None or seen is None else float(0.5 ** (max(0.0, now - seen) / half_life_s))
+        for row in e.get("sums") or []:
+            h = History(*(float(v) for v in row[4:]))
+            _add(out, (str(row[0]), str(row[1]), str(row[2]), str(row[3])), h if w == 1.0 else h.scaled(w))
+    return out
+
+
+def read_summary(gcs: Any, root: ObjectUri) -> tuple[dict[str, Any] | None, int]:
+    """The summary and its generation (one GET); ``(None, 0)`` when absent, ``(None, generation)``
+    when unreadable or of another version (it is then rebuilt over that generation)."""
+    uri = summary_uri(root)
+    blob = gcs.bucket(uri.bucket).blob(uri.prefix)
+    try:
+        with google_errors("gcs"):
+            raw = blob.download_as_bytes()  # the response's headers carry the generation
+    except NotFoundError:
+        return None, 0
+    generation = int(blob.generation or 0)
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None, generation
+    if not isinstance(doc, dict) or doc.get("version") != SUMMARY_VERSION:
+        return None, generation
+    return doc, generation
+
+
+def write_summary(gcs: Any, root: ObjectUri, doc: dict[str, Any], generation: int) -> None:
+    """Write the summary only if it is still at ``generation`` (0: absent); ``CloudError`` 412 if not."""
+    uri = summary_uri(root)
+    with google_errors("gcs"):
+        gcs.bucket(uri.bucket).blob(uri.prefix).upload_from_string(
+            json.dumps(doc, sort_keys=True), content_type="application/json", if_generation_match=generation
+        )
+
+
+def scan_summary(gcs: Any, root: ObjectUri) -> dict[str, Any]:
+    """The summary built from every run record under ``root`` (the full scan, done once)."""
+    return {"version": SUMMARY_VERSION, "runs": {rid: entry(rec, ident) for rid, rec, ident in read_runs(gcs, root)}}
+
+
+def publish(
+    gcs: Any, root: ObjectUri, run_id: str, record: dict[str, Any], identity: dict[str, Any] | None,
+    now: float | None = None,
+) -> int:  # fmt: skip
+    """Put one run's entry into the summary under ``root``; how many writes lost a race first.
+
+    Read, change, write with ``ifGenerationMatch``: when another run wrote in between, GCS answers
+    412 and this run reads again, so no update is lost. ``CloudError`` after ``PUBLISH_ATTEMPTS``."""
+    mine = entry(record, identity, now)
+    for lost in range(PUBLISH_ATTEMPTS):
+        doc, generation = read_summary(gcs, root)
+        if doc is None:
+            doc = scan_summary(gcs, root)
+        doc.setdefault("runs", {})[run_id] = mine
+        try:
+            write_summary(gcs, root, doc, generation)
+            return lost
+        except CloudError as exc:
+            if exc.status != 412:
+                raise
+    where = summary_uri(root)
+    raise CloudError(f"capacity summary {where}: {PUBLISH_ATTEMPTS} concurrent writes in a row", service="gcs")
+
+
+def milestones(record: dict[str, Any]) -> tuple[Any, ...]:
+    """What a summary entry depends on, short of a live slice's running hours: publish when it changes."""
+    incs = tuple((i.get("zone"), i.get("tier"), i.get("ready_at"), i.get("ended_at"))
+                 for i in record.get("incarnations") or [] if isinstance(i, dict))  # fmt: skip
+    pres = tuple((p.get("restore_s"), p.get("steps_lost"))
+                 for p in record.get("preemptions") or [] if isinstance(p, dict))  # fmt: skip
+    return incs, pres, record.get("finished_at")
 
 
 def write_identity(gcs: Any, run: ObjectUri, accelerator_type: str, backend: str, chips: int) -> None:

@@ -12,8 +12,9 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
+from tpu_ops.errors import ConfigError
 from tpu_ops.provision.choose import Choice, History, Rung, RunModel, rank
 from tpu_ops.provision.prices import PriceTable
 from tpu_ops.specs.choose import ChooseSpec
@@ -42,13 +43,38 @@ def backend_of(spec: ProvisionSpec) -> str:
     return str(getattr(spec.slice, "resolved_backend", "tpu-api"))
 
 
-def candidates(spec: ProvisionSpec, steps: Sequence[StepLike], table: PriceTable) -> list[Rung]:
-    """One candidate per planned attempt, priced for the whole slice."""
+ReservationPrice = Literal["opportunity", "prepaid", "list"]
+
+
+def rank_price(table: PriceTable, generation: str, tier: str, reservation: ReservationPrice = "opportunity") -> float:
+    """Dollars per chip-hour the ranking charges for ``tier``: its list price, except a reservation.
+
+    A reservation is billed whether used or not, so using it costs nothing extra (``prepaid``: 0),
+    but it is scarce: an hour of it held by a run that would do nearly as well on spot is an hour
+    denied to one that would otherwise pay for on-demand. ``opportunity`` (the default) charges it
+    at the price of the slice's cheapest tier, spot, so a run takes the reservation first only when
+    it is cheaper per kept step than every spot rung (a long checkpoint interval, a flaky zone, a
+    deadline), and otherwise after spot. ``list`` charges the reservation's list price.
+    """
+    if tier != "reservation" or reservation == "list":
+        return table.price(generation, tier)
+    if reservation == "prepaid":
+        return 0.0
+    try:
+        return table.price(generation, "spot")
+    except ConfigError:  # no spot price for this generation: nothing to compare it with
+        return 0.0
+
+
+def candidates(
+    spec: ProvisionSpec, steps: Sequence[StepLike], table: PriceTable, reservation: ReservationPrice = "opportunity"
+) -> list[Rung]:
+    """One candidate per planned attempt, priced for the whole slice (a reservation: :func:`rank_price`)."""
     acc = spec.slice.accelerator
     backend = backend_of(spec)
     out = []
     for s in steps:
-        usd_per_hour = acc.chips * table.price(acc.generation, str(s.tier))
+        usd_per_hour = acc.chips * rank_price(table, acc.generation, str(s.tier), reservation)
         name = s.reservation.rsplit("/", 1)[-1]
         out.append(Rung(acc.name, s.zone, str(s.tier), backend, usd_per_hour, name, s.number))
     return out
@@ -84,15 +110,21 @@ def order(
     table: PriceTable,
     histories: dict[Key, History],
     run: RunModel,
+    reservation: ReservationPrice = "opportunity",
 ) -> tuple[list[Any], Choice]:
-    """The planned attempts reordered by the choice (their numbers, hence resource names, kept)."""
+    """The planned attempts reordered by the choice (their numbers, hence resource names, kept).
+    ``reservation``: how a reservation is priced (:func:`rank_price`; the fleet simulator compares)."""
     c = spec.choose or ChooseSpec()
-    choice = rank(candidates(spec, steps, table), run, histories, max_miss=c.max_miss)
+    choice = rank(candidates(spec, steps, table, reservation), run, histories, max_miss=c.max_miss)
     by_number = {s.number: s for s in steps}
     ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
     if c.auto and choice.method == "written-order":
         tiers = ", ".join(dict.fromkeys(str(s.tier) for s in steps))
         choice = Choice(choice.ranked, choice.method, f"ladder: auto ({tiers} in each zone); {choice.note}")
+    if choice.method == "cost" and reservation != "list" and any(str(s.tier) == "reservation" for s in steps):
+        how = "the spot price, its opportunity cost" if reservation == "opportunity" else "nothing"
+        choice = Choice(choice.ranked, choice.method, f"{choice.note}; a reservation is paid whether used or "
+                        f"not, so it is charged at {how}")  # fmt: skip
     return ordered, choice
 
 
@@ -155,7 +187,8 @@ def history_for(
     from tpu_ops.uris import parse_gs
 
     try:
-        return history.load(storage_client(settings), parse_gs(c.history), now)
+        half_life = c.half_life.total_seconds() if c.half_life is not None else None
+        return history.load(storage_client(settings), parse_gs(c.history), now, half_life)
     except TpuOpsError:
         if strict:
             raise

@@ -28,6 +28,11 @@ class ChooseSpec(StrictModel):
         description="gs://bucket/prefix holding past runs (their RUN/_tpu_ops/ records); "
         "default: the training job's checkpoint_dir. Without history the written order stands.",
     )
+    half_life: Duration(timedelta(minutes=10), timedelta(days=365)) | None = Field(  # type: ignore[valid-type]
+        None,
+        description="Weigh the history by age: a run this long ago counts half (spot preemption rates drift "
+        "with demand). Default: every run counts alike.",
+    )
     finish_by: datetime | None = Field(None, description="Deadline as a time with its zone, e.g. 2026-11-24T06:00Z.")
     max_duration: Duration(timedelta(minutes=1), timedelta(days=30)) | None = Field(  # type: ignore[valid-type]
         None, description="Deadline relative to the run's first provisioning (default: train.max_duration)."

@@ -5,17 +5,24 @@
   (``train.max_duration`` unless the spec set one).
 - :func:`record_identity`: every supervised run writes ``RUN/_tpu_ops/capacity.json`` (accelerator
   type, backend, chips), which the capacity history keys its records by.
+- :func:`state_store`: the run's state store, which also publishes the run's entry into the capacity
+  summary (``<checkpoint_dir>/_tpu_ops/capacity-summary.json``) whenever a milestone changes, so a
+  ranking reads the history in one request.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from tpu_ops.errors import TpuOpsError
 from tpu_ops.provision import history, ranking
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.layout import RunLayout
+from tpu_ops.train.runstate import RunState, StateStore
+from tpu_ops.uris import parse_gs
 
 
 def for_job(job: TrainJobSpec) -> TrainJobSpec:
@@ -37,3 +44,33 @@ def record_identity(gcs: Any, layout: RunLayout, job: TrainJobSpec) -> None:
     """What the run's slices are, for the capacity history (``RUN/_tpu_ops/capacity.json``)."""
     acc = job.provision.slice.accelerator
     history.write_identity(gcs, layout.run, acc.name, ranking.backend_of(job.provision), acc.chips)
+
+
+def identity(job: TrainJobSpec) -> dict[str, Any]:
+    acc = job.provision.slice.accelerator
+    return {"accelerator_type": acc.name, "backend": ranking.backend_of(job.provision), "chips": acc.chips}
+
+
+class PublishingStore(StateStore):
+    """``state.json`` as before; and, when the run's milestones change, its capacity summary entry."""
+
+    def __init__(self, gcs: Any, layout: RunLayout, job: TrainJobSpec, run_id: str) -> None:
+        super().__init__(gcs, layout.run_state)
+        self.root, self.run_id, self.identity = parse_gs(job.train.checkpoint_dir), run_id, identity(job)
+        self._published: tuple[Any, ...] | None = None
+
+    def save(self, state: RunState) -> None:
+        super().save(state)
+        record = state.to_json()
+        mark = history.milestones(record)
+        if mark != self._published:
+            # The summary is an index of what state.json already holds: a failure to update it costs
+            # the next ranking this run's latest news, never the run.
+            with contextlib.suppress(TpuOpsError):
+                history.publish(self.gcs, self.root, self.run_id, record, self.identity)
+                self._published = mark
+
+
+def state_store(gcs: Any, layout: RunLayout, job: TrainJobSpec, run_id: str) -> StateStore:
+    """The supervisor's state store (:class:`PublishingStore`)."""
+    return PublishingStore(gcs, layout, job, run_id)

@@ -48,7 +48,7 @@ from tpu_ops.train.incarnations import (
     trainer_failed,
 )
 from tpu_ops.train.layout import RunLayout, list_json, put_json
-from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState, StateStore
+from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState
 
 Notify = Callable[[str, dict[str, Any]], None]
 PREEMPTED_EVENT = "tpu-ops.slice.preempted"
@@ -93,7 +93,7 @@ class Supervisor:
         self.stalls: dict[int | None, int] = {}
         if job.train.goodput_logging:
             settings.check_safe("logging_endpoint")  # a dry run writes to the local fake only
-        self.store = StateStore(self.gcs, self.layout.run_state)
+        self.store = choice.state_store(self.gcs, self.layout, job, run_id)
         self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
         self.state = RunState(run_id, time.time(), job.train.steps)
         self._saved_at = 0.0

@@ -1,0 +1,111 @@
+"""The fleet simulator's accounting (bench/fleet_sim.py), on a handful of runs: what the README's
+figures rest on. A reservation is paid whether used or not, by every policy alike."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def sim() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "fleet_sim.py"
+    spec = importlib.util.spec_from_file_location("fleet_sim", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fleet_sim"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_policy_pays_the_reservation_and_using_it_is_free(sim: ModuleType) -> None:
+    runs = sim.make_runs(6, 7)
+    steps = sim.plan(sim.fleet_spec(sim.SCENARIO["written_ladder"]))
+    orders = sim.fixed_orders(steps, True)
+    window_h = max(r.deadline for r in runs) / 3600
+    prepaid = 3 * 4 * 4.20 * window_h  # 3 VMs of 4 chips at the on-demand rate, the whole window
+    written = sim.Fleet(runs, 7, orders["written: res > spot a,b,c > on-demand a,b,c"])
+    w = written.run()
+    od_only = sim.Fleet(runs, 7, orders["on-demand"])
+    o = od_only.run()
+    assert w["reservation_prepaid_usd"] == o["reservation_prepaid_usd"] == round(prepaid, 2)
+    # Without the reservation in the ladder, every held hour is billed at on-demand, on top.
+    assert sum(s.cost for s in od_only.state.values()) == pytest.approx(od_only.list_cost, rel=1e-12)
+    assert od_only.list_cost == pytest.approx(sum(od_only.held.values()) * 16.8, rel=1e-12)
+    assert o["usd_per_kept_step"] == pytest.approx((od_only.list_cost + prepaid) / o["kept_steps"], rel=1e-12)
+    # With it, the reserved hours (all within the window here) cost nothing more.
+    res_h = written.held["reservation@a"]
+    assert res_h > 0
+    used = sum(s.cost for s in written.state.values())
+    assert used == pytest.approx(written.list_cost - res_h * 16.8, rel=1e-9)
+    assert w["usd_per_kept_step_list_accounting"] == pytest.approx(written.list_cost / w["kept_steps"], rel=1e-12)
+    # Insert, get, delete per slice; no stock-out or preemption on on-demand here; nothing leaked.
+    assert o["api_calls_per_run"] == 3.0 and o["preemptions"] == 0
+    assert o["slices_leaked"] == 0 == w["slices_leaked"]
+
+
+def test_a_reserved_hour_past_the_window_is_billed(sim: ModuleType) -> None:
+    runs = sim.make_runs(1, 7)
+    steps = sim.plan(sim.fleet_spec(sim.SCENARIO["written_ladder"]))
+    fleet = sim.Fleet(runs, 7, sim.fixed_orders(steps, True)["res > on-demand"])
+    fleet.window_end = runs[0].arrival + 3600.0  # the reservation ends an hour after the run starts
+    r = fleet.run()
+    st = fleet.state[0]
+    assert st.step is None and fleet.held["reservation@a"] > 1.0
+    beyond = st.finished_at - fleet.window_end
+    assert st.cost == pytest.approx(beyond / 3600 * 16.8, rel=1e-9)
+    assert r["reservation_prepaid_usd"] == round(3 * 16.8 * fleet.window_end / 3600, 2)
+
+
+def test_fixed_ladders_and_traces(sim: ModuleType) -> None:
+    steps = sim.plan(sim.fleet_spec(sim.SCENARIO["written_ladder"]))
+    orders = sim.fixed_orders(steps, True)
+    assert len(orders) == 261 and len({tuple(v) for v in orders.values()}) == 261
+    assert next(iter(orders.values())) == [s.number for s in steps]  # the written order first
+    od = [s.number for s in steps if s.tier == "on-demand"]
+    assert all(any(v[i : i + 3] == od for i in range(len(v))) for v in orders.values())
+    assert list(sim.fixed_orders(steps, False)) == ["written: res > spot a,b,c > on-demand a,b,c"]
+    # The same (run, rung, n-th use) meets the same luck whatever the policy; another key, other luck.
+    assert sim.trace(7, 3, 4, 1).random() == sim.trace(7, 3, 4, 1).random() != sim.trace(7, 3, 4, 2).random()
+
+
+def test_preemptions_follow_a_rate_that_changes(sim: ModuleType) -> None:
+    import random
+
+    rates = [(0.0, {"z": 1.0, "off": 0.0}), (3600.0, {"z": 2.0, "off": 0.0})]  # per hour, 2/h after an hour
+    draws = [random.Random(s).expovariate(1.0) for s in range(40)]
+    early = next(s for s in range(40) if draws[s] < 1.0)
+    late = next(s for s in range(40) if draws[s] > 1.0)
+    assert sim.preempted_at(rates, "z", 0.0, random.Random(early)) == pytest.approx(draws[early] * 3600, rel=1e-12)
+    # past the change, the rest of the draw is spent at 2/h
+    got = sim.preempted_at(rates, "z", 0.0, random.Random(late))
+    assert got == pytest.approx(3600 + (draws[late] - 1.0) * 1800, rel=1e-12)
+    # a slice held from after the change sees only the new rate; a zone never preempted, never
+    assert sim.preempted_at(rates, "z", 7200.0, random.Random(early)) == pytest.approx(7200 + draws[early] * 1800)
+    assert sim.preempted_at(rates, "off", 0.0, random.Random(1)) == float("inf")
+    assert sim.scenario_rates("stationary") == [(0.0, sim.SCENARIO["spot_preemptions_per_hour"])]
+    drift = sim.scenario_rates("drift")
+    assert drift[1] == (72 * 3600.0, {"us-east5-a": 1.0, "us-east5-b": 0.6, "us-east5-c": 2.0})
+
+
+def test_history_requests_and_the_fixed_ladder_cache(sim: ModuleType, tmp_path: Path) -> None:
+    runs = sim.make_runs(8, 7)
+    fleet = sim.Fleet(runs, 7, None)
+    r = fleet.run()
+    slices = len(fleet.records)
+    # One summary read per ranking, and a read + a conditional write per slice's record published.
+    assert r["history_gcs_reads_per_run"] == (fleet.rankings + slices) / 8
+    assert r["history_gcs_writes_per_run"] == slices / 8
+    assert fleet.history_scan_reads > fleet.rankings  # the full scan grew with every run recorded
+    # Fixed ladders never call the ranking: their results are kept and read back as computed.
+    steps = sim.plan(sim.fleet_spec(sim.SCENARIO["written_ladder"]))
+    orders = sim.fixed_orders(steps, False)
+    first = sim.compare(runs, 7, "stationary", orders, tmp_path)
+    (cached,) = tmp_path.iterdir()
+    assert cached.name == "fixed-8-7-stationary-1.json"
+    again = sim.compare(runs, 7, "stationary", orders, tmp_path)
+    assert again["written_order"] == first["written_order"]

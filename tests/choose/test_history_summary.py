@@ -1,0 +1,172 @@
+"""The capacity summary (tpu_ops/provision/history.py): a ranking reads the history in one GCS request,
+and concurrent runs publishing their entries lose none — on fake-gcs-server, requests counted on the
+real storage client's HTTP session."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_history import IDENT, STATE
+
+from tpu_ops.errors import CloudError
+from tpu_ops.provision import history as H
+from tpu_ops.provision.choose import History
+from tpu_ops.uris import parse_gs
+
+A = ("v5p-32", "us-east5-a", "spot", "compute")
+B = ("v5p-32", "us-east5-b", "spot", "compute")
+
+
+class Counter:
+    """Every HTTP request the storage client sends (a response hook on its real session)."""
+
+    def __init__(self, gcs: Any) -> None:
+        self.n = 0
+        gcs._http.hooks["response"].append(self._hook)
+
+    def _hook(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        self.n += 1
+
+    def since(self, start: int) -> int:
+        return self.n - start
+
+
+@pytest.fixture
+def gcs(gcs_env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[Any]:
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.settings import Settings
+
+    client = storage_client(Settings(dry_run=True, gcs_endpoint=gcs_env["TPU_OPS_GCS_ENDPOINT"]))
+    name = "sum-" + request.node.name.replace("_", "-")[:40].lower().strip("-")
+    client.create_bucket(name)
+    yield client.bucket(name)
+
+
+def _run(bucket: Any, run_id: str, record: dict[str, Any] = STATE) -> None:
+    bucket.blob(f"ckpt/{run_id}/_tpu_ops/state.json").upload_from_string(json.dumps(record))
+    bucket.blob(f"ckpt/{run_id}/_tpu_ops/capacity.json").upload_from_string(json.dumps(IDENT))
+
+
+def test_one_read_per_ranking_once_the_summary_exists(gcs: Any) -> None:
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    for i in range(12):
+        _run(gcs, f"r{i:02d}")
+    count = Counter(client)
+    first = H.load(client, root, now=20000.0)
+    # No summary yet: the full scan (a listing + 2 reads per run), the summary read and its creation.
+    assert count.n >= 1 + 2 * 12
+    assert first[A] == History(24.0, 12, 12, 3600.0, 12, 720.0, 480)
+    assert first == H.fold([(STATE, IDENT)] * 12, now=20000.0)
+    start = count.n
+    again = H.load(client, root, now=20000.0)
+    assert count.since(start) == 1  # the summary alone, whatever the number of runs
+    assert again == first
+
+    # A new run publishes its entry: the next ranking sees it, still in one request.
+    one_slice = {"incarnations": [{"zone": "us-east5-b", "tier": "spot", "requested_at": 0.0, "ready_at": 60.0,
+                                   "ended_at": 60.0 + 7200}]}  # fmt: skip
+    assert H.publish(client, root, "new", one_slice, IDENT) == 0
+    start = count.n
+    after = H.load(client, root, now=20000.0)
+    assert count.since(start) == 1
+    assert after[B] == first[B].merged(History(hours=2.0, obtained=1, obtain_s_total=60.0))
+    assert after[A] == first[A]
+    # Publishing again replaces the run's entry (its record grew), never adds it twice.
+    H.publish(client, root, "new", {**one_slice, "preemptions": [{"zone": "us-east5-b", "tier": "spot"}]}, IDENT)
+    grown = History(hours=2.0, preemptions=1, obtained=1, obtain_s_total=60.0)
+    assert H.load(client, root)[B] == first[B].merged(grown)
+
+
+def test_no_runs_no_summary(gcs: Any) -> None:
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    assert H.load(client, root) == {}
+    assert H.read_summary(client, root) == (None, 0)  # a ranking over nothing writes nothing
+
+
+def test_a_stale_generation_is_refused(gcs: Any) -> None:
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    H.publish(client, root, "a", STATE, IDENT)
+    doc, generation = H.read_summary(client, root)
+    assert doc is not None and set(doc["runs"]) == {"a"}
+    H.publish(client, root, "b", STATE, IDENT)  # another run wrote in between
+    with pytest.raises(CloudError) as exc:
+        H.write_summary(client, root, doc, generation)
+    assert exc.value.status == 412
+    assert set(H.read_summary(client, root)[0]["runs"]) == {"a", "b"}  # type: ignore[index]
+
+
+def test_concurrent_publishers_lose_no_update(gcs: Any) -> None:
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    H.publish(client, root, "seed", STATE, IDENT)  # the summary exists: every writer races on it
+    lost: list[int] = []
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            lost.append(H.publish(client, root, f"w{i}", STATE, IDENT))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    doc, _ = H.read_summary(client, root)
+    assert doc is not None and set(doc["runs"]) == {"seed", *(f"w{i}" for i in range(6))}
+    assert H.combine(doc)[A].preemptions == 7
+
+
+def test_half_life_weighs_summary_entries_by_when_the_run_was_last_seen() -> None:
+    doc = {"version": H.SUMMARY_VERSION, "runs": {"r": H.entry(STATE, IDENT)}}
+    assert doc["runs"]["r"]["seen"] == 8720.0 + 3600  # STATE's last slice's end
+    aged = H.combine(doc, now=12320.0 + 3600, half_life_s=3600.0)
+    assert aged[A] == History(1.0, 0.5, 0.5, 150.0, 0.5, 30.0, 20)
+    assert H.combine(doc, now=12320.0 + 3600) == H.fold_run(STATE, IDENT)
+
+
+def test_milestones_change_with_what_the_summary_holds() -> None:
+    m = H.milestones(STATE)
+    assert H.milestones(json.loads(json.dumps(STATE))) == m
+    ended = json.loads(json.dumps(STATE))
+    ended["incarnations"][1]["ended_at"] += 1
+    assert H.milestones(ended) != m
+    restored = json.loads(json.dumps(STATE))
+    restored["preemptions"][0]["restore_s"] = None
+    assert H.milestones(restored) != m
+
+
+def test_the_supervisors_store_publishes_at_milestones_only(gcs: Any) -> None:
+    from tpu_ops.specs.jobs import TrainJobSpec
+    from tpu_ops.train.choice import state_store
+    from tpu_ops.train.layout import RunLayout
+    from tpu_ops.train.runstate import IncarnationState, RunState
+
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    job = TrainJobSpec.model_validate({
+        "provision": {"slice": {"accelerator_type": "v5p-8", "region": "us-east5", "zones": ["us-east5-a"]},
+                      "ladder": ["spot"], "budget_usd": 1000, "hours": 2},
+        "train": {"checkpoint_dir": f"gs://{gcs.name}/ckpt", "steps": 7200, "checkpoint_every": 300},
+    })  # fmt: skip
+    store = state_store(client, RunLayout.of(f"gs://{gcs.name}/ckpt", "sv-1"), job, "sv-1")
+    state = RunState("sv-1", 1000.0, 7200)
+    count = Counter(client)
+    store.save(state)  # no slice yet: an empty entry, the summary created (scan: a listing + 1 run)
+    assert set(H.read_summary(client, root)[0]["runs"]) == {"sv-1"}  # type: ignore[index]
+    inc = IncarnationState(0, "i0", 1000.0, zone="us-east5-a", tier="spot", ready_at=1060.0)
+    state.incarnations.append(inc)
+    store.save(state)
+    start = count.n
+    store.save(state)  # nothing changed but the running hours: state.json only, no summary traffic
+    assert count.since(start) == 1
+    inc.ended_at, inc.end = 1060.0 + 3600, "done"
+    store.save(state)
+    ident = ("v5p-8", "us-east5-a", "spot", "compute")
+    got = H.load(client, root)
+    assert got[ident] == History(hours=1.0, obtained=1, obtain_s_total=60.0)
+    assert H.read_summary(client, root)[0]["runs"]["sv-1"]["sums"][0][:4] == list(ident)  # type: ignore[index]
