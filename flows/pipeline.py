@@ -78,7 +78,7 @@ def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Itera
 @task(name="workers-verified")
 def workers_verified(run_uri: str, hosts: int, gcp_credentials_block: str | None) -> list[dict[str, Any]]:
     """Every worker's pre-flight report of the snapshot (written before its first training step)."""
-    out = str(RunLayout(run_uri).state("preflight"))
+    out = str(RunLayout(run_uri).preflight)
     return collect_reports(resolve_settings(gcp_credentials_block=gcp_credentials_block), out, hosts, 30.0)
 
 

@@ -21,9 +21,9 @@ from prefect.runtime import flow_run as current_run
 
 from flows.audit import audit_digest, audit_event, audited, emit
 from flows.settings import resolve_settings
+from tpu_ops.layout import check_run_id
 from tpu_ops.provision import Slice, provision, teardown
 from tpu_ops.provision.ledger import Ledger
-from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.records import TeardownReport
 from tpu_ops.specs.common import RunId
 from tpu_ops.specs.slice import ProvisionSpec

@@ -16,7 +16,7 @@ from prefect.artifacts import create_table_artifact
 from flows.audit import audit_digest, audit_event, audited
 from flows.provision import HOOKS, _quota, _tag_current_run
 from flows.settings import resolve_settings
-from tpu_ops.provision.naming import check_run_id
+from tpu_ops.layout import check_run_id
 from tpu_ops.specs import TrainJobSpec
 from tpu_ops.specs.common import RunId
 from tpu_ops.train.goodput import GoodputReport

@@ -45,7 +45,7 @@ def load_export_spec(path: str) -> tuple[Any, str, str | None]:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from tpu_ops.provision.naming import check_run_id
+    from tpu_ops.layout import check_run_id
 
     spec, base, manifest = load_export_spec(args.spec)
     run_id = check_run_id(args.run_id)

@@ -49,8 +49,8 @@ def format_report(doc: dict[str, Any]) -> str:
 
 def run_train(args: argparse.Namespace) -> int:
     from flows.settings import resolve_settings
+    from tpu_ops.layout import check_run_id
     from tpu_ops.provision.cost import check_budget
-    from tpu_ops.provision.naming import check_run_id
     from tpu_ops.provision.prices import load
     from tpu_ops.specs import TrainJobSpec, load_spec
 

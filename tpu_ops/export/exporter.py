@@ -21,12 +21,12 @@ from tpu_ops.cloud.translate import aws_errors, google_errors
 from tpu_ops.errors import CheckpointError, IntegrityError, SpecError
 from tpu_ops.export import registry
 from tpu_ops.export.artifact import Artifact, Member, upload_archive, verify_artifact
+from tpu_ops.layout import RunLayout
 from tpu_ops.specs.jobs import ExportSpec
 from tpu_ops.train.checkpoints import COMMIT_MARKER, latest_complete_step, step_uri
 from tpu_ops.uris import ObjectUri, parse_gs, parse_s3
 
 ARTIFACT_NAME = "model.tar.gz"
-STATE = "_tpu_ops"
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,7 @@ def members(gcs: Any, source: Source) -> list[Member]:
 
 def dataset_of(gcs: Any, run_uri: str, manifest_uri: str | None) -> tuple[str | None, str | None, str | None]:
     """(snapshot id, manifest URI, manifest sha256): from ``manifest_uri`` or the run's ``job.json``."""
-    run = parse_gs(run_uri)
-    job = _read_json(gcs, run.child(f"{STATE}/job.json")) or {}
+    job = _read_json(gcs, RunLayout(run_uri).job) or {}
     manifest_uri = manifest_uri or job.get("dataset_manifest")
     if not manifest_uri:
         return None, None, None
@@ -110,7 +109,7 @@ def dataset_of(gcs: Any, run_uri: str, manifest_uri: str | None) -> tuple[str | 
 
 def job_subdir(gcs: Any, run_uri: str) -> str:
     """The run's ``checkpoint_subdir`` from its ``job.json`` ("" when absent)."""
-    job = _read_json(gcs, parse_gs(run_uri).child(f"{STATE}/job.json")) or {}
+    job = _read_json(gcs, RunLayout(run_uri).job) or {}
     return str(job.get("checkpoint_subdir") or "")
 
 

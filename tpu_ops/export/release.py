@@ -15,8 +15,8 @@ from tpu_ops.audit.trail import AuditTrail
 from tpu_ops.audit.verify import parse_record
 from tpu_ops.errors import NotFoundError, PolicyError, SpecError
 from tpu_ops.export import registry
+from tpu_ops.layout import RunLayout
 from tpu_ops.specs.common import RunId
-from tpu_ops.uris import parse_gs
 
 
 def _chain_of(pkg: registry.Package) -> str:
@@ -133,7 +133,7 @@ def load_lineage(arn_or_run_id: str, *, sm: Any, gcs: Any, trail: AuditTrail) ->
 
 
 def _goodput(gcs: Any, run_uri: str) -> dict[str, Any] | None:
-    uri = parse_gs(run_uri).child("_tpu_ops/goodput.json")
+    uri = RunLayout(run_uri).goodput
     blob = gcs.bucket(uri.bucket).get_blob(uri.prefix)
     if blob is None:
         return None

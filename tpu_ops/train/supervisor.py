@@ -23,10 +23,10 @@ from typing import Any
 
 from tpu_ops.cloud.clients import storage_client
 from tpu_ops.errors import TpuOpsError, TrainingError, TransientError
+from tpu_ops.layout import check_run_id
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.lease import SliceLease
-from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Slice
