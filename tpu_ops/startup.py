@@ -143,6 +143,7 @@ trap - EXIT
 exec "$PYTHON" -m tpu_ops.agent {args}
 """
 
+
 def render_startup_script(
     run_id: str,
     agent_args: Sequence[str],

@@ -62,10 +62,11 @@ def run_train(args: argparse.Namespace) -> int:
 
     check_command(spec, run_id)
     if args.no_flow:
+        from tpu_ops.run import Run
         from tpu_ops.train.supervisor import supervise
         from tpu_ops.train.wheel import agent_wheel
 
-        doc = supervise(spec, run_id, settings, wheel=agent_wheel(settings)).to_json()
+        doc = supervise(spec, Run.of_job(run_id, settings, spec), wheel=agent_wheel(settings)).to_json()
     else:
         from prefect import tags
 

@@ -15,8 +15,7 @@ import numpy as np
 import yaml
 from safetensors.numpy import save
 
-from tpu_ops.cloud.clients import boto3_client, storage_client
-from tpu_ops.cloud.session import shared_client
+from tpu_ops.cloud.clients import boto3_client, shared_client, storage_client
 from tpu_ops.settings import Settings
 from tpu_ops.specs import PipelineSpec
 from tpu_ops.uris import parse_gs, parse_s3

@@ -15,6 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tpu_ops.audit.events import AuditEvent
 from tpu_ops.audit.records import Actor, link_to
 from tpu_ops.audit.trail import AuditTrail
 from tpu_ops.cloud.translate import aws_errors, google_errors
@@ -164,7 +165,7 @@ def export_run(
     params = {"run_id": run_id, "run_uri": run_uri, "step": source.step, "snapshot_id": snapshot,
               "dataset_manifest": manifest, "adopted": art.adopted, "parts": art.parts,
               "members": art.members}  # fmt: skip
-    written = trail.record(run_id, "model.artifact_uploaded", actor, params=params, subjects=subjects,
+    written = trail.record(run_id, AuditEvent.MODEL_ARTIFACT_UPLOADED, actor, params=params, subjects=subjects,
                            request_ids=list(art.request_ids))  # fmt: skip
     if written.record is None:
         raise IntegrityError("the audit trail is unreachable (record spooled); refusing to register a package "
@@ -187,7 +188,7 @@ def export_run(
         head = {"chain": run_id, "seq": int(pkg.metadata.get("audit_seq", "0") or 0),
                 "hash": pkg.metadata.get("audit_head", "")}  # fmt: skip
     subjects.append({"uri": arn, "kind": "model-package"})
-    trail.record(run_id, "model.exported", actor, params={**params, "package_created": created},
+    trail.record(run_id, AuditEvent.MODEL_EXPORTED, actor, params={**params, "package_created": created},
                  subjects=subjects, links=[link_to(written.record)])  # fmt: skip
     return ExportResult(run_id, source, art, arn, created, snapshot, manifest, manifest_sha, head, status)
 

@@ -99,7 +99,8 @@ def provision(
 
 
 def recover(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Slice:
-    """What the training supervisor calls after a preemption: the live slice, or a new one."""
+    """The live slice, or a new one (``provision`` with ``recreate=True``). The supervisor does not call
+    this: it acquires and releases through :class:`tpu_ops.provision.lease.SliceLease`."""
     return provision(spec, run_id, settings, recreate=True, **kw)
 
 
