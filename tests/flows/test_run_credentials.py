@@ -1,9 +1,10 @@
 """One pipeline run, one set of AWS credentials: its AwsCredentials block's, for every audit record.
 
 moto checks every request's signature here (IAM auth on), and the environment's keys are unknown to
-it: a record written with them would be refused, spooled locally instead (audit never fails a run)
-and missing from S3. So the chain in S3, complete, with nothing waiting in the spool, shows that
-every record of the run went out with the block's keys.
+it: a record written with them would be refused and spooled locally instead (audit never fails a
+run; a later record sends the spool on, so the chain alone would not show it). So a complete chain
+in S3, with no record ever put in the spool, shows that every record of the run went out with the
+block's keys.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def test_every_audit_record_of_a_pipeline_run_is_written_with_the_blocks_credent
     from infra.local.seed import DRY_RUN_CAPACITY, ensure_model_bucket, seed_pipeline
     from tpu_ops.audit.events import AuditEvent
     from tpu_ops.audit.records import DIGEST_CHAIN
+    from tpu_ops.audit.spool import Spool
     from tpu_ops.audit.trail import AuditTrail
     from tpu_ops.export.release import chain_records
     from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
@@ -69,14 +71,19 @@ def test_every_audit_record_of_a_pipeline_run_is_written_with_the_blocks_credent
     # The environment's keys differ from the block's, and moto does not know them.
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAENVIRONMENTKEYS0")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-blocks-secret")
+    spooled: list[dict[str, Any]] = []  # every record S3 refused (the spool is where they go)
+    append = Spool.append
+    monkeypatch.setattr(Spool, "append", lambda spool, entry: (spooled.append(entry), append(spool, entry))[1])
     http_call(f"{stack.aws_endpoint}/moto-api/reset-auth", "POST", b"0")
     try:
-        with pytest.raises(ClientError):  # what any record written with the environment's keys meets
+        with pytest.raises(ClientError) as env_keys:  # what any record written with the environment's keys meets
             boto3_client(Settings(), "s3").list_objects_v2(Bucket=admin.audit_uri.split("/")[2])
+        assert env_keys.value.response["Error"]["Code"] == "InvalidAccessKeyId"
         summary = retraining_pipeline(spec, aws_credentials_block="pipeline-aws")
     finally:
         http_call(f"{stack.aws_endpoint}/moto-api/reset-auth", "POST", b"inf")
 
+    assert [e["event"]["event"] for e in spooled] == []  # none refused: none written with other keys
     assert isinstance(summary, dict), summary
     assert summary["training"]["outcome"] == "done" and summary["export"]["package_arn"]
     trail = AuditTrail.from_settings(admin)
