@@ -64,14 +64,6 @@ class Run:
         t = job.train
         return cls.open(run_id, settings, checkpoint_dir=t.checkpoint_dir, checkpoint_subdir=t.checkpoint_subdir, **kw)
 
-    def at(self, checkpoint_dir: str, checkpoint_subdir: str = "") -> Run:
-        """The same run (same clients, trail and actor) with its checkpoint location known."""
-        other = Run(self.id, self.settings, layout=RunLayout.of(checkpoint_dir, self.id, checkpoint_subdir),
-                    clients=self.clients, actor=self._actor)  # fmt: skip
-        if "trail" in self.__dict__:
-            other.__dict__["trail"] = self.trail
-        return other
-
     @property
     def layout(self) -> RunLayout:
         """Where the run keeps its checkpoints and records (``RUN/_tpu_ops/...``)."""
