@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -24,6 +26,16 @@ from tpu_ops.specs.jobs import ExportSpec
 def export_task(spec: ExportSpec, run: Run, manifest: str | None) -> dict[str, Any]:
     """Package, stream, verify and register (one library call)."""
     return steps.export(run, spec, manifest)
+
+
+@contextmanager
+def sealing(run: Run) -> Iterator[None]:
+    """Afterwards, whatever happened: the run's chain sealed with a digest, its trail published."""
+    try:
+        yield
+    finally:
+        run.audit.digest()
+        publish_trail(run)
 
 
 def _exported(run: Run, result: dict[str, Any]) -> None:
@@ -59,13 +71,10 @@ def export_model(
     if not base:
         raise ValueError("checkpoint_dir: give the training checkpoint_dir (or set the export spec's checkpoint)")
     run = open_run(run_id, aws_credentials_block, gcp_credentials_block, checkpoint_dir=base)
-    try:
+    with sealing(run):
         result = export_task(spec, run, dataset_manifest)
         _exported(run, result)
         return result
-    finally:
-        run.audit.digest()
-        publish_trail(run)
 
 
 def _released(clients: Clients, event: AuditEvent, out: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -120,7 +129,7 @@ def deploy_model(
 def export_and_seal(spec: ExportSpec, run: Run, manifest: str | None) -> dict[str, Any] | None:
     """The pipeline's last steps: export the run (if it left a complete checkpoint), then seal its audit
     chain with a digest and publish the trail. None (and an audit record saying why) if nothing to export."""
-    try:
+    with sealing(run):
         skipped = steps.why_not_export(run, spec)
         if skipped:
             get_run_logger().warning("export skipped: %s", skipped)
@@ -128,6 +137,3 @@ def export_and_seal(spec: ExportSpec, run: Run, manifest: str | None) -> dict[st
         result = export_task(spec, run, manifest)
         _exported(run, result)
         return result
-    finally:
-        run.audit.digest()
-        publish_trail(run)
