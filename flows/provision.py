@@ -25,6 +25,7 @@ from flows.settings import open_run, resolve_settings
 from tpu_ops.audit.events import AuditEvent
 from tpu_ops.cloud.clients import Clients
 from tpu_ops.provision import Slice, provision, teardown
+from tpu_ops.provision.providers import available
 from tpu_ops.provision.records import TeardownReport
 from tpu_ops.run import Run
 from tpu_ops.specs.common import RunId
@@ -69,6 +70,7 @@ def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
     # the flow's own blocks, both: the run's last records carry the same credentials as the others
     settings = resolve_settings(params.get("aws_credentials_block"), params.get("gcp_credentials_block"))
     clients = Clients(settings)
+    providers = available(settings, clients)
     for run_id in run_ids:
         run = Run(run_id, settings, clients=clients, actor=current_actor)
         holder = _held_elsewhere(params.get("spec"), run_id, clients)
@@ -76,7 +78,7 @@ def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
             print(f"teardown of run {run_id} skipped: supervisor pid {holder.get('pid')} on {holder.get('host')} "
                   f"holds the run")  # fmt: skip
             continue
-        report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")))
+        report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")), providers=providers)
         names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
         ended = str(getattr(state, "name", state))
         print(f"teardown of run {run_id} after {ended}: deleted {names}")
@@ -153,7 +155,7 @@ def slice_event(s: Slice) -> dict[str, Any]:
 def teardown_task(run: Run, zones: list[str] | None = None) -> TeardownReport:
     """Delete the run's queued resources and nodes; ``tpu-ops.slice.deleted`` once they are confirmed gone."""
     with run.audit.audited(AuditEvent.SLICE_DELETED, params={"zones": zones or []}) as rec:
-        report = teardown(run.id, run.settings, zones=zones)
+        report = teardown(run.id, run.settings, zones=zones, providers=available(run.settings, run.clients))
         rec["params"].update(confirmed_gone=report.confirmed_gone, seconds=round(report.seconds, 3))
         rec["subjects"] += _deleted(run.settings.gcp_project, report)
     if report.confirmed_gone:

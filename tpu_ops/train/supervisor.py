@@ -71,7 +71,7 @@ class Supervisor:
         run_id, settings = run.id, run.settings
         check_command(job, run_id)
         # The slice's owner here (provider seam); ``self.lease`` fences the run.
-        provider = provider or for_spec(job.provision, settings)
+        provider = provider or for_spec(job.provision, settings, run.clients)
         self.slices = SliceLease(job.provision, run_id, settings, provider=provider, on_attempt=on_attempt,
                                  progress=choice.kept_steps(self))  # fmt: skip
         self.provider = self.slices.provider
