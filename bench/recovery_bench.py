@@ -73,6 +73,7 @@ def scenario(stack: Any, settings: Any, args: argparse.Namespace, notice: bool) 
     from infra.local.wheelhouse import upload_wheelhouse
     from tpu_ops.cloud.clients import storage_client
     from tpu_ops.cloud.tpu import TpuApi
+    from tpu_ops.run import Run
     from tpu_ops.train.supervisor import Supervisor
     from tpu_ops.train.wheel import agent_wheel
 
@@ -82,7 +83,7 @@ def scenario(stack: Any, settings: Any, args: argparse.Namespace, notice: bool) 
     gcs = storage_client(settings)
     gcs.create_bucket("bench-ckpt")
     upload_wheelhouse(settings, "gs://bench-ckpt/wheelhouse")
-    sup = Supervisor(spec, RUN_ID, settings, wheel=agent_wheel(settings))
+    sup = Supervisor(spec, Run.of_job(RUN_ID, settings, spec), wheel=agent_wheel(settings))
     preempted_at: list[float] = []
     errors: list[BaseException] = []
     rng = random.Random(args.seed)

@@ -1,28 +1,48 @@
 """Prefect flows ``export_model``, ``approve_model`` and ``deploy_model``: thin wrappers around
-:mod:`tpu_ops.export`, each audited, each ending with a digest of the run's chain, a Prefect event
+:mod:`tpu_ops.export.steps`, each audited, each ending with a digest of the run's chain, a Prefect event
 (``tpu-ops.model.exported`` / ``.approved`` / ``.deployed``) and the run's trail as an artifact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 
-from flows.audit import audit_digest, audit_event, emit, publish_trail
-from flows.export_steps import run_approve, run_deploy, run_export
-from flows.settings import resolve_settings
+from flows.audit import current_actor, emit, publish_trail
+from flows.settings import open_run, resolve_settings
+from tpu_ops.audit.events import AuditEvent
+from tpu_ops.cloud.clients import Clients
+from tpu_ops.export import steps
+from tpu_ops.run import Run
 from tpu_ops.specs.common import GcsUri, RunId
 from tpu_ops.specs.jobs import ExportSpec
 
 
-@task(name="export-artifact")
-def export_task(
-    spec: ExportSpec, run_id: str, checkpoint_dir: str, manifest: str | None, aws_block: str | None,
-    gcp_block: str | None,
-) -> dict[str, Any]:  # fmt: skip
+@task(name="export-artifact", cache_policy=NO_CACHE)
+def export_task(spec: ExportSpec, run: Run, manifest: str | None) -> dict[str, Any]:
     """Package, stream, verify and register (one library call)."""
-    return run_export(spec, run_id, checkpoint_dir, manifest, resolve_settings(aws_block, gcp_block))
+    return steps.export(run, spec, manifest)
+
+
+@contextmanager
+def sealing(run: Run) -> Iterator[None]:
+    """Afterwards, whatever happened: the run's chain sealed with a digest, its trail published."""
+    try:
+        yield
+    finally:
+        run.audit.digest()
+        publish_trail(run)
+
+
+def _exported(run: Run, result: dict[str, Any]) -> None:
+    art = result["artifact"]
+    get_run_logger().info("exported %s (%s) as %s", art["uri"], art["sha256"], result["package_arn"])
+    emit(AuditEvent.MODEL_EXPORTED, run.id, {"package_arn": result["package_arn"], "artifact": art["uri"],
+                                             "sha256": art["sha256"]})  # fmt: skip
 
 
 @flow(name="export_model", log_prints=True)
@@ -50,17 +70,18 @@ def export_model(
     base = checkpoint_dir or spec.checkpoint
     if not base:
         raise ValueError("checkpoint_dir: give the training checkpoint_dir (or set the export spec's checkpoint)")
-    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    try:
-        result = export_task(spec, run_id, base, dataset_manifest, aws_credentials_block, gcp_credentials_block)
-        art = result["artifact"]
-        get_run_logger().info("exported %s (%s) as %s", art["uri"], art["sha256"], result["package_arn"])
-        emit("model.exported", run_id, {"package_arn": result["package_arn"], "artifact": art["uri"],
-                                        "sha256": art["sha256"]})  # fmt: skip
+    run = open_run(run_id, aws_credentials_block, gcp_credentials_block, checkpoint_dir=base)
+    with sealing(run):
+        result = export_task(spec, run, dataset_manifest)
+        _exported(run, result)
         return result
-    finally:
-        audit_digest(run_id, settings)
-        publish_trail(run_id, settings)
+
+
+def _released(clients: Clients, event: AuditEvent, out: dict[str, Any], payload: dict[str, Any]) -> None:
+    """The Prefect event and the trail artifact of an approval or a deployment (of the package's run)."""
+    emit(event, out["run_id"] or "", payload)
+    if out["run_id"]:
+        publish_trail(Run(out["run_id"], clients.settings, clients=clients, actor=current_actor))
 
 
 @flow(name="approve_model", log_prints=True)
@@ -77,11 +98,10 @@ def approve_model(
         reason: Why (required to reject; recorded in the audit trail).
         aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
     """
-    settings = resolve_settings(aws_credentials_block)
-    out = run_approve(model_package_arn, approver, reject, reason, settings)
-    emit("model.approved", out["run_id"] or "", {"package_arn": out["arn"], "status": out["status"],
-                                                 "approver": approver})  # fmt: skip
-    publish_trail(out["run_id"] or "", settings)
+    clients = Clients(resolve_settings(aws_credentials_block))
+    out = steps.approve(clients, model_package_arn, approver, reject, reason, current_actor)
+    _released(clients, AuditEvent.MODEL_APPROVED, out,
+              {"package_arn": out["arn"], "status": out["status"], "approver": approver})  # fmt: skip
     return out
 
 
@@ -99,57 +119,21 @@ def deploy_model(
         instance_count: Instances behind the endpoint (1 or more).
         aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
     """
-    settings = resolve_settings(aws_credentials_block)
-    out = run_deploy(model_package_arn, endpoint, instance_type, instance_count, settings)
-    emit("model.deployed", out["run_id"] or "", {"package_arn": model_package_arn, "endpoint": out["endpoint_arn"]})
-    publish_trail(out["run_id"] or "", settings)
+    clients = Clients(resolve_settings(aws_credentials_block))
+    out = steps.deploy(clients, model_package_arn, endpoint, instance_type, instance_count, current_actor)
+    _released(clients, AuditEvent.MODEL_DEPLOYED, out,
+              {"package_arn": model_package_arn, "endpoint": out["endpoint_arn"]})  # fmt: skip
     return out
 
 
-def _check_destination(settings: Any, destination: str) -> None:
-    """The export bucket must exist (a pipeline never creates it); ``CheckpointError`` says it does not."""
-    from tpu_ops.cloud.session import shared_client
-    from tpu_ops.errors import CheckpointError
-    from tpu_ops.uris import parse_s3
-
-    bucket = parse_s3(destination).bucket
-    try:
-        shared_client(settings, "s3").head_bucket(Bucket=bucket)
-    except Exception as exc:
-        raise CheckpointError(f"export destination bucket {bucket} is not reachable: {exc}") from exc
-
-
-def export_and_seal(
-    spec: ExportSpec,
-    run_id: str,
-    checkpoint_dir: str,
-    manifest: str | None,
-    aws_credentials_block: str | None = None,
-    gcp_credentials_block: str | None = None,
-) -> dict[str, Any] | None:
+def export_and_seal(spec: ExportSpec, run: Run, manifest: str | None) -> dict[str, Any] | None:
     """The pipeline's last steps: export the run (if it left a complete checkpoint), then seal its audit
     chain with a digest and publish the trail. None (and an audit record saying why) if nothing to export."""
-    from tpu_ops.cloud.clients import storage_client
-    from tpu_ops.errors import CheckpointError
-    from tpu_ops.export.exporter import find_source, job_subdir
-    from tpu_ops.uris import parse_gs
-
-    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    run_uri = str(parse_gs(checkpoint_dir).child(run_id))
-    try:
-        gcs = storage_client(settings)
-        try:
-            find_source(gcs, run_uri, job_subdir(gcs, run_uri))
-            _check_destination(settings, spec.destination)
-        except CheckpointError as exc:
-            audit_event("model.export_skipped", run_id, params={"run_uri": run_uri, "reason": str(exc)},
-                        settings=settings)  # fmt: skip
-            get_run_logger().warning("export skipped: %s", exc)
+    with sealing(run):
+        skipped = steps.why_not_export(run, spec)
+        if skipped:
+            get_run_logger().warning("export skipped: %s", skipped)
             return None
-        result = export_task(spec, run_id, checkpoint_dir, manifest, aws_credentials_block, gcp_credentials_block)
-        emit("model.exported", run_id, {"package_arn": result["package_arn"], "artifact": result["artifact"]["uri"],
-                                        "sha256": result["artifact"]["sha256"]})  # fmt: skip
+        result = export_task(spec, run, manifest)
+        _exported(run, result)
         return result
-    finally:
-        audit_digest(run_id, settings)
-        publish_trail(run_id, settings)

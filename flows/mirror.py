@@ -12,21 +12,22 @@ import time
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.cache_policies import NO_CACHE
 
-from flows.audit import audit_digest, audited, emit
-from flows.settings import resolve_settings
+from flows.audit import emit
+from flows.settings import open_run
+from tpu_ops.audit.events import AuditEvent
 from tpu_ops.mirror.engine import mirror
 from tpu_ops.mirror.records import MirrorResult, Progress
+from tpu_ops.run import Run
 from tpu_ops.specs.common import RunId
 from tpu_ops.specs.jobs import MirrorSpec
 
 MiB = 1024 * 1024
 
 
-@task(name="mirror-objects")
-def mirror_objects(
-    spec: MirrorSpec, aws_credentials_block: str | None = None, gcp_credentials_block: str | None = None
-) -> MirrorResult:
+@task(name="mirror-objects", cache_policy=NO_CACHE)
+def mirror_objects(spec: MirrorSpec, run: Run) -> MirrorResult:
     """Run the mirror, updating a progress artifact (by bytes copied) at most once a second."""
     what = f"mirror {spec.source} → {spec.destination}"
     artifact = create_progress_artifact(0.0, _sync=True, description=what)  # type: ignore[call-arg]
@@ -38,8 +39,7 @@ def mirror_objects(
             last[0] = now
             update_progress_artifact(artifact, 100.0 * p.bytes_done / p.bytes_total, _sync=True)  # type: ignore
 
-    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    result = mirror(spec, settings, progress=on_progress)
+    result = mirror(spec, run.settings, progress=on_progress)
     update_progress_artifact(artifact, 100.0, _sync=True)  # type: ignore
     return result
 
@@ -98,11 +98,10 @@ def mirror_dataset(
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
         run_id: The pipeline run this mirror belongs to (its audit chain); empty: a standalone mirror.
     """
-    chain = audit_chain(run_id, spec)
-    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
+    run = open_run(audit_chain(run_id, spec), aws_credentials_block, gcp_credentials_block)
     try:
-        with audited("dataset.mirrored", chain, params=spec.model_dump(mode="json"), settings=settings) as rec:
-            result = mirror_objects(spec, aws_credentials_block, gcp_credentials_block)
+        with run.audit.audited(AuditEvent.DATASET_MIRRORED, params=spec.model_dump(mode="json")) as rec:
+            result = mirror_objects(spec, run)
             rec["params"].update(snapshot_id=result.snapshot_id, manifest=result.manifest_uri,
                                  objects_copied=result.objects_copied, objects_total=result.objects_total,
                                  bytes_total=result.bytes_total)  # fmt: skip
@@ -110,8 +109,8 @@ def mirror_dataset(
                                 {"uri": result.manifest_uri, "kind": "dataset-manifest"}]  # fmt: skip
     finally:
         if not run_id:  # a pipeline seals its own chain at its end
-            audit_digest(chain, settings)
-    emit("snapshot.committed", chain, {"snapshot_id": result.snapshot_id, "manifest": result.manifest_uri})
+            run.audit.digest()
+    emit(AuditEvent.SNAPSHOT_COMMITTED, run.id, {"snapshot_id": result.snapshot_id, "manifest": result.manifest_uri})
     publish_summary(result)
     get_run_logger().info("snapshot %s committed: %s", result.snapshot_id, result.manifest_uri)
     return result

@@ -1,9 +1,11 @@
-"""The retraining pipeline as one Prefect flow: mirror → train (supervisor) → tear down.
+"""The retraining pipeline as one Prefect flow: mirror → train (supervisor) → tear down → export → seal.
 
-The training step is the supervisor (``flows.train.supervise_task``): it provisions through the
-capacity ladder, runs the job on every worker (each worker first verifies the pinned snapshot,
-then resumes from the newest complete checkpoint), recovers from preemptions, and tears down.
-Export and the audit digest follow on ``main`` once they land.
+The run (:class:`tpu_ops.run.Run`: its id, layout, clients with the blocks' credentials, ledger and
+audit chain) is built once here and passed to every step. The training step is the supervisor
+(``flows.train.supervise_task``): it provisions through the capacity ladder, runs the job on every
+worker (each worker first verifies the pinned snapshot, then resumes from the newest complete
+checkpoint), recovers from preemptions, and tears down. Then the export (when the run left a
+complete checkpoint) and a signed digest sealing the run's audit chain.
 """
 
 from __future__ import annotations
@@ -15,21 +17,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prefect import State, flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
 from flows import report
 from flows.export import export_and_seal
 from flows.mirror import mirror_dataset
 from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
-from flows.settings import resolve_settings
+from flows.settings import open_run
 from flows.train import supervise_task
 from tpu_ops.errors import SpecError
 from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.records import Attempt
+from tpu_ops.run import Run
 from tpu_ops.runs import collect_reports
 from tpu_ops.specs import PipelineSpec, TrainJobSpec, parse_spec
-from tpu_ops.train.layout import RunLayout
 
 
 def new_run_id(name: str, now: datetime | None = None) -> str:
@@ -75,11 +78,10 @@ def one_run_at_a_time(pipeline: str, wait_s: float = SECOND_RUN_WAIT_S) -> Itera
         ) from None
 
 
-@task(name="workers-verified")
-def workers_verified(run_uri: str, hosts: int, gcp_credentials_block: str | None) -> list[dict[str, Any]]:
+@task(name="workers-verified", cache_policy=NO_CACHE)
+def workers_verified(run: Run, hosts: int) -> list[dict[str, Any]]:
     """Every worker's pre-flight report of the snapshot (written before its first training step)."""
-    out = str(RunLayout(run_uri).state("preflight"))
-    return collect_reports(resolve_settings(gcp_credentials_block=gcp_credentials_block), out, hosts, 30.0)
+    return collect_reports(run.clients.gcs(), str(run.layout.preflight), hosts, 30.0)
 
 
 def _attempts(ledger: Ledger) -> list[str]:
@@ -93,17 +95,16 @@ def _ladder(ledger: Ledger) -> list[dict[str, Any]]:
     return [{k: e[k] for k in fields if k in e} for e in ledger.events() if e["kind"] == ATTEMPT]
 
 
-def _training_poll(run_uri: str, steps: int, settings: Any, ledger: Ledger) -> Any:
+def _training_poll(run: Run, steps: int) -> Any:
     """What the run-level progress shows while the supervisor works: attempts, then committed steps."""
-    from tpu_ops.cloud.clients import storage_client
     from tpu_ops.train.checkpoints import latest_complete_step
 
-    gcs, steps_uri = storage_client(settings), RunLayout(run_uri).steps_uri
+    gcs, steps_uri = run.clients.gcs(), run.layout.steps_uri
 
     def poll() -> tuple[float, str]:
         step = latest_complete_step(gcs, steps_uri)
         if step is None:
-            return 0.0, f"waiting for a slice and a first checkpoint ({len(_ladder(ledger))} attempt(s) so far)"
+            return 0.0, f"waiting for a slice and a first checkpoint ({len(_ladder(run.ledger))} attempt(s) so far)"
         return step / steps, f"step {step}/{steps} committed"
 
     return poll
@@ -141,25 +142,24 @@ def _run(
 ) -> dict[str, Any]:
     """The pipeline's steps, inside its one-run-at-a-time slot."""
     logger = get_run_logger()
-    _tag_current_run(run_id)
+    run = open_run(run_id, aws_credentials_block, gcp_credentials_block, checkpoint_dir=spec.train.checkpoint_dir,
+                   checkpoint_subdir=spec.train.checkpoint_subdir)  # fmt: skip
+    _tag_current_run(run.id)
     progress = report.RunProgress(run_id)
     progress.stage("mirror", 0, 15)
     snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block, run_id=run_id)
     job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(
         update={"dataset_manifest": snapshot.manifest_uri}))  # fmt: skip
-    run_uri = RunLayout.of(spec.train.checkpoint_dir, run_id).run_uri
     hosts = spec.provision.slice.accelerator.hosts
-    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
-    ledger = Ledger(settings, run_id)
     progress.stage("provisioning and training", 15, 90)
-    progress.watch(_training_poll(run_uri, spec.train.steps, settings, ledger))
+    progress.watch(_training_poll(run, spec.train.steps))
     try:
         with _quota(spec.provision):
-            training = supervise_task(job, run_id, gcp_credentials_block)
-        reports = workers_verified(run_uri, hosts, gcp_credentials_block)
+            training = supervise_task(job, run)
+        reports = workers_verified(run, hosts)
     finally:
         progress.unwatch()
-        gone = teardown_task(run_id, list(spec.provision.slice.zones), gcp_credentials_block)
+        gone = teardown_task(run, list(spec.provision.slice.zones))
         logger.info("teardown: %d resources deleted, confirmed gone", len(gone.deleted))
     last = training["incarnations"][-1] if training["incarnations"] else {}
     summary: dict[str, Any] = {
@@ -174,23 +174,22 @@ def _run(
             "tier": last.get("tier"),
             "hosts": hosts,
         },
-        "attempts": _attempts(ledger),
-        "ladder": _ladder(ledger),
+        "attempts": _attempts(run.ledger),
+        "ladder": _ladder(run.ledger),
         "workers_verified": len({r["worker_number"] for r in reports}),
         "training": {
             k: training[k]
             for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "recoveries")
         },
         "preemptions": training["preemptions"],
-        "checkpoints": run_uri,
-        "cost": ledger.summary(load_prices(settings)).to_json(),
+        "checkpoints": run.run_uri,
+        "cost": run.ledger.summary(load_prices(run.settings)).to_json(),
     }
     # Export (when the run left a complete checkpoint), then the digest sealing the run's audit chain.
     progress.stage("export and audit digest", 90, 99)
-    summary["export"] = export_and_seal(spec.export, run_id, spec.train.checkpoint_dir, snapshot.manifest_uri,
-                                        aws_credentials_block, gcp_credentials_block)  # fmt: skip
+    summary["export"] = export_and_seal(spec.export, run, snapshot.manifest_uri)
     # the same rows as the dry run's table: the trail verified, and what teardown left (it confirms)
-    summary["audit"] = report.verify_trail(settings)
+    summary["audit"] = report.verify_trail(run.clients)
     summary["left_behind"] = {"tpu_resources": 0} if gone.confirmed_gone else {"unconfirmed": True}
     report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage
     progress.done()

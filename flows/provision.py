@@ -17,14 +17,17 @@ from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as current_run
 
-from flows.audit import audit_digest, audit_event, audited, emit
-from flows.settings import resolve_settings
+from flows.audit import current_actor, emit
+from flows.settings import open_run, resolve_settings
+from tpu_ops.audit.events import AuditEvent
+from tpu_ops.cloud.clients import Clients
 from tpu_ops.provision import Slice, provision, teardown
-from tpu_ops.provision.ledger import Ledger
-from tpu_ops.provision.naming import check_run_id
+from tpu_ops.provision.providers import available
 from tpu_ops.provision.records import TeardownReport
+from tpu_ops.run import Run
 from tpu_ops.specs.common import RunId
 from tpu_ops.specs.slice import ProvisionSpec
 
@@ -64,38 +67,44 @@ def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
     if not run_ids:  # e.g. its parameters were refused: nothing ran, no cloud call is due
         return
     params = dict(getattr(flow_run, "parameters", None) or {})
-    settings = resolve_settings(gcp_credentials_block=params.get("gcp_credentials_block"))
+    # the flow's own blocks, both: the run's last records carry the same credentials as the others
+    settings = resolve_settings(params.get("aws_credentials_block"), params.get("gcp_credentials_block"))
+    clients = Clients(settings)
+    providers = available(settings, clients)
     for run_id in run_ids:
-        holder = _held_elsewhere(params.get("spec"), run_id, settings)
+        run = Run(run_id, settings, clients=clients, actor=current_actor)
+        holder = _held_elsewhere(params.get("spec"), run_id, clients)
         if holder is not None:  # e.g. this flow was a second supervisor, refused: the slice is not its to delete
             print(f"teardown of run {run_id} skipped: supervisor pid {holder.get('pid')} on {holder.get('host')} "
                   f"holds the run")  # fmt: skip
             continue
-        report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")))
+        report = teardown(run_id, settings, zones=_spec_zones(params.get("spec")), providers=providers)
         names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
         ended = str(getattr(state, "name", state))
         print(f"teardown of run {run_id} after {ended}: deleted {names}")
         # The run's chain records how it ended and is sealed, whichever flow it was.
-        audit_event("run.ended", run_id, params={"state": ended, "flow": getattr(flow, "name", "")},
-                    outcome="failure", settings=settings,
-                    subjects=[{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
-                              for r in report.deleted])  # fmt: skip
-        audit_digest(run_id, settings)
+        run.audit.record(AuditEvent.RUN_ENDED, params={"state": ended, "flow": getattr(flow, "name", "")},
+                         outcome="failure", subjects=_deleted(settings.gcp_project, report))  # fmt: skip
+        run.audit.digest()
 
 
-def _held_elsewhere(spec: Any, run_id: str, settings: Any) -> dict[str, Any] | None:
+def _deleted(project: str | None, report: TeardownReport) -> list[dict[str, Any]]:
+    """The audit subjects of what a teardown deleted."""
+    return [{"uri": f"tpu://{project}/{r.zone}/{r.resource_id}", "kind": r.kind} for r in report.deleted]
+
+
+def _held_elsewhere(spec: Any, run_id: str, clients: Clients) -> dict[str, Any] | None:
     """The live supervisor holding a training run's lease (``RUN/_tpu_ops/lease.json``), if any."""
     train = spec.get("train") if isinstance(spec, dict) else None
     if not isinstance(train, dict) or not train.get("checkpoint_dir"):
         return None
-    from tpu_ops.cloud.clients import storage_client
     from tpu_ops.errors import TpuOpsError
-    from tpu_ops.train.layout import RunLayout
+    from tpu_ops.layout import RunLayout
     from tpu_ops.train.runstate import live_holder
 
     try:
         layout = RunLayout.of(str(train["checkpoint_dir"]), run_id)
-        return live_holder(storage_client(settings), layout.lease)
+        return live_holder(clients.gcs(), layout.lease)
     except (TpuOpsError, ValueError):
         return None  # unknown: tear down as before
 
@@ -115,27 +124,24 @@ HOOKS: dict[str, Any] = {
 }
 
 
-@task(name="provision-slice")
-def provision_task(
-    spec: ProvisionSpec, run_id: str, gcp_credentials_block: str | None = None, metadata: dict[str, str] | None = None
-) -> Slice:
+@task(name="provision-slice", cache_policy=NO_CACHE)
+def provision_task(spec: ProvisionSpec, run: Run, metadata: dict[str, str] | None = None) -> Slice:
     """The capacity ladder (retries inside the library, none here); ``metadata`` goes on the node."""
     logger = get_run_logger()
 
     def on_attempt(a: Any) -> None:
         logger.info("attempt %s", a.describe())
 
-    settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
     params = {"accelerator_type": spec.slice.accelerator_type, "zones": list(spec.slice.zones),
               "ladder": [r.model_dump() for r in spec.ladder], "budget_usd": spec.budget_usd,
               "backend": spec.slice.resolved_backend.value}  # fmt: skip
     logger.info("backend %s: %s", spec.slice.resolved_backend, spec.slice.backend_reason)
-    with audited("slice.provisioned", run_id, params=params, settings=settings) as rec:
-        s = provision(spec, run_id, settings, on_attempt=on_attempt, metadata=metadata)
+    with run.audit.audited(AuditEvent.SLICE_PROVISIONED, params=params) as rec:
+        s = provision(spec, run.id, run.settings, on_attempt=on_attempt, metadata=metadata)
         rec["params"].update(tier=s.tier, zone=s.zone, queued_resource=s.queued_resource, node=s.node,
                              hosts=s.hosts, attempts=[a.describe() for a in s.attempts])  # fmt: skip
-        rec["subjects"].append({"uri": f"tpu://{settings.gcp_project}/{s.zone}/{s.node}", "kind": "slice"})
-    emit("slice.provisioned", run_id, slice_event(s))
+        rec["subjects"].append({"uri": f"tpu://{run.settings.gcp_project}/{s.zone}/{s.node}", "kind": "slice"})
+    emit(AuditEvent.SLICE_PROVISIONED, run.id, slice_event(s))
     return s
 
 
@@ -145,23 +151,20 @@ def slice_event(s: Slice) -> dict[str, Any]:
     return {k: getattr(s, k) for k in keys}
 
 
-@task(name="teardown-slice")
-def teardown_task(
-    run_id: str, zones: list[str] | None = None, gcp_credentials_block: str | None = None
-) -> TeardownReport:
+@task(name="teardown-slice", cache_policy=NO_CACHE)
+def teardown_task(run: Run, zones: list[str] | None = None) -> TeardownReport:
     """Delete the run's queued resources and nodes; ``tpu-ops.slice.deleted`` once they are confirmed gone."""
-    settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
-    with audited("slice.deleted", run_id, params={"zones": zones or []}, settings=settings) as rec:
-        report = teardown(run_id, settings, zones=zones)
+    with run.audit.audited(AuditEvent.SLICE_DELETED, params={"zones": zones or []}) as rec:
+        report = teardown(run.id, run.settings, zones=zones, providers=available(run.settings, run.clients))
         rec["params"].update(confirmed_gone=report.confirmed_gone, seconds=round(report.seconds, 3))
-        rec["subjects"] += [{"uri": f"tpu://{settings.gcp_project}/{r.zone}/{r.resource_id}", "kind": r.kind}
-                            for r in report.deleted]  # fmt: skip
+        rec["subjects"] += _deleted(run.settings.gcp_project, report)
     if report.confirmed_gone:
-        emit("slice.deleted", run_id, {"deleted": report.to_json()["deleted"], "seconds": round(report.seconds, 2)})
+        deleted = {"deleted": report.to_json()["deleted"], "seconds": round(report.seconds, 2)}
+        emit(AuditEvent.SLICE_DELETED, run.id, deleted)
     return report
 
 
-def _attempts_artifact(s: Slice) -> None:
+def _attempts_artifact(run: Run, s: Slice) -> None:
     rows = [
         {
             "#": a.number,
@@ -175,16 +178,16 @@ def _attempts_artifact(s: Slice) -> None:
         for a in s.attempts
     ]
     create_table_artifact(rows, description=f"capacity ladder for run {s.run_id}: {s.tier} in {s.zone}")
-    _choice_artifact(s.run_id)
+    _choice_artifact(run)
 
 
-def _choice_artifact(run_id: str) -> None:
+def _choice_artifact(run: Run) -> None:
     """A cost-ranked ladder's last plan (``ladder: auto``): each rung's $ per kept step, completion, why."""
     from tpu_ops.provision.ranking import CHOICE_EVENT, plan_rows
 
-    plans = [e["plan"] for e in Ledger(resolve_settings(), run_id).events() if e.get("kind") == CHOICE_EVENT]
+    plans = [e["plan"] for e in run.ledger.events() if e.get("kind") == CHOICE_EVENT]
     if plans:
-        create_table_artifact(plan_rows(plans[-1]), description=f"ladder ranking for run {run_id}: {plans[-1]['note']}")
+        create_table_artifact(plan_rows(plans[-1]), description=f"ladder ranking for run {run.id}: {plans[-1]['note']}")
 
 
 @contextlib.contextmanager
@@ -220,21 +223,25 @@ def _quota(spec: ProvisionSpec) -> Iterator[None]:
 
 
 @flow(name="provision-slice", log_prints=True, **HOOKS)
-def provision_slice(spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
+def provision_slice(
+    spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: str | None = None,
+    aws_credentials_block: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Provision a slice for ``run_id`` through the capacity ladder; tear it down if the flow fails.
 
     Args:
         spec: The slice (accelerator, region, zones), the capacity ladder, budget and timeouts.
         run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+        aws_credentials_block: Name of a Prefect AwsCredentials block (the audit trail's); empty: the environment's.
     """
-    check_run_id(run_id)
-    _tag_current_run(run_id)
-    s = provision_task(spec, run_id, gcp_credentials_block)
-    _attempts_artifact(s)
+    run = open_run(run_id, aws_credentials_block, gcp_credentials_block)
+    _tag_current_run(run.id)
+    s = provision_task(spec, run)
+    _attempts_artifact(run, s)
     # The slice outlives this flow run on purpose: tell the reaper it is the user's until teardown.
-    Ledger(resolve_settings(gcp_credentials_block=gcp_credentials_block), run_id).hand_off(s.queued_resource)
-    audit_digest(run_id)
+    run.ledger.hand_off(s.queued_resource)
+    run.audit.digest()
     return s.to_json()
 
 
@@ -245,6 +252,7 @@ def run_on_slice(
     command: list[str] | None = None,
     hold_seconds: float = 0.0,
     gcp_credentials_block: str | None = None,
+    aws_credentials_block: str | None = None,
 ) -> dict[str, Any]:
     """Provision, run ``command`` (or hold the slice ``hold_seconds``), then always tear down.
 
@@ -256,14 +264,15 @@ def run_on_slice(
         command: argv run on this machine once the slice is up (it gets TPU_OPS_SLICE_* variables).
         hold_seconds: Keep the slice this many seconds before tearing it down (0: not at all).
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+        aws_credentials_block: Name of a Prefect AwsCredentials block (the audit trail's); empty: the environment's.
     """
-    check_run_id(run_id)
-    _tag_current_run(run_id)
+    run = open_run(run_id, aws_credentials_block, gcp_credentials_block)
+    _tag_current_run(run.id)
     zones = list(spec.slice.zones)
     try:
         with _quota(spec):
-            s = provision_task(spec, run_id, gcp_credentials_block)
-            _attempts_artifact(s)
+            s = provision_task(spec, run)
+            _attempts_artifact(run, s)
             if command:
                 env_vars = {
                     "TPU_OPS_SLICE_ZONE": s.zone,
@@ -275,9 +284,9 @@ def run_on_slice(
                 time.sleep(hold_seconds)
             result = s.to_json()
     finally:
-        report = teardown_task(run_id, zones, gcp_credentials_block)
-        print(f"teardown of run {run_id}: {len(report.deleted)} resources deleted, confirmed gone")
-        audit_digest(run_id)
+        report = teardown_task(run, zones)
+        print(f"teardown of run {run.id}: {len(report.deleted)} resources deleted, confirmed gone")
+        run.audit.digest()
     return result
 
 

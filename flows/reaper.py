@@ -13,10 +13,13 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from flows.audit import audit_digest, audit_event
+from flows.audit import current_actor
 from flows.provision import run_tag
 from flows.settings import resolve_settings
+from tpu_ops.audit.events import AuditEvent
+from tpu_ops.cloud.clients import Clients
 from tpu_ops.provision.reaper import ReapReport, reap
+from tpu_ops.run import Run
 
 
 def prefect_run_state(run_id: str) -> bool | None:
@@ -56,20 +59,22 @@ def reap_once(
     report = reap(settings, run_state=guarded(prefect_run_state) if use_prefect else None, ttl=ttl, dry_run=dry_run,
                   zones=zones or None)  # fmt: skip
     if not dry_run:
+        clients = Clients(settings)
         for r in report.reaped:
-            _audit_reaped(r)
+            _audit_reaped(clients, r)
     return report
 
 
-def _audit_reaped(r: Any) -> None:
+def _audit_reaped(clients: Clients, r: Any) -> None:
     """One record in the reaped run's chain (and a digest sealing it): what went, why, what it cost."""
     if not r.run_id:
         return
     params = {"reason": r.reason, "age_hours": round(r.age_hours, 3), "cost_usd": round(r.cost_usd, 2)}
     subjects = [{"uri": f"tpu://{x.zone}/{x.resource_id}", "kind": x.kind} for x in r.resources]
-    audit_event("run.reaped", r.run_id, params=params, subjects=subjects, outcome="success" if r.deleted else "failure",
-                error=r.error or None)  # fmt: skip
-    audit_digest(r.run_id)
+    run = Run(r.run_id, clients.settings, clients=clients, actor=current_actor)
+    run.audit.record(AuditEvent.RUN_REAPED, params=params, subjects=subjects,
+                     outcome="success" if r.deleted else "failure", error=r.error or None)  # fmt: skip
+    run.audit.digest()
 
 
 @flow(name="reap-tpu-slices", log_prints=True)

@@ -176,21 +176,14 @@ def lineage_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def verify_trail(settings: Any) -> dict[str, Any]:
+def verify_trail(clients: Any) -> dict[str, Any]:
     """The audit trail checked end to end (chains, digests, signatures when a key is set): the summary's
     ``audit``. A trail that cannot be read says so instead of failing the run that wrote it."""
-    from tpu_ops.audit.store import S3Store
-    from tpu_ops.audit.trail import audit_clients
-    from tpu_ops.audit.verify import items_from_objects, verify
+    from tpu_ops.audit.check import check_trail
     from tpu_ops.errors import TpuOpsError
-    from tpu_ops.uris import parse_s3
 
     try:
-        s3, kms = audit_clients(settings)
-        items = items_from_objects(S3Store(s3, parse_s3(settings.audit_uri), 1).read_all())
-        key = settings.audit_kms_key_id
-        trusted = kms.describe_key(KeyId=key)["KeyMetadata"]["Arn"] if key else None
-        report = verify(items, kms if trusted else None, trusted)
+        report = check_trail(clients, key=clients.settings.audit_kms_key_id)
     except (TpuOpsError, OSError) as exc:
         return {"verify": f"not checked ({type(exc).__name__}: {exc})", "records": 0, "digests": 0, "ok": False}
     if not report.records:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+from tpu_ops.layout import check_run_id
+from tpu_ops.run import Run
 from tpu_ops.settings import Settings
 
 _AWS_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_profile")
@@ -77,3 +79,21 @@ def resolve_settings(aws_credentials_block: str | None = None, gcp_credentials_b
     # No endpoint check here: each client factory checks the endpoint it is about to use, so a
     # flow that only needs the TPU API does not need S3 configured.
     return Settings(**overrides)
+
+
+def open_run(
+    run_id: str,
+    aws_credentials_block: str | None = None,
+    gcp_credentials_block: str | None = None,
+    *,
+    checkpoint_dir: str | None = None,
+    checkpoint_subdir: str = "",
+) -> Run:
+    """The run, built once at a flow's edge: the settings with the named blocks' credentials (resolved
+    here, once), its checkpoint location when known, and the flow run as the actor of its records."""
+    from flows.audit import current_actor
+
+    check_run_id(run_id)  # before any block is loaded
+    settings = resolve_settings(aws_credentials_block, gcp_credentials_block)
+    return Run.open(run_id, settings, checkpoint_dir=checkpoint_dir, checkpoint_subdir=checkpoint_subdir,
+                    actor=current_actor)  # fmt: skip

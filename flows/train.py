@@ -12,24 +12,25 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
 
-from flows.audit import audit_digest, audit_event, audited
+from flows.audit import emit
 from flows.provision import HOOKS, _quota, _tag_current_run
-from flows.settings import resolve_settings
-from tpu_ops.provision.naming import check_run_id
+from flows.settings import open_run
+from tpu_ops.audit.events import AuditEvent
+from tpu_ops.run import Run
 from tpu_ops.specs import TrainJobSpec
 from tpu_ops.specs.common import RunId
 from tpu_ops.train.goodput import GoodputReport
-from tpu_ops.train.layout import RunLayout
 
 
-def emit(run_id: str) -> Any:
-    """A ``notify`` callback that emits the supervisor's events as Prefect events on the run's resource."""
-    from prefect.events import emit_event
+def notifier(run: Run) -> Any:
+    """A ``notify`` callback: each of the supervisor's events recorded in the run's chain and emitted
+    as a Prefect event on the run's resource."""
 
-    def notify(name: str, payload: dict[str, Any]) -> None:
-        audit_event(name.removeprefix("tpu-ops."), run_id, params=payload)
-        emit_event(event=name, resource={"prefect.resource.id": f"tpu-ops.run.{run_id}"}, payload=payload)
+    def notify(event: AuditEvent, payload: dict[str, Any]) -> None:
+        run.audit.record(event, params=payload)
+        emit(event, run.id, payload)
 
     return notify
 
@@ -40,36 +41,34 @@ def goodput_artifact(report: GoodputReport) -> None:
     create_table_artifact(rows, key=f"goodput-{report.run_id}", description=report.summary())
 
 
-@task(name="train-supervisor")
-def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | None = None) -> dict[str, Any]:
+@task(name="train-supervisor", cache_policy=NO_CACHE)
+def supervise_task(job: TrainJobSpec, run: Run) -> dict[str, Any]:
     """One library call: supervise the run to the end (no Prefect retries: recovery is the library's)."""
     from flows.report import RecoveryLog
     from tpu_ops.train.supervisor import Supervisor
     from tpu_ops.train.wheel import agent_wheel
 
     logger = get_run_logger()
-    settings = resolve_settings(gcp_credentials_block=gcp_credentials_block)
-    recovery, notify = RecoveryLog(logger.info), emit(run_id)
+    recovery, notify = RecoveryLog(logger.info), notifier(run)
 
-    def on_event(name: str, payload: dict[str, Any]) -> None:
-        recovery.event(name, payload)
-        notify(name, payload)
+    def on_event(event: AuditEvent, payload: dict[str, Any]) -> None:
+        recovery.event(event, payload)
+        notify(event, payload)
 
     def on_attempt(a: Any) -> None:
         recovery.attempt(a.describe())
-        audit_event("slice.provision_attempt", run_id, params={"attempt": a.describe(), "outcome": a.outcome,
-                                                                "tier": a.tier, "zone": a.zone})  # fmt: skip
+        run.audit.record(AuditEvent.SLICE_PROVISION_ATTEMPT, params={"attempt": a.describe(), "outcome": a.outcome,
+                                                                      "tier": a.tier, "zone": a.zone})  # fmt: skip
 
-    sup = Supervisor(job, run_id, settings, wheel=agent_wheel(settings), notify=on_event, on_attempt=on_attempt)
+    sup = Supervisor(job, run, wheel=agent_wheel(run.settings), notify=on_event, on_attempt=on_attempt)
     params = {"steps": job.train.steps, "dataset_manifest": job.train.dataset_manifest,
               "accelerator_type": job.provision.slice.accelerator_type}  # fmt: skip
     try:
-        with audited("train.finished", run_id, params=params, settings=settings) as rec:
+        with run.audit.audited(AuditEvent.TRAIN_FINISHED, params=params) as rec:
             report = sup.run()
             rec["params"].update({k: v for k, v in report.to_json().items()
                                   if k in ("outcome", "final_step", "wall_s", "productive_s", "goodput", "recoveries")})
-            rec["subjects"].append({"uri": str(RunLayout.of(job.train.checkpoint_dir, run_id).goodput),
-                                    "kind": "goodput-report"})  # fmt: skip
+            rec["subjects"].append({"uri": str(run.layout.goodput), "kind": "goodput-report"})
     finally:
         goodput_artifact(sup.report)
         logger.info(sup.report.summary())
@@ -77,18 +76,24 @@ def supervise_task(job: TrainJobSpec, run_id: str, gcp_credentials_block: str | 
 
 
 @flow(name="train", log_prints=True, **HOOKS)
-def train(spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None = None) -> dict[str, Any]:
+def train(
+    spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None = None,
+    aws_credentials_block: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down.
 
     Args:
         spec: The slice and capacity ladder (provision) and the training job (train).
         run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+        aws_credentials_block: Name of a Prefect AwsCredentials block (the audit trail's); empty: the environment's.
     """
-    check_run_id(run_id)
-    _tag_current_run(run_id)
+    t = spec.train
+    run = open_run(run_id, aws_credentials_block, gcp_credentials_block, checkpoint_dir=t.checkpoint_dir,
+                   checkpoint_subdir=t.checkpoint_subdir)  # fmt: skip
+    _tag_current_run(run.id)
     try:
         with _quota(spec.provision):
-            return supervise_task(spec, run_id, gcp_credentials_block)
+            return supervise_task(spec, run)
     finally:
-        audit_digest(run_id)
+        run.audit.digest()

@@ -1,7 +1,7 @@
 """What the controller (a flow, the CLI) reads back from a run's workers in GCS.
 
 The workers of a run write their pre-flight reports to ``RUN/_tpu_ops/preflight/worker-<n>.json``
-(see ``tpu_ops.train.layout.RunLayout``), never among the checkpoints a resume scan reads. The
+(``tpu_ops.layout.RunLayout.preflight``), never among the checkpoints a resume scan reads. The
 agent that writes them is the workers' package (``tpu_ops.agent``); this is the other side.
 """
 
@@ -10,22 +10,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tpu_ops.cloud.clients import storage_client
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import DeadlineError, IntegrityError
 from tpu_ops.polling import poll
-from tpu_ops.settings import Settings
 from tpu_ops.uris import parse_gs
 
 
 def collect_reports(
-    settings: Settings, out_uri: str, expected: int, timeout_s: float, poll_s: float = 0.5
+    gcs: Any, out_uri: str, expected: int, timeout_s: float, poll_s: float = 0.5
 ) -> list[dict[str, Any]]:
     """Wait until ``expected`` workers wrote their reports under ``out_uri``; return them by worker.
 
     Raises ``IntegrityError`` if a worker reported problems, ``DeadlineError`` if some never report.
     """
-    gcs = storage_client(settings)
     out = parse_gs(out_uri)
     seen: list[int] = [0]
 

@@ -18,18 +18,18 @@ under ``shellcheck`` (a test runs it on rendered scripts).
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 
 from tpu_ops.errors import SpecError
+from tpu_ops.layout import check_run_id, state_root
 from tpu_ops.uris import parse_gs
 
 # Exit status 3 = the run is done. Reads only its argv: the script passes the standard endpoint
 # variables (GCE_METADATA_HOST, STORAGE_EMULATOR_HOST; both unset on a real VM).
 BOOTSTRAP = r"""
 import json, os, sys, time, urllib.error, urllib.parse, urllib.request, zipfile
-run_uri, prefix, dest, md, api = sys.argv[1:6]
+state_uri, prefix, dest, md, api = sys.argv[1:6]
 md = md or "metadata.google.internal"
 api = api or "https://storage.googleapis.com"
 api = api if "://" in api else "http://" + api
@@ -55,15 +55,15 @@ def obj(uri):
     bucket, _, key = uri[len("gs://"):].partition("/")
     return api + "/storage/v1/b/" + urllib.parse.quote(bucket, safe="") + "/o", key
 
-base, key = obj(run_uri)
+base, key = obj(state_uri)  # RUN/_tpu_ops: the run-level DONE marker and the job spec
 try:
-    call(base + "/" + urllib.parse.quote(key + "/_tpu_ops/DONE", safe=""), auth)
+    call(base + "/" + urllib.parse.quote(key + "/DONE", safe=""), auth)
     sys.exit(3)
 except urllib.error.HTTPError as e:
     if e.code != 404:
         raise
 try:  # the job spec, for the agent to start a Python trainer before its own imports finish
-    job = call(base + "/" + urllib.parse.quote(key + "/_tpu_ops/job.json", safe="") + "?alt=media", auth)
+    job = call(base + "/" + urllib.parse.quote(key + "/job.json", safe="") + "?alt=media", auth)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with open(os.path.join(os.path.dirname(dest), "job.json"), "wb") as f:
         f.write(job)
@@ -96,7 +96,7 @@ TEMPLATE = """#!/bin/bash
 # shellcheck disable=SC2016
 set -euo pipefail
 RUN_ID={run_id}
-RUN_URI={run_uri}
+STATE_URI={state_uri}
 AGENT_PREFIX={agent_prefix}
 PYTHON={python}
 STAGE="preparing the worker directory"
@@ -120,7 +120,7 @@ WORK="$BASE/$RUN_ID"
 mkdir -p "$WORK"
 STAGE="fetching the DONE marker, the job spec and the agent from GCS ($PYTHON)"
 status=0
-"$PYTHON" - "$RUN_URI" "$AGENT_PREFIX" "$WORK/wheels" "${{GCE_METADATA_HOST:-}}" "${{STORAGE_EMULATOR_HOST:-}}" \
+"$PYTHON" - "$STATE_URI" "$AGENT_PREFIX" "$WORK/wheels" "${{GCE_METADATA_HOST:-}}" "${{STORAGE_EMULATOR_HOST:-}}" \
   <<'BOOTSTRAP' || status=$?
 {bootstrap}
 BOOTSTRAP
@@ -143,8 +143,6 @@ trap - EXIT
 exec "$PYTHON" -m tpu_ops.agent {args}
 """
 
-_RUN_ID = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-
 
 def render_startup_script(
     run_id: str,
@@ -160,8 +158,7 @@ def render_startup_script(
     ``run_uri`` is ``RUN`` (``<checkpoint_dir>/<run_id>``): a ``RUN/_tpu_ops/DONE`` marker makes
     the script a no-op. ``agent_prefix`` (``RUN/_tpu_ops/agent``) holds the agent wheel.
     """
-    if not _RUN_ID.fullmatch(run_id):
-        raise SpecError(f"run id {run_id!r} is not a valid run id")
+    check_run_id(run_id)
     for name, uri in (("run_uri", run_uri), ("agent_prefix", agent_prefix)):
         if uri is not None:
             try:
@@ -170,7 +167,7 @@ def render_startup_script(
                 raise SpecError(f"{name}: {exc}", [{"field": name, "value": uri}]) from None
     return TEMPLATE.format(
         run_id=shlex.quote(run_id),
-        run_uri=shlex.quote(run_uri),
+        state_uri=shlex.quote(str(state_root(parse_gs(run_uri)))),
         agent_prefix=shlex.quote(agent_prefix or ""),
         python=shlex.quote(python),
         state_dir=shlex.quote(state_dir),

@@ -20,10 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     if args.no_flow:
-        from flows.export_steps import run_approve as approve
         from flows.settings import resolve_settings
+        from tpu_ops.cloud.clients import Clients
+        from tpu_ops.export.steps import approve
 
-        out = approve(args.arn, args.approver, args.reject, args.reason, resolve_settings())
+        out = approve(Clients(resolve_settings()), args.arn, args.approver, args.reject, args.reason)
     else:
         from flows.export import approve_model
 

@@ -67,33 +67,6 @@ def _settings() -> Any:
     return resolve_settings()
 
 
-def _items(source: str | None, settings: Any, history: bool = False) -> tuple[list[Any], list[Any]]:
-    """The trail's items and, from S3 when asked, its version history (non-current versions, delete markers)."""
-    from tpu_ops.audit.store import S3Store
-    from tpu_ops.audit.trail import audit_clients
-    from tpu_ops.audit.verify import item_from_object, items_from_jsonl
-    from tpu_ops.cloud.translate import aws_errors
-    from tpu_ops.uris import parse_s3
-
-    src = source or settings.audit_uri
-    if src.startswith("s3://"):
-        try:
-            trail = parse_s3(src)
-        except ValueError as exc:
-            raise SpecError(f"SOURCE: {exc}") from None
-        store = S3Store(audit_clients(settings)[0], trail, 1)
-        with aws_errors("s3"):
-            if not history:
-                return [item_from_object(k, b) for k, b in store.read_all()], []
-            # parallel, bounded, and from the seals' bundles where S3 still holds exactly those versions
-            objects, problems = store.read_verified()
-            return [item_from_object(k, b) for k, b in objects], problems
-    path = Path(src)
-    if not path.is_file():
-        raise SpecError(f"SOURCE {src!r} is neither an s3:// prefix nor a JSONL file")
-    return items_from_jsonl(path), []
-
-
 def _unchecked(what: str, exc: Exception) -> int:
     from flows.failures import one_line
     from tpu_ops.errors import AccessDeniedError, TransientError
@@ -111,14 +84,15 @@ def _unchecked(what: str, exc: Exception) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from tpu_ops.audit.trail import audit_clients
+    from tpu_ops.audit.check import pinned_key, read_trail
     from tpu_ops.audit.verify import verify
-    from tpu_ops.cloud.translate import aws_errors
+    from tpu_ops.cloud.clients import Clients
     from tpu_ops.errors import CloudError
 
     settings = _settings()
+    clients = Clients(settings)
     try:
-        items, history = _items(args.source, settings, history=True)
+        items, history = read_trail(clients, args.source, history=True)
     except CloudError as exc:
         return _unchecked(f"cannot read the trail {args.source or settings.audit_uri}", exc)
     if not items:
@@ -133,9 +107,7 @@ def run_verify(args: argparse.Namespace) -> int:
                 "by any key would pass")  # fmt: skip
     try:
         if key and not args.no_signatures:
-            kms = audit_clients(settings)[1]
-            with aws_errors("kms"):
-                trusted = str(kms.describe_key(KeyId=key)["KeyMetadata"]["Arn"])
+            kms, trusted = pinned_key(clients, key)
         report = verify(items, kms, trusted, seal_interval_s=settings.audit_seal_interval_s or None, history=history)
     except CloudError as exc:
         return _unchecked("cannot check digest signatures: KMS", exc)
@@ -183,18 +155,11 @@ def run_seal(args: argparse.Namespace) -> int:
 
 
 def run_lineage(args: argparse.Namespace) -> int:
-    from flows.audit import trail_for
     from tpu_ops.audit.lineage import render
-    from tpu_ops.cloud.clients import storage_client
-    from tpu_ops.cloud.session import shared_client
+    from tpu_ops.cloud.clients import Clients
     from tpu_ops.export.release import load_lineage
 
-    if args.trail:
-        lin = _offline_lineage(args.target, args.trail)
-    else:
-        settings = _settings()
-        lin = load_lineage(args.target, sm=shared_client(settings, "sagemaker"), gcs=storage_client(settings),
-                           trail=trail_for(settings))  # fmt: skip
+    lin = _offline_lineage(args.target, args.trail) if args.trail else load_lineage(args.target, Clients(_settings()))
     print(json.dumps(lin, indent=2, default=str) if args.json else render(lin))
     return 0
 

@@ -51,13 +51,13 @@ def _num(v: Any, fmt: str) -> str:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.cloud.clients import Clients
     from tpu_ops.provision import history
     from tpu_ops.uris import parse_gs
 
     root = parse_gs(args.history)
     settings = shell_settings()
-    runs = history.read_runs(storage_client(settings), root)
+    runs = history.read_runs(Clients(settings).gcs(), root)
     rows = [s.to_json() for s in history.stats(history.fold((rec, ident) for _, rec, ident in runs))]
     table = [
         {

@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     settings = shell_settings()
     table = load(settings)
     if args.run:
+        from tpu_ops.layout import check_run_id
         from tpu_ops.provision.ledger import Ledger
-        from tpu_ops.provision.naming import check_run_id
 
         ledger = Ledger(settings, check_run_id(args.run))
         if not ledger.path.exists():

@@ -23,10 +23,11 @@ def run(args: argparse.Namespace) -> int:
     if args.instance_count < 1 or args.instance_count > 100:
         raise SpecError(f"--instance-count {args.instance_count} is not between 1 and 100")
     if args.no_flow:
-        from flows.export_steps import run_deploy as deploy
         from flows.settings import resolve_settings
+        from tpu_ops.cloud.clients import Clients
+        from tpu_ops.export.steps import deploy
 
-        out = deploy(args.arn, args.endpoint, args.instance_type, args.instance_count, resolve_settings())
+        out = deploy(Clients(resolve_settings()), args.arn, args.endpoint, args.instance_type, args.instance_count)
     else:
         from flows.export import deploy_model
 

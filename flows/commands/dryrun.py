@@ -61,7 +61,7 @@ class PreemptOnce(threading.Thread):
         from tpu_ops.provision.providers import for_spec
 
         self.provider = for_spec(spec.provision, settings)
-        from tpu_ops.train.layout import RunLayout
+        from tpu_ops.layout import RunLayout
 
         self.stack, self.settings, self.spec, self.run_id = stack, settings, spec, run_id
         self.layout = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir)
@@ -69,12 +69,12 @@ class PreemptOnce(threading.Thread):
         self._done = threading.Event()
 
     def run(self) -> None:
-        from tpu_ops.cloud.clients import storage_client
+        from tpu_ops.cloud.clients import Clients
         from tpu_ops.errors import TpuOpsError
         from tpu_ops.provision.providers import SliceState
         from tpu_ops.train.checkpoints import latest_complete_step
 
-        gcs = storage_client(self.settings)
+        gcs = Clients(self.settings).gcs()
         while not self._done.wait(0.2):
             try:
                 if latest_complete_step(gcs, self.layout.steps_uri) is None:
@@ -105,13 +105,10 @@ def _step(text: str) -> None:
 
 def _lineage(settings: Any, run_id: str) -> dict[str, Any]:
     """The run's lineage: what `tpu-ops audit lineage RUN_ID --json` prints."""
-    from flows.audit import trail_for
-    from tpu_ops.cloud.clients import storage_client
-    from tpu_ops.cloud.session import shared_client
+    from tpu_ops.cloud.clients import Clients
     from tpu_ops.export.release import load_lineage
 
-    sm, gcs = shared_client(settings, "sagemaker"), storage_client(settings)
-    return load_lineage(run_id, sm=sm, gcs=gcs, trail=trail_for(settings))
+    return load_lineage(run_id, Clients(settings))
 
 
 def render_lineage(lineage: dict[str, Any]) -> str:
@@ -126,19 +123,20 @@ def keep_files(settings: Any, spec: Any, run_id: str, lineage: dict[str, Any], w
     (every record and digest, as `tpu-ops audit dump` writes it), its goodput report and lineage."""
     from tpu_ops.audit.store import S3Store
     from tpu_ops.audit.trail import audit_clients
-    from tpu_ops.cloud.clients import storage_client
-    from tpu_ops.train.layout import RunLayout
+    from tpu_ops.cloud.clients import Clients
+    from tpu_ops.layout import RunLayout
     from tpu_ops.uris import parse_s3
 
     where.mkdir(parents=True, exist_ok=True)
-    s3, _ = audit_clients(settings)
+    clients = Clients(settings)
+    s3, _ = audit_clients(clients)
     trail = where / "audit-trail.jsonl"
     with trail.open("w", encoding="utf-8") as fh:
         for _, body in S3Store(s3, parse_s3(settings.audit_uri), 1).read_all():
             fh.write(json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
     files = {"audit_trail": str(trail)}
     goodput = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir).goodput
-    blob = storage_client(settings).bucket(goodput.bucket).get_blob(goodput.prefix)
+    blob = clients.gcs().bucket(goodput.bucket).get_blob(goodput.prefix)
     if blob is not None:
         (where / "goodput.json").write_bytes(blob.download_as_bytes())
         files["goodput"] = str(where / "goodput.json")

@@ -45,21 +45,21 @@ def load_export_spec(path: str) -> tuple[Any, str, str | None]:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from tpu_ops.provision.naming import check_run_id
+    from tpu_ops.layout import check_run_id
 
     spec, base, manifest = load_export_spec(args.spec)
     run_id = check_run_id(args.run_id)
     manifest = args.manifest or manifest
     if args.no_flow:
-        from flows.audit import audit_digest
-        from flows.export_steps import run_export as export
         from flows.settings import resolve_settings
+        from tpu_ops.export.steps import export
+        from tpu_ops.run import Run
 
-        settings = resolve_settings()
+        run = Run.open(run_id, resolve_settings(), checkpoint_dir=base)
         try:
-            result = export(spec, run_id, base, manifest, settings)
+            result = export(run, spec, manifest)
         finally:
-            audit_digest(run_id, settings)
+            run.audit.digest()
     else:
         from flows.export import export_model
 

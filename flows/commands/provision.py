@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from tpu_ops.layout import check_run_id
     from tpu_ops.provision.cost import check_budget
-    from tpu_ops.provision.naming import check_run_id
     from tpu_ops.provision.prices import load
     from tpu_ops.specs import ProvisionSpec, load_spec
 

@@ -49,8 +49,8 @@ def format_report(doc: dict[str, Any]) -> str:
 
 def run_train(args: argparse.Namespace) -> int:
     from flows.settings import resolve_settings
+    from tpu_ops.layout import check_run_id
     from tpu_ops.provision.cost import check_budget
-    from tpu_ops.provision.naming import check_run_id
     from tpu_ops.provision.prices import load
     from tpu_ops.specs import TrainJobSpec, load_spec
 
@@ -62,10 +62,11 @@ def run_train(args: argparse.Namespace) -> int:
 
     check_command(spec, run_id)
     if args.no_flow:
+        from tpu_ops.run import Run
         from tpu_ops.train.supervisor import supervise
         from tpu_ops.train.wheel import agent_wheel
 
-        doc = supervise(spec, run_id, settings, wheel=agent_wheel(settings)).to_json()
+        doc = supervise(spec, Run.of_job(run_id, settings, spec), wheel=agent_wheel(settings)).to_json()
     else:
         from prefect import tags
 

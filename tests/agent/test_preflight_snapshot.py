@@ -14,10 +14,10 @@ from tpu_ops.agent.gcs import Gcs
 from tpu_ops.agent.metadata import Metadata
 from tpu_ops.agent.preflight import SnapshotMismatch, preflight
 from tpu_ops.errors import IntegrityError
+from tpu_ops.layout import RunLayout
 from tpu_ops.mirror.engine import make_clients, mirror
 from tpu_ops.runs import collect_reports
 from tpu_ops.specs.jobs import MirrorSpec
-from tpu_ops.train.layout import RunLayout
 
 NODE = {"name": "projects/p/locations/us-central2-b/nodes/n1", "id": "12345678",
         "networkEndpoints": [{"ipAddress": "10.0.0.1"}, {"ipAddress": "10.0.0.2"}]}  # fmt: skip
@@ -61,4 +61,4 @@ def test_a_worker_whose_snapshot_differs_fails_and_says_which(stack: Any) -> Non
     assert [p.split(":")[0] for p in stored["problems"]] == ["1.bin"]
     assert set(stored["generations"]) == {"0.bin", "1.bin", "2.bin"}  # from object metadata, nothing downloaded
     with pytest.raises(IntegrityError, match=r"workers \[1\] found the snapshot differs"):
-        collect_reports(settings, out, expected=2, timeout_s=10)
+        collect_reports(gcs, out, expected=2, timeout_s=10)

@@ -190,7 +190,7 @@ def test_without_a_pinned_key_verify_never_claims_signatures_were_checked(
 def test_no_credentials_or_unreachable_kms_is_reported_as_such_not_as_forgery(
     written: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import tpu_ops.cloud.session as session
+    import tpu_ops.cloud.clients as session
 
     path = _file(tmp_path, _lines(written))
     assert main(["audit", "verify", str(path), "--key", "alias/tpu-ops-audit"]) == INTACT

@@ -30,9 +30,9 @@ def _through(settings: Any, proxy: TcpProxy) -> Any:
 def test_s3_down_mid_export_leaves_nothing_half_done_and_audits_the_failure(
     local_stack: Any, env_on_stack: Any, tmp_path: Path, proxy: TcpProxy
 ) -> None:
-    from flows.audit import trail_for
-    from flows.export_steps import run_export
     from tpu_ops.export.release import chain_records
+    from tpu_ops.export.steps import export
+    from tpu_ops.run import Run
 
     run = make_run(local_stack, tmp_path, big=12 * MiB)  # 12 MiB of incompressible state: two parts
     spec = _spec(run)
@@ -41,10 +41,11 @@ def test_s3_down_mid_export_leaves_nothing_half_done_and_audits_the_failure(
     bucket, key = run.destination.split("/")[2], f"fraud/{run.run_id}/model.tar.gz"
 
     proxy.cut_after(10 * MiB)  # the first 8 MiB part gets through, the second does not
+    this = Run.open(run.run_id, via_proxy, checkpoint_dir=run.checkpoint_dir)
     with pytest.raises(Exception) as failed:
-        run_export(spec, run.run_id, run.checkpoint_dir, None, via_proxy)
+        export(this, spec, None)
     assert proxy.tripped.is_set(), failed.value
-    trail = trail_for(via_proxy)
+    trail = this.trail
     assert trail.spool.pending() == 1  # the failure record waits locally
     with pytest.raises(Exception) as gone:
         direct_s3.head_object(Bucket=bucket, Key=key)
@@ -59,7 +60,7 @@ def test_s3_down_mid_export_leaves_nothing_half_done_and_audits_the_failure(
     assert [r["outcome"] for r in failed] == ["failure"]
     assert failed[0]["params"]["run_uri"] == run.run_uri and failed[0]["error"]
 
-    again = run_export(spec, run.run_id, run.checkpoint_dir, None, via_proxy)  # S3 is back: a clean export
+    again = export(this, spec, None)  # S3 is back: a clean export
     assert not again["artifact"]["adopted"] and again["artifact"]["parts"] == 2
     body = direct_s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     import hashlib
@@ -71,19 +72,20 @@ def test_s3_down_mid_export_leaves_nothing_half_done_and_audits_the_failure(
 def test_records_spooled_while_s3_is_down_arrive_in_order_without_a_gap(
     local_stack: Any, env_on_stack: Any, tmp_path: Path, proxy: TcpProxy
 ) -> None:
-    from flows.audit import audit_event, trail_for
+    from tpu_ops.audit.events import AuditEvent
     from tpu_ops.audit.verify import items_from_objects, verify
+    from tpu_ops.run import Run
     from tpu_ops.settings import Settings
 
-    settings = _through(Settings(), proxy)
-    assert audit_event("slice.provisioned", "run-o", params={"n": 0}, settings=settings)
+    audit = Run("run-o", _through(Settings(), proxy)).audit
+    assert audit.record(AuditEvent.SLICE_PROVISIONED, params={"n": 0})
     proxy.down()
     for n in (1, 2, 3):  # S3 is down: never raises, spools
-        assert audit_event("slice.preempted", "run-o", params={"n": n}, settings=settings) is None
-    trail = trail_for(settings)
+        assert audit.record(AuditEvent.SLICE_PREEMPTED, params={"n": n}) is None
+    trail = audit.trail
     assert trail.spool.pending() == 3
     proxy.up()
-    rec = audit_event("slice.recovered", "run-o", params={"n": 4}, settings=settings)  # drains the spool first
+    rec = audit.record(AuditEvent.SLICE_RECOVERED, params={"n": 4})  # drains the spool first
     assert rec is not None and rec["seq"] == 5
     chain = [json.loads(b) for k, b in trail.store.read_all() if "/run-o/" in k]
     assert [(r["seq"], r["params"]["n"]) for r in chain] == [(i, i - 1) for i in range(1, 6)]

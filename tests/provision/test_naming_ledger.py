@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from tpu_ops.errors import SpecError
+from tpu_ops.layout import check_run_id
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.naming import attempt_of, belongs_to, check_run_id, resource_id, run_labels, run_of
+from tpu_ops.provision.naming import attempt_of, belongs_to, resource_id, run_labels, run_of
 from tpu_ops.provision.prices import shipped
 from tpu_ops.settings import Settings
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tpu_ops.errors import CloudError
+from tpu_ops.layout import RunLayout
 from tpu_ops.train import goodput as G
-from tpu_ops.train.layout import RunLayout
 from tpu_ops.train.runstate import (
     IncarnationState,
     Lease,

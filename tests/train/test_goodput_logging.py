@@ -14,6 +14,7 @@ from train_helpers import Run, job_spec, live_node, wait_for
 from infra.local.cloudlogging.server import LoggingBackend, matches, parse
 from tpu_ops.agent.goodput_hooks import GoodputLogWriter
 from tpu_ops.errors import ConfigError
+from tpu_ops.run import Run as TpuOpsRun
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.supervisor import Supervisor
 
@@ -78,7 +79,7 @@ def test_a_dry_run_refuses_a_logging_endpoint_off_loopback(stack: Any, ckpt_buck
     job = job_spec(ckpt_bucket, goodput_logging=True)
     google = "https://logging.googleapis.com"
     with pytest.raises(ConfigError, match="logging_endpoint"):
-        Supervisor(job, "gp-off", train_settings.model_copy(update={"logging_endpoint": google}))
+        Supervisor(job, TpuOpsRun.of_job("gp-off", train_settings.model_copy(update={"logging_endpoint": google}), job))
     conf = {"job_name": "r", "logger_name": "goodput_r", "project": "p"}
     with pytest.raises(ValueError, match="loopback"):  # the agent's own check, on the worker
         GoodputLogWriter(conf, 0, lambda path: "{}", google, dry_run=True)

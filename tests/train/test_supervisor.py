@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from train_helpers import Run, blob_exists, job_spec, live_node, params_bytes, run_reference_locally, wait_for
 
+from tpu_ops.audit.events import AuditEvent
 from tpu_ops.errors import TrainingError
 from tpu_ops.train.checkpoints import latest_complete_step
-from tpu_ops.train.supervisor import PREEMPTED_EVENT, RECOVERED_EVENT
 from tpu_ops.train.wheel import agent_wheel
 
 pytestmark = pytest.mark.usefixtures("nothing_left")
@@ -48,8 +48,8 @@ def test_two_preemptions_one_mid_checkpoint_resume_bit_identical(
     for p in report.preemptions:
         assert p.steps_lost is not None and 0 <= p.steps_lost <= every
         assert p.restore_s is not None and p.delete_s >= 0 and p.reprovision_s > 0
-    recovery_events = [n for n, _ in run.events if n in (PREEMPTED_EVENT, RECOVERED_EVENT)]
-    assert recovery_events == [PREEMPTED_EVENT, RECOVERED_EVENT] * 2
+    recovery_events = [n for n, _ in run.events if n in (AuditEvent.SLICE_PREEMPTED, AuditEvent.SLICE_RECOVERED)]
+    assert recovery_events == [AuditEvent.SLICE_PREEMPTED, AuditEvent.SLICE_RECOVERED] * 2
     # bit-identical to an uninterrupted run of the same trainer
     run_reference_locally(dict(os.environ, **stack.env()), f"gs://{ckpt_bucket}/baseline", steps, every, "{}")
     assert params_bytes(gcs, ckpt_bucket, f"runs/pre-2/{steps}") == params_bytes(gcs, ckpt_bucket, f"baseline/{steps}")

@@ -14,6 +14,7 @@ import numpy as np
 
 from infra.local.wheelhouse import reference_setup
 from tpu_ops.cloud.tpu import TpuApi
+from tpu_ops.run import Run as TpuOpsRun
 from tpu_ops.settings import Settings
 from tpu_ops.specs import TrainJobSpec
 from tpu_ops.train.goodput import GoodputReport
@@ -61,7 +62,8 @@ class Run:
 
         def target() -> None:
             try:
-                self.report = supervise(job, run_id, settings, notify=lambda n, p: self.events.append((n, p)), **kw)
+                run = TpuOpsRun.of_job(run_id, settings, job)
+                self.report = supervise(job, run, notify=lambda n, p: self.events.append((n, p)), **kw)
             except BaseException as exc:
                 self.error, self.error_at = exc, time.time()
 

@@ -19,7 +19,6 @@ from typing import Any
 from tpu_ops.agent.gcs import join, split_gs
 from tpu_ops.agent.metadata import WorkerIdentity
 
-STATE = "_tpu_ops"
 COMMIT_MARKER = "commit_success.txt"
 # Runs ``module:function`` (or ``module`` as __main__) without putting either into code text.
 ENTRY = (
@@ -61,8 +60,13 @@ class Job:
         return cls(**{k: v for k, v in doc.items() if k in known})
 
     @property
-    def paths(self) -> RunPaths:
-        return RunPaths(self.run_uri, self.checkpoint_subdir)
+    def steps_uri(self) -> str:
+        """The directory holding ``<step>/`` entries."""
+        return join(self.run_uri, self.checkpoint_subdir) if self.checkpoint_subdir else self.run_uri.rstrip("/")
+
+    def paths(self, job_uri: str) -> RunPaths:
+        """The run's paths; its state lives beside the job document (``job_uri``'s directory)."""
+        return RunPaths(self.run_uri, self.checkpoint_subdir, job_uri.rstrip("/").rsplit("/", 1)[0])
 
     def argv(self, workdir: Path | None = None) -> list[str]:
         if self.command:
@@ -79,22 +83,20 @@ class Job:
 
 @dataclass(frozen=True)
 class RunPaths:
-    """A run's GCS paths (the same layout ``tpu_ops.train.layout.RunLayout`` writes and reads)."""
+    """A run's GCS paths (what ``tpu_ops.layout.RunLayout`` names): the steps, and the run's state
+    directory, which is where the job document is (the agent never spells its name)."""
 
     run_uri: str
-    checkpoint_subdir: str = ""
+    checkpoint_subdir: str
+    state_uri: str
 
     @property
     def bucket(self) -> str:
         return split_gs(self.run_uri)[0]
 
-    @property
-    def steps_uri(self) -> str:
-        return join(self.run_uri, self.checkpoint_subdir) if self.checkpoint_subdir else self.run_uri.rstrip("/")
-
     def state(self, relative: str) -> str:
-        """The object key of ``RUN/_tpu_ops/<relative>``."""
-        return join(split_gs(self.run_uri)[1], STATE, relative)
+        """The object key of ``<state>/<relative>`` (``RUN/_tpu_ops/<relative>``)."""
+        return join(split_gs(self.state_uri)[1], relative)
 
     @property
     def done(self) -> str:
@@ -123,7 +125,7 @@ def contract_env(
         "TPU_OPS_RUN_ID": job.run_id,
         "TPU_OPS_WORKER": str(who.worker_number),
         "TPU_OPS_WORKERS": str(who.worker_count),
-        "TPU_OPS_CHECKPOINT_DIR": job.paths.steps_uri,
+        "TPU_OPS_CHECKPOINT_DIR": job.steps_uri,
         "TPU_OPS_STEPS": str(job.steps),
         "TPU_OPS_CHECKPOINT_EVERY": str(job.checkpoint_every),
         "TPU_OPS_HYPERPARAMETERS": json.dumps(job.hyperparameters, sort_keys=True),

@@ -89,7 +89,7 @@ class Agent:
         from tpu_ops.agent.gcs import split_gs
 
         self.job = Job.from_json(self.gcs.read_json(*split_gs(job_uri)))
-        self.paths = self.job.paths
+        self.paths = self.job.paths(job_uri)
         self.bucket = self.paths.bucket
         self.incarnation = incarnation or self.job.incarnation  # the supervisor writes it before asking
         self.who = metadata.identity()
@@ -175,7 +175,7 @@ class Agent:
             self._release(None)
             self._report(-signal.SIGTERM, None, None, "setup", _tail(self.setup_log))
             return -signal.SIGTERM
-        resume = latest_complete_step(self.gcs, self.paths.steps_uri)
+        resume = latest_complete_step(self.gcs, self.job.steps_uri)
         env = {**contract_env(self.job, self.who, resume, progress, self.incarnation), **self.goodput.env()}
         trainer_env = {k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}
         trainer_env.update(env)

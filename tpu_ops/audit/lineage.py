@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PREEMPTION_EVENTS = ("slice.preempted", "train.preempted")
-RECOVERY_EVENTS = ("slice.recovered", "train.recovered")
+from tpu_ops.audit.events import AuditEvent
 
 
 def _subject(record: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -32,16 +31,16 @@ def build(
     digest: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The lineage of ``run_id`` from its chain's ``records`` (in seq order) and what else is known."""
-    uploaded = _last(records, "model.artifact_uploaded") or {}
-    exported = _last(records, "model.exported") or {}
+    uploaded = _last(records, AuditEvent.MODEL_ARTIFACT_UPLOADED) or {}
+    exported = _last(records, AuditEvent.MODEL_EXPORTED) or {}
     manifest = _subject(uploaded, "dataset-manifest")
-    mirrored = _last(records, "dataset.mirrored") or {}
+    mirrored = _last(records, AuditEvent.DATASET_MIRRORED) or {}
     params = uploaded.get("params", {})
     source = _subject(uploaded, "checkpoint") or _subject(uploaded, "export-dir")
     pkg_subject = _subject(exported, "model-package")
     goodput = goodput or {}
-    preempts = [_brief(r) for r in records if r.get("event") in PREEMPTION_EVENTS]
-    recoveries = [_brief(r) for r in records if r.get("event") in RECOVERY_EVENTS]
+    preempts = [_brief(r) for r in records if r.get("event") == AuditEvent.SLICE_PREEMPTED]
+    recoveries = [_brief(r) for r in records if r.get("event") == AuditEvent.SLICE_RECOVERED]
     return {
         "run_id": run_id,
         "dataset": {
@@ -65,12 +64,13 @@ def build(
         "approvals": [
             {**_brief(r), "approver": r.get("params", {}).get("approver"), "reason": r.get("params", {}).get("reason")}
             for r in records
-            if r.get("event") in ("model.approved", "model.rejected") and r.get("outcome") == "success"
+            if r.get("event") in (AuditEvent.MODEL_APPROVED, AuditEvent.MODEL_REJECTED)
+            and r.get("outcome") == "success"
         ],
         "endpoints": [
             {**_brief(r), "endpoint": r.get("params", {}).get("endpoint"), "arn": _subject(r, "endpoint").get("uri")}
             for r in records
-            if r.get("event") == "model.deployed" and r.get("outcome") == "success"
+            if r.get("event") == AuditEvent.MODEL_DEPLOYED and r.get("outcome") == "success"
         ],
         "audit": {
             "chain": run_id,

@@ -18,11 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from tpu_ops.audit.events import AuditEvent
+
 GENESIS = "0" * 64
 FORMAT = 1
 DIGEST_CHAIN = "_digests"
-DIGEST_EVENT = "audit.digest"
-SEAL_EVENT = "audit.seal"  # a scheduled digest naming every chain's head
+DIGEST_EVENT = AuditEvent.AUDIT_DIGEST.value
+SEAL_EVENT = AuditEvent.AUDIT_SEAL.value
 QUARANTINE_CHAIN = "_trail"  # events about the trail itself: quarantined spool lines, foreign objects
 OUTCOMES = ("success", "failure", "refused", "started")
 _CHAIN = re.compile(r"^(_digests|_trail|[a-z][-a-z0-9]{0,62})$")

@@ -12,12 +12,14 @@ global ``_digests`` chain is ordered the same way, each digest naming the previo
 from __future__ import annotations
 
 import base64
+import getpass
 import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tpu_ops.audit.events import AuditEvent
 from tpu_ops.audit.records import (
     DIGEST_CHAIN,
     DIGEST_EVENT,
@@ -31,6 +33,7 @@ from tpu_ops.audit.records import (
 from tpu_ops.audit.signing import SIGNING_ALGORITHM, signed_message, verify_signature
 from tpu_ops.audit.spool import Drained, Spool
 from tpu_ops.audit.store import CLAIM_ATTEMPTS, Conflict, Head, S3Store, is_unreachable
+from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import ConfigError, IntegrityError
 from tpu_ops.settings import Settings
 from tpu_ops.uris import parse_s3
@@ -47,12 +50,19 @@ class Written:
     flushed: int = 0
 
 
-def audit_clients(settings: Settings) -> tuple[Any, Any]:
+def audit_clients(source: Settings | Clients) -> tuple[Any, Any]:
     """S3 and KMS clients for the trail: short timeouts and few retries, since a failure just spools."""
-    from tpu_ops.cloud.session import shared_client
-
+    clients = source if isinstance(source, Clients) else Clients(source)
     kw: dict[str, Any] = {"max_attempts": 2, "connect_timeout": 2, "read_timeout": 10}
-    return shared_client(settings, "s3", max_pool_connections=16, **kw), shared_client(settings, "kms", **kw)
+    return clients.aws("s3", max_pool_connections=16, **kw), clients.aws("kms", **kw)
+
+
+def os_user() -> str:
+    """``user:<login>``: who writes records when the settings name no ``audit_actor``."""
+    try:
+        return f"user:{getpass.getuser()}"
+    except Exception:
+        return "tpu-ops"
 
 
 class AuditTrail:
@@ -69,10 +79,15 @@ class AuditTrail:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AuditTrail:
-        s3, kms = audit_clients(settings)
-        store = S3Store(s3, parse_s3(settings.audit_uri), settings.audit_retention_days)
-        identity = settings.audit_actor or "tpu-ops"
-        return cls(store, kms, Spool(settings.audit_spool_path), settings.audit_kms_key_id, identity)
+        return cls.of(Clients(settings))
+
+    @classmethod
+    def of(cls, clients: Clients) -> AuditTrail:
+        """The trail written with ``clients``' credentials (a run's, so all its records carry them)."""
+        s = clients.settings
+        s3, kms = audit_clients(clients)
+        store = S3Store(s3, parse_s3(s.audit_uri), s.audit_retention_days)
+        return cls(store, kms, Spool(s.audit_spool_path), s.audit_kms_key_id, s.audit_actor or os_user())
 
     def actor(self, **flow: str | None) -> Actor:
         """An actor naming this trail's identity and the given flow / flow_run / deployment."""
@@ -145,7 +160,7 @@ class AuditTrail:
             params = {"spool": str(self.spool.path), "quarantine": str(self.spool.quarantine_path), "line": q.line,
                       "bytes": q.size, "sha256": q.sha256}  # fmt: skip
             note = new_event(
-                QUARANTINE_CHAIN, "audit.spool_quarantined", self.actor(), params=params, outcome="failure"
+                QUARANTINE_CHAIN, AuditEvent.AUDIT_SPOOL_QUARANTINED, self.actor(), params=params, outcome="failure"
             )
             try:
                 self._send({"kind": "record", "event": note})
@@ -210,7 +225,9 @@ class AuditTrail:
                    for f in head.skipped]  # fmt: skip
         log.warning("audit chain %s: %d foreign object(s) at its head, passed over: %s", chain, len(objects),
                     ", ".join(f.key for f in head.skipped))  # fmt: skip
-        note = new_event(chain, "audit.foreign_object", self.actor(), params={"objects": objects}, outcome="failure")
+        note = new_event(
+            chain, AuditEvent.AUDIT_FOREIGN_OBJECT, self.actor(), params={"objects": objects}, outcome="failure"
+        )
         record = seal(note, head.seq + 1, head.hash)
         self.store.put_new(record)
         return Head(record["seq"], record["hash"], note["id"])

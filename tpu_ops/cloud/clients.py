@@ -7,6 +7,8 @@ fails before any request leaves the process.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from tpu_ops.settings import Settings
@@ -111,3 +113,58 @@ def boto3_client(
         session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
     cfg = Config(retries={"mode": "standard", "max_attempts": max_attempts or settings.retry_attempts}, **config)
     return session.create_client(service, config=cfg, **kw)
+
+
+# One botocore session per AWS profile (a session carries its profile as config): loading the service
+# models and the endpoint resolver is most of the cost of a new client (0.3-1 s each on a busy 2-core
+# machine), so a process pays it once. Clients are created under a lock (a session is not thread-safe
+# while it builds a client); the clients themselves are.
+_sessions: dict[str | None, Any] = {}
+_session_lock = threading.Lock()
+
+
+def shared_client(settings: Settings, service: str, *, max_attempts: int | None = None, **config: Any) -> Any:
+    """An AWS client for ``service`` built from ``settings`` on the process's shared botocore session."""
+    from botocore.session import get_session
+
+    with _session_lock:
+        session = _sessions.get(settings.aws_profile) or _sessions.setdefault(settings.aws_profile, get_session())
+        return boto3_client(settings, service, session=session, max_attempts=max_attempts, **config)
+
+
+class Clients:
+    """One run's cloud clients: built on first use from its settings, then reused.
+
+    The only holder of the run's credentials (a Prefect block's key pair with its session token,
+    its profile, or the role it assumed, resolved once at the edge): every step of the run asks
+    this object for a client, so every record it writes carries the same credentials. AWS clients
+    come from the process's shared botocore session (:func:`shared_client`); clients are thread-safe.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._made: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def _once(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key not in self._made:
+                self._made[key] = make()
+            return self._made[key]
+
+    def gcs(self) -> Any:
+        """The run's ``google.cloud.storage.Client``."""
+        return self._once(("gcs",), lambda: storage_client(self.settings))
+
+    def tpu(self) -> Any:
+        """The run's ``google.cloud.tpu_v2.TpuClient``."""
+        return self._once(("tpu",), lambda: tpu_client(self.settings))
+
+    def compute_options(self) -> dict[str, Any]:
+        """``credentials`` and ``client_options`` for the run's ``compute_v1`` clients."""
+        return dict(self._once(("compute",), lambda: compute_options(self.settings)))
+
+    def aws(self, service: str, *, max_attempts: int | None = None, **config: Any) -> Any:
+        """The run's AWS client for ``service`` (one per service and client configuration)."""
+        key = ("aws", service, max_attempts, tuple(sorted(config.items())))
+        return self._once(key, lambda: shared_client(self.settings, service, max_attempts=max_attempts, **config))

@@ -75,12 +75,13 @@ def compute_errors(*, zone: str = "", tier: str = "") -> AbstractContextManager[
 class ComputeApi:
     """TPU VMs in one project through the real ``google-cloud-compute`` clients (REST)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, options: dict[str, Any] | None = None) -> None:
         from tpu_ops.cloud.clients import compute_options
 
         self.settings = settings
         self.project = settings.gcp_project
-        self._opts = compute_options(settings)  # checks the endpoint before any client exists
+        # a run's (``Clients.compute_options``), else built here; either checked the endpoint already
+        self._opts = options if options is not None else compute_options(settings)
         self._clients: dict[str, Any] = {}
         self.call_timeout_s = 30.0
 

@@ -15,18 +15,19 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tpu_ops.audit.events import AuditEvent
 from tpu_ops.audit.records import Actor, link_to
 from tpu_ops.audit.trail import AuditTrail
 from tpu_ops.cloud.translate import aws_error_code, aws_errors, google_errors
 from tpu_ops.errors import CheckpointError, IntegrityError, SpecError
 from tpu_ops.export import registry
 from tpu_ops.export.artifact import Artifact, Member, upload_archive, verify_artifact
+from tpu_ops.layout import RunLayout
 from tpu_ops.specs.jobs import ExportSpec
 from tpu_ops.train.checkpoints import COMMIT_MARKER, latest_complete_step, step_uri
 from tpu_ops.uris import ObjectUri, parse_gs, parse_s3
 
 ARTIFACT_NAME = "model.tar.gz"
-STATE = "_tpu_ops"
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,7 @@ def members(gcs: Any, source: Source) -> list[Member]:
 
 def dataset_of(gcs: Any, run_uri: str, manifest_uri: str | None) -> tuple[str | None, str | None, str | None]:
     """(snapshot id, manifest URI, manifest sha256): from ``manifest_uri`` or the run's ``job.json``."""
-    run = parse_gs(run_uri)
-    job = _read_json(gcs, run.child(f"{STATE}/job.json")) or {}
+    job = _read_json(gcs, RunLayout(run_uri).job) or {}
     manifest_uri = manifest_uri or job.get("dataset_manifest")
     if not manifest_uri:
         return None, None, None
@@ -110,7 +110,7 @@ def dataset_of(gcs: Any, run_uri: str, manifest_uri: str | None) -> tuple[str | 
 
 def job_subdir(gcs: Any, run_uri: str) -> str:
     """The run's ``checkpoint_subdir`` from its ``job.json`` ("" when absent)."""
-    job = _read_json(gcs, parse_gs(run_uri).child(f"{STATE}/job.json")) or {}
+    job = _read_json(gcs, RunLayout(run_uri).job) or {}
     return str(job.get("checkpoint_subdir") or "")
 
 
@@ -165,7 +165,7 @@ def export_run(
     params = {"run_id": run_id, "run_uri": run_uri, "step": source.step, "snapshot_id": snapshot,
               "dataset_manifest": manifest, "adopted": art.adopted, "parts": art.parts,
               "members": art.members}  # fmt: skip
-    written = trail.record(run_id, "model.artifact_uploaded", actor, params=params, subjects=subjects,
+    written = trail.record(run_id, AuditEvent.MODEL_ARTIFACT_UPLOADED, actor, params=params, subjects=subjects,
                            request_ids=list(art.request_ids))  # fmt: skip
     if written.record is None:
         raise IntegrityError("the audit trail is unreachable (record spooled); refusing to register a package "
@@ -188,7 +188,7 @@ def export_run(
         head = {"chain": run_id, "seq": int(pkg.metadata.get("audit_seq", "0") or 0),
                 "hash": pkg.metadata.get("audit_head", "")}  # fmt: skip
     subjects.append({"uri": arn, "kind": "model-package"})
-    trail.record(run_id, "model.exported", actor, params={**params, "package_created": created},
+    trail.record(run_id, AuditEvent.MODEL_EXPORTED, actor, params={**params, "package_created": created},
                  subjects=subjects, links=[link_to(written.record)])  # fmt: skip
     return ExportResult(run_id, source, art, arn, created, snapshot, manifest, manifest_sha, head, status)
 

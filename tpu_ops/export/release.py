@@ -10,13 +10,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tpu_ops.audit import lineage
+from tpu_ops.audit.events import AuditEvent
 from tpu_ops.audit.records import DIGEST_CHAIN, Actor
 from tpu_ops.audit.trail import AuditTrail
 from tpu_ops.audit.verify import parse_record
+from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import NotFoundError, PolicyError, SpecError
 from tpu_ops.export import registry
+from tpu_ops.layout import RunLayout
 from tpu_ops.specs.common import RunId
-from tpu_ops.uris import parse_gs
 
 
 def _chain_of(pkg: registry.Package) -> str:
@@ -38,7 +40,7 @@ def approve(
     pkg = registry.describe(sm, arn)
     chain = _chain_of(pkg)
     status = registry.REJECTED if reject else registry.APPROVED
-    event = "model.rejected" if reject else "model.approved"
+    event = AuditEvent.MODEL_REJECTED if reject else AuditEvent.MODEL_APPROVED
     params = {"approver": approver, "reason": reason, "previous_status": pkg.status, "status": status}
     subject = {"uri": arn, "kind": "model-package", "sha256": pkg.metadata.get("artifact_sha256")}
     try:
@@ -67,12 +69,14 @@ def deploy(
         dep = registry.deploy(sm, pkg, endpoint, role_arn, instance_type, count)
     except PolicyError as exc:
         trail.record(
-            chain, "model.deployed", actor, params=params, outcome="refused", error=str(exc), subjects=subjects
+            chain, AuditEvent.MODEL_DEPLOYED, actor, params=params, outcome="refused", error=str(exc), subjects=subjects
         )
         raise
     subjects.append({"uri": dep.endpoint_arn, "kind": "endpoint"})
     params.update(created=dep.created, endpoint_config=dep.endpoint_config, model=dep.model)
-    trail.record(chain, "model.deployed", actor, params=params, subjects=subjects, request_ids=list(dep.request_ids))
+    trail.record(
+        chain, AuditEvent.MODEL_DEPLOYED, actor, params=params, subjects=subjects, request_ids=list(dep.request_ids)
+    )
     return dep
 
 
@@ -100,8 +104,10 @@ def last_digest(trail: AuditTrail, chain: str) -> dict[str, Any] | None:
     return None
 
 
-def load_lineage(arn_or_run_id: str, *, sm: Any, gcs: Any, trail: AuditTrail) -> dict[str, Any]:
-    """The lineage of a model package ARN or a run id (see :mod:`tpu_ops.audit.lineage`)."""
+def load_lineage(arn_or_run_id: str, clients: Clients, trail: AuditTrail | None = None) -> dict[str, Any]:
+    """The lineage of a model package ARN or a run id (see :mod:`tpu_ops.audit.lineage`): its chain in
+    ``trail`` (default: the one ``clients`` reach), SageMaker's package and the run's goodput report."""
+    sm, gcs, trail = clients.aws("sagemaker"), clients.gcs(), trail or AuditTrail.of(clients)
     package: dict[str, Any] | None = None
     if arn_or_run_id.startswith("arn:"):
         pkg = registry.describe(sm, registry.check_package_arn(arn_or_run_id))
@@ -133,7 +139,7 @@ def load_lineage(arn_or_run_id: str, *, sm: Any, gcs: Any, trail: AuditTrail) ->
 
 
 def _goodput(gcs: Any, run_uri: str) -> dict[str, Any] | None:
-    uri = parse_gs(run_uri).child("_tpu_ops/goodput.json")
+    uri = RunLayout(run_uri).goodput
     blob = gcs.bucket(uri.bucket).get_blob(uri.prefix)
     if blob is None:
         return None

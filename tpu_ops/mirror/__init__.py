@@ -3,8 +3,9 @@
 Entry point: :func:`tpu_ops.mirror.engine.mirror` (``mirror(spec, settings, progress=None)``),
 returning a :class:`tpu_ops.mirror.records.MirrorResult`. Stages, one module each: ``listing``
 (source once, pinned; destination once, with metadata), ``plan`` (pure copy/skip decision),
-``schema``/``validate`` (safetensors headers via ranged GETs), ``copy`` (streamed, verified),
-``manifest`` (written last). Importing this package imports no cloud SDK.
+``schema``/``validate`` (safetensors headers via ranged GETs), ``strategies`` + ``scheduler`` (how
+each object is copied, streamed and verified, on a bounded pool), ``sts`` (the same copies by Storage
+Transfer Service), ``manifest`` (written last). Importing this package imports no cloud SDK.
 """
 
 from __future__ import annotations

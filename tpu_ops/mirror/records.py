@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tpu_ops.layout import STATE_DIR
+
 # Everything tpu-ops writes besides the mirrored objects lives under this folder of the
 # destination prefix (manifests, snapshot names, temporary parts); source keys there are refused.
-RESERVED_DIR = "_tpu_ops"
+RESERVED_DIR = STATE_DIR
 
 # GCS custom-metadata keys recording where each mirrored object came from.
 META_ETAG = "tpu-ops-src-etag"

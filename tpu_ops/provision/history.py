@@ -34,12 +34,11 @@ from typing import Any, Final
 
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import CloudError, NotFoundError, TpuOpsError
+from tpu_ops.layout import RunLayout, state_root
 from tpu_ops.provision.choose import History, astuple
 from tpu_ops.uris import ObjectUri
 
 Key = tuple[str, str, str, str]  # (accelerator type, zone, tier, backend)
-STATE_DIR: Final = "_tpu_ops"
-IDENTITY: Final = "capacity.json"
 UNKNOWN: Final = "?"  # a run recorded before its identity was
 SUMMARY: Final = "capacity-summary.json"  # under ROOT/_tpu_ops/: every run's sums, read in one request
 SUMMARY_VERSION: Final = 1
@@ -164,11 +163,11 @@ def read_runs(gcs: Any, root: ObjectUri) -> list[tuple[str, dict[str, Any], dict
         run_dirs = sorted(pages.prefixes)
     out = []
     for d in run_dirs:
-        record = _get(gcs, root.bucket, f"{d}{STATE_DIR}/state.json")
-        record = record or _get(gcs, root.bucket, f"{d}{STATE_DIR}/goodput.json")
+        run = RunLayout(f"gs://{root.bucket}/{d}")
+        record = _get(gcs, root.bucket, run.run_state.prefix) or _get(gcs, root.bucket, run.goodput.prefix)
         if record is None:
             continue
-        out.append((d[len(prefix) :].rstrip("/"), record, _get(gcs, root.bucket, f"{d}{STATE_DIR}/{IDENTITY}")))
+        out.append((d[len(prefix) :].rstrip("/"), record, _get(gcs, root.bucket, run.capacity.prefix)))
     return out
 
 
@@ -190,7 +189,7 @@ def load(gcs: Any, root: ObjectUri, now: float | None = None, half_life_s: float
 
 
 def summary_uri(root: ObjectUri) -> ObjectUri:
-    return root.child(f"{STATE_DIR}/{SUMMARY}")
+    return state_root(root).child(SUMMARY)
 
 
 def entry(record: dict[str, Any], identity: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
@@ -283,7 +282,8 @@ def write_identity(gcs: Any, run: ObjectUri, accelerator_type: str, backend: str
     """Record what the run's slices are (``RUN/_tpu_ops/capacity.json``) so the history can key them."""
     doc = {"accelerator_type": accelerator_type, "backend": backend, "chips": chips}
     with google_errors("gcs"):
-        gcs.bucket(run.bucket).blob(f"{run.prefix}/{STATE_DIR}/{IDENTITY}").upload_from_string(
+        target = RunLayout(str(run)).capacity
+        gcs.bucket(target.bucket).blob(target.prefix).upload_from_string(
             json.dumps(doc, sort_keys=True), content_type="application/json"
         )
 

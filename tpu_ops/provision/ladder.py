@@ -25,11 +25,12 @@ from tpu_ops.errors import (
     TpuOpsError,
     TransientError,
 )
+from tpu_ops.layout import check_run_id
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision import ranking
 from tpu_ops.provision.cost import check_budget
-from tpu_ops.provision.naming import attempt_of, check_run_id, resource_id, run_labels
+from tpu_ops.provision.naming import attempt_of, resource_id, run_labels
 from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.providers import Phase, Provider, SliceRecord, SliceRequest, SliceState, for_spec
 from tpu_ops.provision.records import Attempt, Outcome, Slice
@@ -98,7 +99,8 @@ def provision(
 
 
 def recover(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Slice:
-    """What the training supervisor calls after a preemption: the live slice, or a new one."""
+    """The live slice, or a new one (``provision`` with ``recreate=True``). The supervisor does not call
+    this: it acquires and releases through :class:`tpu_ops.provision.lease.SliceLease`."""
     return provision(spec, run_id, settings, recreate=True, **kw)
 
 

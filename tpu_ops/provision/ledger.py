@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from tpu_ops.provision.naming import check_run_id
+from tpu_ops.layout import check_run_id
 from tpu_ops.provision.prices import PriceTable
 from tpu_ops.settings import Settings
 

@@ -10,7 +10,7 @@ import re
 import time
 from typing import Final
 
-from tpu_ops.errors import SpecError
+from tpu_ops.layout import check_run_id  # the one run-id rule
 
 RUN_LABEL: Final = "tpu-ops-run"
 MANAGED_LABEL: Final = "tpu-ops-managed"
@@ -19,19 +19,6 @@ TIER_LABEL: Final = "tpu-ops-tier"
 ATTEMPT_LABEL: Final = "tpu-ops-attempt"
 
 _RESOURCE_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-MAX_RUN_ID: Final = 40  # leaves room for "-a<attempt>" inside Google's 63-character ids
-_RUN_ID = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-
-
-def check_run_id(run_id: str) -> str:
-    """Return ``run_id`` or raise ``SpecError`` saying what is allowed."""
-    if not _RUN_ID.match(run_id):
-        raise SpecError(
-            f"run id {run_id!r} is not allowed: 1-{MAX_RUN_ID} lowercase letters, digits and '-', "
-            "starting with a letter and not ending with '-'",
-            [{"field": "run_id", "value": run_id}],
-        )
-    return run_id
 
 
 def resource_id(run_id: str, attempt: int) -> str:

@@ -202,9 +202,9 @@ def write_plan(spec: ProvisionSpec, settings: Any, run_id: str, doc: dict[str, A
         return
     from tpu_ops.cloud.clients import storage_client
     from tpu_ops.cloud.translate import google_errors
-    from tpu_ops.uris import parse_gs
+    from tpu_ops.layout import RunLayout
 
-    target = parse_gs(c.history).child(f"{run_id}/_tpu_ops/plan.json")
+    target = RunLayout.of(c.history, run_id).plan
     with google_errors("gcs"):
         storage_client(settings).bucket(target.bucket).blob(target.prefix).upload_from_string(
             json.dumps(doc, sort_keys=True, default=str), content_type="application/json"

@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from tpu_ops.layout import check_run_id
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.naming import attempt_of, check_run_id
+from tpu_ops.provision.naming import attempt_of
 from tpu_ops.provision.providers import ALL_ZONES, Provider, available
 from tpu_ops.provision.records import Resource, TeardownReport
 from tpu_ops.settings import Settings

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
+from tpu_ops.layout import MAX_RUN_ID, RUN_ID_PATTERN, run_id_problem
 from tpu_ops.text import human_duration, unsafe_char
 from tpu_ops.uris import check_key, parse_gs, parse_s3
 
@@ -85,8 +86,20 @@ def _name(max_len: int) -> Any:
 
 
 Name = Annotated[str, _name(63), Field(json_schema_extra={"pattern": _NAME.pattern})]
-# Run ids get suffixes (attempt, rung, zone) inside 63-character resource names.
-RunId = Annotated[str, _name(40), Field(json_schema_extra={"pattern": _NAME.pattern, "maxLength": 40})]
+
+
+def _run_id(value: str) -> str:
+    bad = unsafe_char(value)
+    problem = f"{value!r} is not allowed: it contains {bad}" if bad else run_id_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# Run ids get suffixes (attempt, rung, zone) inside 63-character resource names: tpu_ops.layout's rule.
+RunId = Annotated[
+    str, AfterValidator(_run_id), Field(json_schema_extra={"pattern": RUN_ID_PATTERN, "maxLength": MAX_RUN_ID})
+]
 
 
 def _check_s3(value: str) -> str:

@@ -7,10 +7,11 @@ from typing import Any
 
 from tpu_ops.agent.job import Job
 from tpu_ops.errors import NotFoundError, SpecError, TrainingError
+from tpu_ops.layout import RunLayout
 from tpu_ops.provision.providers import Phase, Provider, SliceState
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
-from tpu_ops.train.layout import RunLayout, get_json
+from tpu_ops.train.layout import get_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState
 
 
@@ -25,10 +26,9 @@ def check_command(job: TrainJobSpec, run_id: str) -> None:
             )
 
 
-def job_document(job: TrainJobSpec, run_id: str, project: str) -> Job:
-    """The job spec every worker's agent reads from ``RUN/_tpu_ops/job.json``."""
+def job_document(job: TrainJobSpec, layout: RunLayout, run_id: str, project: str) -> Job:
+    """The job spec every worker's agent reads from ``layout.job``."""
     t = job.train
-    layout = RunLayout.of(t.checkpoint_dir, run_id, t.checkpoint_subdir)
     # what worker 0 needs to write ml-goodput-measurement's entries (agent.goodput_hooks)
     goodput = {"logging": t.goodput_logging, "job_name": run_id, "logger_name": f"goodput_{run_id}",
                "project": project, "steps": t.steps}  # fmt: skip

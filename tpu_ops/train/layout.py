@@ -1,89 +1,14 @@
-"""Where a run keeps its state in GCS (the contract shared with export and audit).
-
-``RUN = <checkpoint_dir>/<run_id>``; steps under ``RUN[/<checkpoint_subdir>]/<step>/``; run state
-under ``RUN/_tpu_ops/`` (a non-numeric name, so the checkpoint finder never takes it for a step).
-"""
+"""Reading and writing a run's JSON records in GCS; the paths themselves are :mod:`tpu_ops.layout`'s."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import NotFoundError
-from tpu_ops.uris import ObjectUri, parse_gs
-
-STATE = "_tpu_ops"
-
-
-@dataclass(frozen=True)
-class RunLayout:
-    """The GCS paths of one run."""
-
-    run_uri: str
-    checkpoint_subdir: str = ""
-
-    @classmethod
-    def of(cls, checkpoint_dir: str, run_id: str, checkpoint_subdir: str = "") -> RunLayout:
-        return cls(str(parse_gs(checkpoint_dir).child(run_id)), checkpoint_subdir)
-
-    @property
-    def run(self) -> ObjectUri:
-        return parse_gs(self.run_uri)
-
-    @property
-    def steps_uri(self) -> str:
-        """The directory holding ``<step>/`` entries (the finder's ``run_uri``)."""
-        return str(self.run.child(self.checkpoint_subdir)) if self.checkpoint_subdir else self.run_uri
-
-    def state(self, relative: str) -> ObjectUri:
-        return self.run.child(f"{STATE}/{relative}")
-
-    @property
-    def job(self) -> ObjectUri:
-        return self.state("job.json")
-
-    @property
-    def done(self) -> ObjectUri:
-        return self.state("DONE")
-
-    @property
-    def goodput(self) -> ObjectUri:
-        return self.state("goodput.json")
-
-    @property
-    def run_state(self) -> ObjectUri:
-        """The run's history (incarnations, preemptions, step times): the report is derived from it."""
-        return self.state("state.json")
-
-    @property
-    def lease(self) -> ObjectUri:
-        """Which supervisor holds the run (written with generation preconditions)."""
-        return self.state("lease.json")
-
-    @property
-    def notices(self) -> ObjectUri:
-        """The agents' SIGTERM notices (``notices/worker-N.json``): a preemption under way."""
-        return self.state("notices")
-
-    @property
-    def agent_dir(self) -> ObjectUri:
-        return self.state("agent")
-
-    @property
-    def heartbeats(self) -> ObjectUri:
-        return self.state("heartbeats")
-
-    @property
-    def workers(self) -> ObjectUri:
-        return self.state("workers")
-
-    def heartbeat(self, worker: int) -> ObjectUri:
-        return self.state(f"heartbeats/worker-{worker}.json")
-
-    def worker_report(self, worker: int) -> ObjectUri:
-        return self.state(f"workers/worker-{worker}.json")
+from tpu_ops.layout import RunLayout as RunLayout  # the paths are tpu_ops.layout's
+from tpu_ops.uris import ObjectUri
 
 
 def put_json(gcs: Any, uri: ObjectUri, doc: Any) -> None:

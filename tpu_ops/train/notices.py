@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from tpu_ops.errors import TransientError
-from tpu_ops.train.layout import RunLayout, list_json
+from tpu_ops.layout import RunLayout
+from tpu_ops.train.layout import list_json
 
 # How often the supervisor lists the notices between its full polls (one small listing each time),
 # so it starts recovering well within a second of the SIGTERM whatever the poll interval.

@@ -1,6 +1,6 @@
 """The training supervisor: provision, watch, recover from preemption, tear down, account.
 
-``supervise(job, run_id, settings)`` gets a slice through the ladder (the agent on every worker),
+``supervise(job, run)`` gets a slice through the ladder (the agent on every worker),
 polls every ``poll_interval`` (SIGTERM notices in between): a notice, a lost slice or a stall is a
 preemption (delete once the workers saved, a new slice, resume from the newest complete step, up to
 ``max_recoveries`` within ``max_duration``); a trainer exiting non-zero on a healthy slice is a
@@ -21,16 +21,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tpu_ops.cloud.clients import storage_client
+from tpu_ops.audit.events import AuditEvent
 from tpu_ops.errors import TpuOpsError, TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.lease import SliceLease
-from tpu_ops.provision.naming import check_run_id
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Slice
-from tpu_ops.settings import Settings
+from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.train import choice, notices
 from tpu_ops.train.checkpoints import latest_complete_step
@@ -47,13 +46,10 @@ from tpu_ops.train.incarnations import (
     startup_script,
     trainer_failed,
 )
-from tpu_ops.train.layout import RunLayout, list_json, put_json
+from tpu_ops.train.layout import list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState
 
-Notify = Callable[[str, dict[str, Any]], None]
-PREEMPTED_EVENT = "tpu-ops.slice.preempted"
-RECOVERED_EVENT = "tpu-ops.slice.recovered"
-PROVISIONED_EVENT = "tpu-ops.slice.provisioned"
+Notify = Callable[[AuditEvent, dict[str, Any]], None]
 LEASE_MIN_S, LEASE_POLLS = 30.0, 20  # the lease lasts max(30 s, 20 polls); renewed every third of that
 STATE_SAVE_S = 2.0  # run state written every max(2 s, 6 polls) while steps go by, and at every event
 
@@ -67,20 +63,20 @@ class _Preempted(Exception):
 class Supervisor:
     """One training run from first slice to teardown (see the module docstring)."""
 
-    def __init__(self, job: TrainJobSpec, run_id: str, settings: Settings, *, provider: Provider | None = None,
+    def __init__(self, job: TrainJobSpec, run: Run, *, provider: Provider | None = None,
                  wheel: Path | None = None, notify: Notify | None = None,
                  on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         job = choice.for_job(job)  # a cost-ranked ladder learns the run's length
-        self.job, self.run_id, self.settings = job, check_run_id(run_id), settings
+        self.job, self.run_id, self.settings, self.ledger = job, run.id, run.settings, run.ledger
+        run_id, settings = run.id, run.settings
         check_command(job, run_id)
         # The slice's owner here (provider seam); ``self.lease`` fences the run.
-        provider = provider or for_spec(job.provision, settings)
+        provider = provider or for_spec(job.provision, settings, run.clients)
         self.slices = SliceLease(job.provision, run_id, settings, provider=provider, on_attempt=on_attempt,
                                  progress=choice.kept_steps(self))  # fmt: skip
         self.provider = self.slices.provider
-        self.gcs = storage_client(settings)
-        self.doc = job_document(job, run_id, settings.gcp_project)
-        self.layout = RunLayout(self.doc.run_uri, self.doc.checkpoint_subdir)
+        self.gcs, self.layout = run.clients.gcs(), run.layout
+        self.doc = job_document(job, self.layout, run_id, settings.gcp_project)
         self.wheel, self.notify, self.on_attempt = wheel, notify or (lambda name, payload: None), on_attempt
         if self.wheel is None:  # an image has only its own python3: every worker needs the agent
             from tpu_ops.train.wheel import agent_wheel
@@ -226,7 +222,7 @@ class Supervisor:
             preemption.steps_lost = max(0, (preemption.last_step or 0) - (inc.resume_step or 0))
         self._save()
         self.report.incarnations = self.state.incarnations
-        self.notify(PROVISIONED_EVENT, {"incarnation": inc.number, "queued_resource": s.queued_resource,
+        self.notify(AuditEvent.SLICE_PROVISIONED, {"incarnation": inc.number, "queued_resource": s.queued_resource,
                                         "node": s.node, "zone": s.zone, "tier": s.tier, "adopted": adopted,
                                         "resume_step": inc.resume_step})  # fmt: skip
         return inc
@@ -326,7 +322,7 @@ class Supervisor:
             preemption.restore_s = max(0.0, inc.first_step_at - inc.ready_at)
             self._save()  # an event: the recovery is complete
             payload = preemption_event(self.run_id, preemption, resumed_from=inc.resume_step, step=mark[0])
-            self.notify(RECOVERED_EVENT, payload)
+            self.notify(AuditEvent.SLICE_RECOVERED, payload)
 
     def _recover(self, inc: IncarnationState, reason: str, *, unsupervised: bool = False) -> PreemptionState:
         detected = time.time()
@@ -337,9 +333,9 @@ class Supervisor:
         self.state.preemptions.append(p)
         self.report.preemptions = self.state.preemptions
         self._save()
-        L.Ledger(self.settings, self.run_id).append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
+        self.ledger.append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
                                                     state=reason, t=detected)  # fmt: skip
-        self.notify(PREEMPTED_EVENT, preemption_event(self.run_id, p))
+        self.notify(AuditEvent.SLICE_PREEMPTED, preemption_event(self.run_id, p))
         if self._notices:  # the workers are saving: their grace first
             notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
         t0 = time.monotonic()
@@ -372,7 +368,7 @@ class Supervisor:
         if self.state.outcome == "failed" and self.state.finished_at is None:
             self.state.finished_at = time.time()
         try:
-            cost = L.Ledger(self.settings, self.run_id).summary(load_prices(self.settings)).to_json()
+            cost = self.ledger.summary(load_prices(self.settings)).to_json()
             self.report = GoodputReport.derive(self.state, time.time(), cost)
             put_json(self.gcs, self.layout.goodput, self.report.to_json())
             if self.state.outcome == "failed":
@@ -382,6 +378,6 @@ class Supervisor:
             self.report.error = self.report.error or f"goodput report not written: {exc}"
 
 
-def supervise(job: TrainJobSpec, run_id: str, settings: Settings, **kw: Any) -> GoodputReport:
-    """Run ``job`` under ``run_id`` to the end through preemptions; see :class:`Supervisor`."""
-    return Supervisor(job, run_id, settings, **kw).run()
+def supervise(job: TrainJobSpec, run: Run, **kw: Any) -> GoodputReport:
+    """Run ``job`` as ``run`` to the end through preemptions; see :class:`Supervisor`."""
+    return Supervisor(job, run, **kw).run()

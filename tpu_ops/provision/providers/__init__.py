@@ -1,8 +1,8 @@
 """Provisioning providers: one per control plane, behind one interface (:mod:`.base`).
 
-    provider = for_spec(spec, settings)       # the spec's backend: tpu-api or compute
+    provider = for_spec(spec, settings, run.clients)  # the spec's backend: tpu-api or compute
     provider.create(request); provider.describe(zone, slice_id); provider.delete(resources, timeout_s)
-    available(settings)                       # every control plane the settings reach (teardown, reaper)
+    available(settings)                               # every control plane the settings reach (teardown, reaper)
 
 ``tpu-api`` (:mod:`.tpu_api`) provisions Cloud TPU API queued resources; ``compute``
 (:mod:`.compute`) provisions Compute Engine instances, or for a multi-host slice a workload
@@ -18,6 +18,7 @@ from tpu_ops.settings import Settings
 from tpu_ops.tiers import Backend
 
 if TYPE_CHECKING:
+    from tpu_ops.cloud.clients import Clients
     from tpu_ops.specs.slice import ProvisionSpec
 
 ALL_ZONES: Final = ("-",)
@@ -36,31 +37,33 @@ __all__ = [
 ]
 
 
-def for_backend(backend: str, settings: Settings) -> Provider:
-    """The provider of ``backend`` (``tpu-api`` or ``compute``); its client is built (and its
-    endpoint checked in a dry run) here."""
+def for_backend(backend: str, settings: Settings, clients: Clients | None = None) -> Provider:
+    """The provider of ``backend`` (``tpu-api`` or ``compute``); its client comes from ``clients`` (a
+    run's) or is built here (its endpoint checked in a dry run either way)."""
     if backend == Backend.TPU_API:
+        from tpu_ops.cloud.tpu import TpuApi
         from tpu_ops.provision.providers.tpu_api import TpuApiProvider
 
-        return TpuApiProvider(settings)
+        return TpuApiProvider(settings, TpuApi(settings, clients.tpu()) if clients else None)
     if backend == Backend.COMPUTE:
+        from tpu_ops.cloud.compute import ComputeApi
         from tpu_ops.provision.providers.compute import ComputeProvider
 
-        return ComputeProvider(settings)
+        return ComputeProvider(settings, ComputeApi(settings, clients.compute_options()) if clients else None)
     raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(repr(b.value) for b in Backend)}")
 
 
-def for_spec(spec: ProvisionSpec, settings: Settings) -> Provider:
+def for_spec(spec: ProvisionSpec, settings: Settings, clients: Clients | None = None) -> Provider:
     """The provider the spec's ``slice.backend`` resolves to (``auto`` decided by generation)."""
-    return for_backend(spec.slice.resolved_backend, settings)
+    return for_backend(spec.slice.resolved_backend, settings, clients)
 
 
-def available(settings: Settings) -> list[Provider]:
+def available(settings: Settings, clients: Clients | None = None) -> list[Provider]:
     """Every control plane these settings reach: in a dry run, those with a local endpoint set;
     otherwise both. What teardown and the reaper sweep."""
     out: list[Provider] = []
     if settings.tpu_endpoint or not settings.dry_run:
-        out.append(for_backend(Backend.TPU_API, settings))
+        out.append(for_backend(Backend.TPU_API, settings, clients))
     if settings.compute_endpoint or not settings.dry_run:
-        out.append(for_backend(Backend.COMPUTE, settings))
+        out.append(for_backend(Backend.COMPUTE, settings, clients))
     return out
