@@ -279,7 +279,7 @@ class LocalStack:
         """The audit trail's bucket (Object Lock on) and KMS signing key (alias ``AUDIT_KEY_ALIAS``);
         moto's reset forgets them, so after each. Returns the key's ARN; idempotent."""
         from infra.local.seed import ensure_s3_bucket
-        from tpu_ops.cloud.session import shared_client
+        from tpu_ops.cloud.clients import shared_client
 
         settings = self.settings()
         ensure_s3_bucket(settings, settings.audit_uri, object_lock=True)
