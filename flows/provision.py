@@ -137,7 +137,7 @@ def provision_task(spec: ProvisionSpec, run: Run, metadata: dict[str, str] | Non
               "backend": spec.slice.resolved_backend.value}  # fmt: skip
     logger.info("backend %s: %s", spec.slice.resolved_backend, spec.slice.backend_reason)
     with run.audit.audited(AuditEvent.SLICE_PROVISIONED, params=params) as rec:
-        s = provision(spec, run.id, run.settings, on_attempt=on_attempt, metadata=metadata)
+        s = provision(spec, run.id, run.settings, clients=run.clients, on_attempt=on_attempt, metadata=metadata)
         rec["params"].update(tier=s.tier, zone=s.zone, queued_resource=s.queued_resource, node=s.node,
                              hosts=s.hosts, attempts=[a.describe() for a in s.attempts])  # fmt: skip
         rec["subjects"].append({"uri": f"tpu://{run.settings.gcp_project}/{s.zone}/{s.node}", "kind": "slice"})

@@ -80,6 +80,7 @@ def stats(args: argparse.Namespace) -> int:
 
 
 def plan(args: argparse.Namespace) -> int:
+    from tpu_ops.cloud.clients import Clients
     from tpu_ops.provision import ranking
     from tpu_ops.provision.ladder import plan as ladder_plan
     from tpu_ops.provision.prices import load as load_prices
@@ -110,7 +111,8 @@ def plan(args: argparse.Namespace) -> int:
     settings = shell_settings()
     table = load_prices(settings)
     run = ranking.run_model(spec, steps_done=args.steps_done)
-    _, choice = ranking.order(spec, ladder_plan(spec), table, ranking.history_for(spec, settings, strict=True), run)
+    found = ranking.history_for(spec, Clients(settings), strict=True)
+    _, choice = ranking.order(spec, ladder_plan(spec), table, found, run)
     out = ranking.plan_document(spec, choice, run, table)
     show(out, args.json, f"{spec.slice.accelerator_type}: {ranking.describe(choice)}\n{_table(choice.rows())}")
     return 0

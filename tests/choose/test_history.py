@@ -262,6 +262,7 @@ def test_history_weighed_by_age() -> None:
 
 
 def test_the_ranking_reads_history_weighed_by_its_half_life(gcs_env: dict[str, str]) -> None:
+    from tpu_ops.cloud.clients import Clients
     from tpu_ops.provision.ranking import history_for
     from tpu_ops.settings import Settings
     from tpu_ops.specs import ProvisionSpec
@@ -276,7 +277,7 @@ def test_the_ranking_reads_history_weighed_by_its_half_life(gcs_env: dict[str, s
     spec = ProvisionSpec.model_validate(body)
     settings = Settings(dry_run=True, gcs_endpoint=gcs_env["TPU_OPS_GCS_ENDPOINT"])
     key = ("?", "us-east5-a", "spot", "tpu-api")  # no capacity.json: accelerator unknown, default backend
-    got = history_for(spec, settings, now=12320.0 + 3600)
+    got = history_for(spec, Clients(settings), now=12320.0 + 3600)
     assert got[key].hours == 1.0 and got[key].preemptions == 0.5  # a half-life old: half of 2 h, 1
     del body["choose"]["half_life"]
-    assert history_for(ProvisionSpec.model_validate(body), settings, now=12320.0 + 3600)[key].preemptions == 1
+    assert history_for(ProvisionSpec.model_validate(body), Clients(settings), now=12320.0 + 3600)[key].preemptions == 1

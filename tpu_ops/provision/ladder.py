@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_ops.cloud import retry
+from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import (
     AlreadyExistsError,
     CapacityError,
@@ -75,6 +76,7 @@ def provision(
     metadata: dict[str, str] | None = None,
     on_attempt: Callable[[Attempt], None] | None = None,
     progress: Callable[[], int | None] | None = None,
+    clients: Clients | None = None,
 ) -> Slice:
     """Get one slice for ``run_id`` through the ladder, or raise.
 
@@ -85,16 +87,18 @@ def provision(
     ``provider`` defaults to the spec's backend (``slice.backend``). With ``choose`` in the spec
     (``ladder: auto``) the attempts are ranked by expected $ per kept step at every walk, with the
     steps ``progress()`` says are kept and the time left (:mod:`tpu_ops.provision.ranking`).
+    ``clients`` are the run's (built from ``settings`` when not given).
     """
     check_run_id(run_id)
     table = prices or load(settings)
     check_budget(spec, table)
-    provider = provider or for_spec(spec, settings)
+    clients = clients or Clients(settings)
+    provider = provider or for_spec(spec, settings, clients)
     ledger = L.Ledger(settings, run_id)
     ledger.claim()
     walk = _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt)
     if spec.choose is not None:
-        walk.steps = ranking.apply(spec, walk.steps, settings, run_id, ledger, table, progress)
+        walk.steps = ranking.apply(spec, walk.steps, clients, run_id, ledger, table, progress)
     return walk.run()
 
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
+from tpu_ops.cloud.clients import Clients
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Attempt, Slice, TeardownReport
@@ -36,17 +37,20 @@ class SliceLease:
         settings: Settings,
         *,
         provider: Provider | None = None,
+        clients: Clients | None = None,
         on_attempt: Callable[[Attempt], None] | None = None,
         **provision_kw: Any,
     ) -> None:
         self.spec, self.run_id, self.settings = spec, run_id, settings
-        self.provider = provider or for_spec(spec, settings)
+        self.clients = clients or Clients(settings)  # the run's: the ladder's history reads are its too
+        self.provider = provider or for_spec(spec, settings, self.clients)
         self.on_attempt, self.provision_kw = on_attempt, provision_kw
         self.current: Slice | None = None
 
     def acquire(self, metadata: dict[str, str] | None = None) -> Slice:
         """The run's live slice, or a new one through the ladder (a dead one is deleted first)."""
-        self.current = provision(self.spec, self.run_id, self.settings, provider=self.provider, metadata=metadata,
+        self.current = provision(self.spec, self.run_id, self.settings, provider=self.provider, clients=self.clients,
+                                 metadata=metadata,
                                  on_attempt=self.on_attempt, **self.provision_kw)  # fmt: skip
         return self.current
 

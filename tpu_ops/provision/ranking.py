@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, Protocol
 
+from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import ConfigError
 from tpu_ops.provision.choose import Choice, History, Rung, RunModel, rank
 from tpu_ops.provision.prices import PriceTable
@@ -174,39 +175,38 @@ def describe(choice: Choice) -> str:
 
 
 def history_for(
-    spec: ProvisionSpec, settings: Any, now: float | None = None, *, strict: bool = False
+    spec: ProvisionSpec, clients: Clients, now: float | None = None, *, strict: bool = False
 ) -> dict[Key, History]:
-    """The capacity history under ``choose.history``: empty without one, or when it cannot be read
-    (unless ``strict``: the CLI says why rather than show a plan without history)."""
+    """The capacity history under ``choose.history`` (read with the run's ``clients``): empty without
+    one, or when it cannot be read (unless ``strict``: the CLI says why rather than show a plan
+    without history)."""
     c = spec.choose
     if c is None or c.history is None:
         return {}
-    from tpu_ops.cloud.clients import storage_client
     from tpu_ops.errors import TpuOpsError
     from tpu_ops.provision import history
     from tpu_ops.uris import parse_gs
 
     try:
         half_life = c.half_life.total_seconds() if c.half_life is not None else None
-        return history.load(storage_client(settings), parse_gs(c.history), now, half_life)
+        return history.load(clients.gcs(), parse_gs(c.history), now, half_life)
     except TpuOpsError:
         if strict:
             raise
         return {}  # no history is no reason to refuse a slice: the written order stands, and says so
 
 
-def write_plan(spec: ProvisionSpec, settings: Any, run_id: str, doc: dict[str, Any]) -> None:
+def write_plan(spec: ProvisionSpec, clients: Clients, run_id: str, doc: dict[str, Any]) -> None:
     """Keep the plan beside the run's records (``RUN/_tpu_ops/plan.json``) when the run has a bucket."""
     c = spec.choose
     if c is None or c.history is None:
         return
-    from tpu_ops.cloud.clients import storage_client
     from tpu_ops.cloud.translate import google_errors
     from tpu_ops.layout import RunLayout
 
     target = RunLayout.of(c.history, run_id).plan
     with google_errors("gcs"):
-        storage_client(settings).bucket(target.bucket).blob(target.prefix).upload_from_string(
+        clients.gcs().bucket(target.bucket).blob(target.prefix).upload_from_string(
             json.dumps(doc, sort_keys=True, default=str), content_type="application/json"
         )
 
@@ -233,7 +233,7 @@ def for_job(provision: ProvisionSpec, *, steps: int, checkpoint_every: int, chec
 def apply(
     spec: ProvisionSpec,
     steps: Sequence[Any],
-    settings: Any,
+    clients: Clients,
     run_id: str,
     ledger: Any,
     table: PriceTable,
@@ -251,10 +251,10 @@ def apply(
     started = min((float(e["t"]) for e in ledger.events() if "t" in e), default=now)
     done = (progress() if progress is not None else None) or 0
     run = run_model(spec, steps_done=done, started_at=started, now=now)
-    ordered, choice = order(spec, steps, table, history_for(spec, settings, now), run)
+    ordered, choice = order(spec, steps, table, history_for(spec, clients, now), run)
     doc = plan_document(spec, choice, run, table)
     ledger.append(CHOICE_EVENT, plan=doc)
     # The ledger has it; a bucket we cannot write to is no reason to refuse a slice.
     with contextlib.suppress(TpuOpsError):
-        write_plan(spec, settings, run_id, doc)
+        write_plan(spec, clients, run_id, doc)
     return ordered

@@ -72,7 +72,8 @@ class Supervisor:
         check_command(job, run_id)
         # The slice's owner here (provider seam); ``self.lease`` fences the run.
         provider = provider or for_spec(job.provision, settings, run.clients)
-        self.slices = SliceLease(job.provision, run_id, settings, provider=provider, on_attempt=on_attempt,
+        self.slices = SliceLease(job.provision, run_id, settings, provider=provider, clients=run.clients,
+                                 on_attempt=on_attempt,
                                  progress=choice.kept_steps(self))  # fmt: skip
         self.provider = self.slices.provider
         self.gcs, self.layout = run.clients.gcs(), run.layout
