@@ -41,9 +41,10 @@ SDK_EXEMPT = {
 LAYERS = (
     "doctor | export",  # checks and use cases over everything below
     "train",  # a run's controller: provisioning, incarnations, checkpoints
+    "run",  # one run built at the edge: its layout, clients, ledger and audit chain
     "provision | mirror | audit | runs",  # the engines
     "cloud | specs | startup",  # the SDK seam; typed specs; the VM's startup script
-    "settings | polling | accelerators",
+    "settings | polling | accelerators | layout",  # layout: the run-id rule and RUN/_tpu_ops paths
     "uris | tiers",
     "text",
     "errors | agent",
@@ -117,6 +118,9 @@ def test_every_layer_and_sdk_name_is_real() -> None:
     for layer in LAYERS:
         for name in layer.split("|"):
             assert f"tpu_ops.{name.strip()}" in graph.modules, name
+    named = {f"tpu_ops.{n.strip()}" for layer in LAYERS for n in layer.split("|")}
+    top = {m for m in graph.modules if m.count(".") == 1 and m.startswith("tpu_ops.") and m != "tpu_ops.__main__"}
+    assert top <= named, f"in no layer (add them to LAYERS): {sorted(top - named)}"
     assert {"google", "botocore"} <= graph.modules, "the SDKs are seen (imported under tpu_ops.cloud)"
     assert set(SDK_EXEMPT) <= graph.modules
 
