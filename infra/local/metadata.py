@@ -152,21 +152,28 @@ def tpu_vm_values(node: dict[str, Any], project: str, zone: str, worker: int) ->
     })  # fmt: skip
     values = {f"instance/attributes/{k}": v for k, v in attrs.items()}
     host = f"t1v-n-{node.get('id', '0')[-8:]}-w-{worker}"
+    values.update(_vm_values(project, zone, ips[worker] if worker < len(ips) else "127.0.0.1"))
     values.update({
-        "project/project-id": project,
-        "project/numeric-project-id": "123456789012",
-        "instance/zone": f"projects/123456789012/zones/{zone}",
         "instance/hostname": f"{host}.{zone}.c.{project}.internal",
         "instance/name": host,
         "instance/id": f"{node.get('id', '0')}{worker}",
-        "instance/network-interfaces/0/ip": ips[worker] if worker < len(ips) else "127.0.0.1",
+    })  # fmt: skip
+    return values
+
+
+def _vm_values(project: str, zone: str, ip: str) -> dict[str, str]:
+    """What every fake VM's metadata server answers alike: project, zone, IP, service account."""
+    return {
+        "project/project-id": project,
+        "project/numeric-project-id": "123456789012",
+        "instance/zone": f"projects/123456789012/zones/{zone}",
+        "instance/network-interfaces/0/ip": ip,
         "instance/service-accounts/default/email": f"tpu-vm@{project}.iam.gserviceaccount.com",
         "instance/service-accounts/default/scopes": "https://www.googleapis.com/auth/cloud-platform",
         "instance/service-accounts/default/token": json.dumps(
             {"access_token": "fake-local-token", "expires_in": 3599, "token_type": "Bearer"}
         ),
-    })  # fmt: skip
-    return values
+    }
 
 
 def compute_vm_values(node: dict[str, Any], project: str, zone: str, worker: int) -> dict[str, str]:
@@ -195,19 +202,11 @@ def compute_vm_values(node: dict[str, Any], project: str, zone: str, worker: int
         "accelerator-type": accel,
     })  # fmt: skip
     values = {f"instance/attributes/{k}": v for k, v in attrs.items()}
+    values.update(_vm_values(project, zone, ips[worker] if worker < len(ips) else "127.0.0.1"))
     values.update({
-        "project/project-id": project,
-        "project/numeric-project-id": "123456789012",
-        "instance/zone": f"projects/123456789012/zones/{zone}",
         "instance/hostname": str(node.get("hostname", name)),
         "instance/name": name,
         "instance/id": str(node.get("id", "0")),
         "instance/machine-type": f"projects/123456789012/machineTypes/{node.get('machineType', '')}",
-        "instance/network-interfaces/0/ip": ips[worker] if worker < len(ips) else "127.0.0.1",
-        "instance/service-accounts/default/email": f"tpu-vm@{project}.iam.gserviceaccount.com",
-        "instance/service-accounts/default/scopes": "https://www.googleapis.com/auth/cloud-platform",
-        "instance/service-accounts/default/token": json.dumps(
-            {"access_token": "fake-local-token", "expires_in": 3599, "token_type": "Bearer"}
-        ),
     })  # fmt: skip
     return values

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +31,38 @@ def trail(audit_settings: Any) -> Any:
     from tpu_ops.audit.trail import AuditTrail
 
     return AuditTrail.from_settings(audit_settings)
+
+
+def _write_run(trail: Any) -> list[dict[str, Any]]:
+    """run-a: 6 records, a digest (head 6), 2 more records, a digest (head 8); every record in key order."""
+    for i in range(6):
+        trail.record("run-a", "train.step", params={"step": i})
+    trail.digest("run-a")
+    for i in range(2):
+        trail.record("run-a", "train.step", params={"step": 6 + i})
+    trail.digest("run-a")
+    return [json.loads(body) for _, body in trail.store.read_all()]
+
+
+@pytest.fixture
+def write_run() -> Callable[[Any], list[dict[str, Any]]]:
+    """:func:`_write_run`, for a test that writes run-a into its own trail."""
+    return _write_run
+
+
+@pytest.fixture(scope="module")
+def run_a(local_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[dict[str, Any]]]:
+    """One trail written once per module: (trail, its records)."""
+    from tpu_ops.audit.trail import AuditTrail
+
+    local_stack.seed_audit()
+    settings = local_stack.settings(audit_uri=f"s3://tpu-ops-audit/m-{uuid.uuid4().hex[:12]}",
+                                    audit_spool=tmp_path_factory.mktemp("spool") / "spool.jsonl")  # fmt: skip
+    trail = AuditTrail.from_settings(settings)
+    return trail, _write_run(trail)
+
+
+@pytest.fixture
+def written(run_a: tuple[Any, list[dict[str, Any]]], audit_settings: Any) -> list[dict[str, Any]]:
+    """run-a's records, a copy each test may damage."""
+    return copy.deepcopy(run_a[1])

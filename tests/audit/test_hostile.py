@@ -19,35 +19,6 @@ from tpu_ops.audit.verify import Item, items_from_jsonl, items_from_objects, ver
 INTACT, DAMAGED, UNCHECKED = 0, 1, 3
 
 
-def _write_run(trail: Any) -> list[dict[str, Any]]:
-    """run-a: 6 records, a digest (head 6), 2 more records, a digest (head 8)."""
-    for i in range(6):
-        trail.record("run-a", "train.step", params={"step": i})
-    trail.digest("run-a")
-    for i in range(2):
-        trail.record("run-a", "train.step", params={"step": 6 + i})
-    trail.digest("run-a")
-    return [json.loads(body) for _, body in trail.store.read_all()]
-
-
-@pytest.fixture(scope="module")
-def run_a(local_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[dict[str, Any]]]:
-    import uuid
-
-    from tpu_ops.audit.trail import AuditTrail
-
-    local_stack.seed_audit()
-    settings = local_stack.settings(audit_uri=f"s3://tpu-ops-audit/h-{uuid.uuid4().hex[:12]}",
-                                    audit_spool=tmp_path_factory.mktemp("spool") / "spool.jsonl")  # fmt: skip
-    trail = AuditTrail.from_settings(settings)
-    return trail, _write_run(trail)
-
-
-@pytest.fixture
-def written(run_a: tuple[Any, list[dict[str, Any]]], audit_settings: Any) -> list[dict[str, Any]]:
-    return copy.deepcopy(run_a[1])
-
-
 def _at(records: list[dict[str, Any]], chain: str, seq: int) -> int:
     return next(i for i, r in enumerate(records) if r["chain"] == chain and r["seq"] == seq)
 

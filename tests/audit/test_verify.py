@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +15,6 @@ from botocore.exceptions import ClientError
 from flows.cli import main
 from tpu_ops.audit.records import record_hash
 from tpu_ops.audit.verify import items_from_objects, verify
-
-
-def _write_run(trail: Any) -> list[dict[str, Any]]:
-    """run-a: 6 records, a digest, 2 more records, a digest; returns every record in key order."""
-    for i in range(6):
-        trail.record("run-a", "train.step", params={"step": i})
-    trail.digest("run-a")
-    for i in range(2):
-        trail.record("run-a", "train.step", params={"step": 6 + i})
-    trail.digest("run-a")
-    return [json.loads(body) for _, body in trail.store.read_all()]
 
 
 def _rehash(rec: dict[str, Any]) -> dict[str, Any]:
@@ -103,25 +93,6 @@ DAMAGE = {
 }
 
 
-@pytest.fixture(scope="module")
-def run_a(local_stack: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[dict[str, Any]]]:
-    """One trail written once for the module: (trail, its records)."""
-    import uuid
-
-    from tpu_ops.audit.trail import AuditTrail
-
-    local_stack.seed_audit()
-    settings = local_stack.settings(audit_uri=f"s3://tpu-ops-audit/m-{uuid.uuid4().hex[:12]}",
-                                    audit_spool=tmp_path_factory.mktemp("spool") / "spool.jsonl")  # fmt: skip
-    trail = AuditTrail.from_settings(settings)
-    return trail, _write_run(trail)
-
-
-@pytest.fixture
-def written(run_a: tuple[Any, list[dict[str, Any]]], audit_settings: Any) -> list[dict[str, Any]]:
-    return copy.deepcopy(run_a[1])
-
-
 def _jsonl(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
     path = tmp_path / "trail.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -170,9 +141,9 @@ def test_locked_records_refuse_overwrite_and_delete(run_a: Any) -> None:
     assert s3.get_object(Bucket=bucket, Key=key, VersionId=head["VersionId"])["Body"].read()
 
 
-def test_damage_in_s3_is_named(trail: Any) -> None:
+def test_damage_in_s3_is_named(trail: Any, write_run: Callable[[Any], list[dict[str, Any]]]) -> None:
     """What S3 does allow (a new version on top of a locked one) still shows up in verify."""
-    written = _write_run(trail)
+    written = write_run(trail)
     s3, bucket = trail.store.s3, trail.store.trail.bucket
     edited = dict(written[_by(written, "run-a", 2)], params={"step": 42})
     s3.put_object(Bucket=bucket, Key=trail.store.key("run-a", 2), Body=json.dumps(edited).encode(),
