@@ -71,6 +71,7 @@ def stats(args: argparse.Namespace) -> int:
             "obtain (s)": _num(r["obtain_s_mean"], ".1f"),
             "recovery (s)": _num(r["recovery_s_mean"], ".1f"),
             "steps lost": _num(r["steps_lost_mean"], ".1f"),
+            "refused": _num(r["refused_share"], ".0%"),  # requests refused for capacity: how often full
         }
         for r in rows
     ]

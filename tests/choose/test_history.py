@@ -52,6 +52,12 @@ STATE = {
             "steps_lost": 40,
         },
     ],
+    # Before zone b's slice: on-demand in zone a was refused for capacity, and zone b's spot twice.
+    "stockouts": [
+        {"zone": "us-east5-a", "tier": "on-demand", "at": 8610.0},
+        {"zone": "us-east5-b", "tier": "spot", "at": 8640.0},
+        {"zone": "us-east5-b", "tier": "spot", "at": 8680.0},
+    ],
 }
 IDENT = {"accelerator_type": "v5p-32", "backend": "compute", "chips": 16}
 A = ("v5p-32", "us-east5-a", "spot", "compute")
@@ -94,7 +100,7 @@ def test_fold_run_state() -> None:
         recovery_s_total=60.0,
         steps_lost_total=40,
     )
-    assert got[B] == History(hours=1.0, obtained=1, obtain_s_total=120.0)
+    assert got[B] == History(hours=1.0, obtained=1, obtain_s_total=120.0, stockouts=2)
 
 
 def test_fold_an_older_goodput_report() -> None:
@@ -117,6 +123,8 @@ def test_a_live_incarnation_is_held_until_now() -> None:
 def test_fold_sums_runs_and_stats_report_means() -> None:
     got = fold([(STATE, IDENT), (STATE, IDENT)])
     assert got[A] == History(4.0, 2, 2, 600.0, 2, 120.0, 80)
+    assert got[B].stockouts == 4 and got[B].obtained == 2
+    assert got[("v5p-32", "us-east5-a", "on-demand", "compute")] == History(stockouts=2)
     rows = {(s.zone): s.to_json() for s in stats(got)}
     assert rows["us-east5-a"] == {
         "accelerator_type": "v5p-32",
@@ -130,8 +138,11 @@ def test_fold_sums_runs_and_stats_report_means() -> None:
         "obtain_s_mean": 300.0,
         "recovery_s_mean": 60.0,
         "steps_lost_mean": 40.0,
+        "stockouts": 0,
+        "refused_share": 0.0,
     }
     assert rows["us-east5-b"]["preemptions_per_hour"] == 0.0
+    assert (rows["us-east5-b"]["stockouts"], rows["us-east5-b"]["refused_share"]) == (4, round(4 / 6, 6))
     assert rows["us-east5-b"]["recovery_s_mean"] is None and rows["us-east5-b"]["steps_lost_mean"] is None
 
 
@@ -176,20 +187,28 @@ def test_capacity_stats_and_plan_from_a_bucket(
     assert main(["capacity", "stats", "--history", "gs://hist/ckpt", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["runs"] == 2
-    a = next(r for r in out["rungs"] if r["zone"] == "us-east5-a")
+    a = next(r for r in out["rungs"] if r["zone"] == "us-east5-a" and r["tier"] == "spot")
     assert (a["hours"], a["preemptions"], a["preemptions_per_hour"]) == (4.0, 2, 0.5)
     assert (a["slices_obtained"], a["obtain_s_mean"], a["steps_lost_mean"]) == (1, 300.0, 40.0)
     assert main(["capacity", "stats", "--history", "gs://hist/ckpt"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("2 run(s) under gs://hist/ckpt") and "us-east5-b" in text
 
-    # The plan for a spot ladder over both zones: zone a is preempted 4x as often per hour seen.
+    # The plan for a spot ladder over both zones: zone a is preempted 4x as often per hour seen, but
+    # zone b refused 2 of the 4 requests the two runs made of it: with the prior's 2 granted
+    # pseudo-requests, full = 2/6, and each hour there is charged a third of on-demand's premium over
+    # spot, which outweighs it.
     assert main(["capacity", "plan", "--spec", str(spec), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["method"] == "cost"
     order = [(r["zone"], r["tier"]) for r in plan["rungs"]]
-    assert order[0] == ("us-east5-b", "spot")
+    assert order[0] == ("us-east5-a", "spot") and order[1] == ("us-east5-b", "spot")
+    a_spot, b_spot = plan["rungs"][0], plan["rungs"][1]
+    assert (a_spot["full"], a_spot["scarcity_usd"], b_spot["full"]) == (0.0, 0.0, round(1 / 3, 6))
+    assert b_spot["scarcity_usd"] == pytest.approx(b_spot["held_s"] / 3600 * 16 * (4.2 - 2.1) / 3, rel=1e-5)
+    assert b_spot["usd"] < a_spot["usd"] < b_spot["usd"] + b_spot["scarcity_usd"]  # cheaper, but scarce
     assert plan["rungs"][0]["why"].startswith("cheapest per kept step")
+    assert "a rung the fleet finds full also costs" in plan["note"]
     assert plan["steps_left"] == 4000 and plan["seconds_per_step"] == 3.6
     # no history under another prefix: the written order, and it says so
     assert main(["capacity", "plan", "--spec", str(spec), "--history", "gs://hist/none"]) == 0

@@ -170,3 +170,43 @@ def test_the_supervisors_store_publishes_at_milestones_only(gcs: Any) -> None:
     got = H.load(client, root)
     assert got[ident] == History(hours=1.0, obtained=1, obtain_s_total=60.0)
     assert H.read_summary(client, root)[0]["runs"]["sv-1"]["sums"][0][:4] == list(ident)  # type: ignore[index]
+
+
+def test_refused_requests_reach_the_summary_with_the_next_slice(gcs: Any) -> None:
+    from types import SimpleNamespace
+
+    from tpu_ops.provision.records import Attempt, Outcome
+    from tpu_ops.specs.jobs import TrainJobSpec
+    from tpu_ops.train.choice import noting_stockouts, state_store
+    from tpu_ops.train.layout import RunLayout
+    from tpu_ops.train.runstate import IncarnationState, RunState
+
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    job = TrainJobSpec.model_validate({
+        "provision": {"slice": {"accelerator_type": "v5p-8", "region": "us-east5", "zones": ["us-east5-a"]},
+                      "ladder": ["spot"], "budget_usd": 1000, "hours": 2},
+        "train": {"checkpoint_dir": f"gs://{gcs.name}/ckpt", "steps": 7200, "checkpoint_every": 300},
+    })  # fmt: skip
+    store = state_store(client, RunLayout.of(f"gs://{gcs.name}/ckpt", "sv-2"), job, "sv-2")
+    supervisor = SimpleNamespace(state=RunState("sv-2", 1000.0, 7200))
+    passed: list[Attempt] = []
+    note = noting_stockouts(supervisor, passed.append)
+    note(Attempt(1, "spot", "us-east5-b", "sv-2-a1", Outcome.STOCKOUT, 30.0))
+    note(Attempt(2, "on-demand", "us-east5-b", "sv-2-a2", Outcome.QUOTA, 1.0))  # quota says nothing of capacity
+    note(Attempt(3, "spot", "us-east5-a", "sv-2-a3", Outcome.ACTIVE, 60.0))
+    assert [a.number for a in passed] == [1, 2, 3]  # the caller's hook still sees every attempt
+    assert [(s["zone"], s["tier"]) for s in supervisor.state.stockouts] == [("us-east5-b", "spot")]
+    supervisor.state.incarnations.append(IncarnationState(0, "i0", 1000.0, zone="us-east5-a", tier="spot",
+                                                          ready_at=1090.0))  # fmt: skip
+    store.save(supervisor.state)
+    got = H.load(client, root)
+    assert got[("v5p-8", "us-east5-b", "spot", "compute")] == History(stockouts=1)
+    assert got[("v5p-8", "us-east5-a", "spot", "compute")].obtained == 1
+    # The run's state keeps them across a restart of the supervisor.
+    assert RunState.from_json(supervisor.state.to_json()).stockouts == supervisor.state.stockouts
+
+
+def test_a_summary_written_before_stockouts_were_counted_still_reads() -> None:
+    old_row = ["v5p-8", "z-a", "spot", "compute", 2.0, 1, 1, 60.0, 1, 30.0, 5]  # 7 sums: no stock-outs
+    got = H.combine({"version": H.SUMMARY_VERSION, "runs": {"r": {"seen": 1.0, "sums": [old_row]}}})
+    assert got[("v5p-8", "z-a", "spot", "compute")] == History(2.0, 1, 1, 60.0, 1, 30.0, 5, 0)

@@ -1,5 +1,7 @@
-"""A reservation is paid whether used or not: the ranking charges it at its opportunity cost (the
-spot price), so it goes to the runs that gain most from a steady slice, not to whoever asks first."""
+"""A reservation is paid whether used or not, so using it is charged nothing; what a scarce rung
+costs the fleet is the scarcity charge: the share of requests the rung refuses for capacity x the
+on-demand premium over its price, per hour held. So a contended reservation (or spot zone) goes to the
+runs that gain most from it, not to whoever asks first."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import math
 import pytest
 
 from tpu_ops.errors import ConfigError
-from tpu_ops.provision.choose import Choice, History, Rung, RunModel, rank
+from tpu_ops.provision.choose import Choice, History, Rung, RunModel, believe, expect, rank
 from tpu_ops.provision.ladder import plan
 from tpu_ops.provision.prices import PriceTable, shipped
 from tpu_ops.provision.ranking import backend_of, candidates, order, rank_price
@@ -27,25 +29,27 @@ def _spec() -> ProvisionSpec:
 
 def test_rank_price_by_tier() -> None:
     t = shipped()  # v5p: on-demand 4.20, spot 2.10, reservation 4.20 per chip-hour
-    assert rank_price(t, "v5p", "reservation") == 2.10
-    assert rank_price(t, "v5p", "reservation", "prepaid") == 0.0
+    assert rank_price(t, "v5p", "reservation") == 0.0  # prepaid: using it costs nothing more
+    assert rank_price(t, "v5p", "reservation", "opportunity") == 2.10
     assert rank_price(t, "v5p", "reservation", "list") == 4.20
-    assert rank_price(t, "v5p", "on-demand") == 4.20 and rank_price(t, "v5p", "spot", "prepaid") == 2.10
+    assert rank_price(t, "v5p", "on-demand") == 4.20 and rank_price(t, "v5p", "spot", "opportunity") == 2.10
     no_spot = PriceTable.from_json({"date": "d", "source": "s", "generations": {"v5p": {"reservation": 4.2}}}, "t")
-    assert rank_price(no_spot, "v5p", "reservation") == 0.0  # nothing to compare with: prepaid
+    assert rank_price(no_spot, "v5p", "reservation", "opportunity") == 0.0  # nothing to compare with
     with pytest.raises(ConfigError):
         rank_price(no_spot, "v5p", "on-demand")
 
 
-def test_candidates_charge_the_reservation_its_opportunity_cost() -> None:
+def test_candidates_price_the_slice_and_its_fallback() -> None:
     spec = _spec()
     rungs = candidates(spec, plan(spec), shipped())
-    assert [(r.tier, r.zone, r.usd_per_hour) for r in rungs] == [
-        ("reservation", "us-east5-a", 8.4), ("spot", "us-east5-a", 8.4), ("spot", "us-east5-b", 8.4),
-        ("on-demand", "us-east5-a", 16.8), ("on-demand", "us-east5-b", 16.8),
+    assert [(r.tier, r.zone, r.usd_per_hour, r.fallback_usd_per_hour) for r in rungs] == [
+        ("reservation", "us-east5-a", 0.0, 16.8), ("spot", "us-east5-a", 8.4, 16.8), ("spot", "us-east5-b", 8.4, 16.8),
+        ("on-demand", "us-east5-a", 16.8, 16.8), ("on-demand", "us-east5-b", 16.8, 16.8),
     ]  # fmt: skip
     assert rungs[0].reservation == "team-res" and [r.order for r in rungs] == [1, 2, 3, 4, 5]
     assert candidates(spec, plan(spec), shipped(), "list")[0].usd_per_hour == 16.8
+    assert candidates(spec, plan(spec), shipped(), "opportunity")[0].usd_per_hour == 8.4
+    assert {r.fallback_usd_per_hour for r in candidates(spec, plan(spec), shipped(), scarcity=False)} == {0.0}
 
 
 def ref_held(work: float, c: float, lam: float, r: float) -> float:
@@ -54,14 +58,35 @@ def ref_held(work: float, c: float, lam: float, r: float) -> float:
     return work / c * (p / lam + p * (math.exp(lam * (r + c)) - 1) / lam)
 
 
-RES = Rung("v5p-8", "us-east5-a", "reservation", "compute", 8.4, "team-res", order=1)
-SPOT = Rung("v5p-8", "us-east5-a", "spot", "compute", 8.4, order=2)
-OD = Rung("v5p-8", "us-east5-a", "on-demand", "compute", 16.8, order=3)
-# spot: 100 preemptions in 1000 h (λ = 102/1004 /h with the prior); the reservation: 100 h, none.
-HIST = {SPOT.key: History(hours=1000.0, preemptions=100), RES.key: History(hours=100.0)}
+RES = Rung("v5p-8", "us-east5-a", "reservation", "compute", 0.0, "team-res", order=1, fallback_usd_per_hour=16.8)
+SPOT = Rung("v5p-8", "us-east5-a", "spot", "compute", 8.4, order=2, fallback_usd_per_hour=16.8)
+OD = Rung("v5p-8", "us-east5-a", "on-demand", "compute", 16.8, order=3, fallback_usd_per_hour=16.8)
+# spot: 100 preemptions in 1000 h (λ = 102/1004 /h with the prior), never refused; the reservation:
+# 100 h, none, and it refused 5 of the 8 requests made of it: full = 5 / (5 + 3 + 2 granted by the prior).
+HIST = {SPOT.key: History(hours=1000.0, preemptions=100, obtained=40),
+        RES.key: History(hours=100.0, obtained=3, stockouts=5)}  # fmt: skip
 
 
-def test_the_reservation_goes_to_the_run_that_gains_most() -> None:
+def test_the_scarcity_charge_exactly() -> None:
+    assert believe("spot", History(stockouts=1)).full == 1 / 3  # the prior: 2 requests granted
+    assert believe("spot", History(obtained=40)).full == 0.0
+    assert believe("reservation", HIST[RES.key]).full == 0.5
+    run = RunModel(3600, 2.0, 3600)
+    e = expect(RES, run, HIST[RES.key])
+    held = ref_held(7200, 7200, 0.04 / 104 / 3600, 300)
+    assert e.held_s == pytest.approx(held, **EXACT)
+    assert e.usd == 0.0  # prepaid
+    assert e.scarcity_usd == pytest.approx(held / 3600 * 0.5 * 16.8, **EXACT)
+    assert e.usd_per_step == pytest.approx(held / 3600 * 8.4 / 3600, **EXACT)
+    s = expect(SPOT, run, History(hours=10.0, obtained=1, stockouts=3))  # full = 3/6: half the premium
+    assert s.scarcity_usd == pytest.approx(s.held_s / 3600 * 0.5 * (16.8 - 8.4), **EXACT)
+    assert s.usd_per_step == pytest.approx((s.usd + s.scarcity_usd) / 3600, **EXACT)
+    assert expect(OD, run, History(obtained=1, stockouts=9)).scarcity_usd == 0.0  # nothing to fall back on
+    assert expect(SPOT, run, History(stockouts=9)).to_json()["full"] == round(9 / 11, 6)
+
+
+def test_the_contended_reservation_goes_to_the_run_that_gains_most() -> None:
+    # The reservation, full half the time, costs half of on-demand per hour held: as much as spot.
     # Two hours of work checkpointed every two hours: spot would cost 11.8% more, so the reservation first.
     long = rank([SPOT, OD, RES], RunModel(3600, 2.0, 3600), HIST)
     assert [r.expectation.rung for r in long.ranked] == [RES, SPOT, OD]
@@ -78,6 +103,9 @@ def test_the_reservation_goes_to_the_run_that_gains_most() -> None:
     assert s.usd_per_step == pytest.approx(ref_held(7200, 300, 102 / 1004 / 3600, 300) / 3600 * 8.4 / 3600, **EXACT)
     assert r.usd_per_step < s.usd_per_step <= r.usd_per_step * 1.1
     assert short.ranked[1].why.endswith("a tie, steadier, tried after it")
+    # Nobody refused: the reservation costs nothing, and every run takes it first.
+    free = {**HIST, RES.key: History(hours=100.0, obtained=3)}
+    assert rank([SPOT, OD, RES], RunModel(3600, 2.0, 150), free).ranked[0].expectation.rung == RES
 
 
 def test_the_plan_says_how_the_reservation_was_priced() -> None:
@@ -86,16 +114,23 @@ def test_the_plan_says_how_the_reservation_was_priced() -> None:
     hist = {("v5p-8", "us-east5-a", "spot", backend_of(spec)): History(hours=10.0)}
     _, choice = order(spec, steps, shipped(), hist, RunModel(3600, 2.0, 3600))
     assert choice.method == "cost"
-    assert choice.note.endswith("a reservation is paid whether used or not, so it is charged at the spot price, "
-                                "its opportunity cost")  # fmt: skip
-    _, prepaid = order(spec, steps, shipped(), hist, RunModel(3600, 2.0, 3600), "prepaid")
-    assert prepaid.note.endswith("so it is charged at nothing")
+    assert choice.note.endswith("a reservation is paid whether used or not, so it is charged at nothing")
+    _, opportunity = order(spec, steps, shipped(), hist, RunModel(3600, 2.0, 3600), "opportunity")
+    assert opportunity.note.endswith("so it is charged at the spot price, its opportunity cost")
     _, listed = order(spec, steps, shipped(), hist, RunModel(3600, 2.0, 3600), "list")
     assert "reservation is paid" not in listed.note
 
     def res_price(c: Choice) -> float:
         return next(r.expectation.rung.usd_per_hour for r in c.ranked if r.expectation.rung.tier == "reservation")
 
-    assert (res_price(choice), res_price(prepaid), res_price(listed)) == (8.4, 0.0, 16.8)
+    assert (res_price(choice), res_price(opportunity), res_price(listed)) == (0.0, 8.4, 16.8)
     _, none = order(spec, steps, shipped(), {}, RunModel(3600, 2.0, 3600))
     assert none.method == "written-order" and "reservation is paid" not in none.note
+    # A refusal seen: the note says what scarcity costs; without the charge, it does not.
+    scarce = {**hist, ("v5p-8", "us-east5-a", "reservation", backend_of(spec)): History(stockouts=1)}
+    _, charged = order(spec, steps, shipped(), scarce, RunModel(3600, 2.0, 3600))
+    assert charged.note.endswith("a rung the fleet finds full also costs, per hour held, the share of requests "
+                                 "it refuses x (on-demand - its price)")  # fmt: skip
+    _, uncharged = order(spec, steps, shipped(), scarce, RunModel(3600, 2.0, 3600), scarcity=False)
+    assert "finds full" not in uncharged.note
+    assert all(r.expectation.scarcity_usd == 0.0 for r in uncharged.ranked)

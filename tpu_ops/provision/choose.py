@@ -17,6 +17,13 @@ The model (every figure per rung, times in seconds):
   (1 when even a run without preemption cannot make it).
 - steps lost per preemption are recorded and shown, but the cost derives the loss from the run's
   own checkpoint interval: other runs' losses reflect their intervals, not this one's.
+- **scarcity**: a rung the fleet often finds full (``f``: the share of requests for it refused for
+  capacity, which for requests arriving at random is the share of time it is full) charges each
+  hour held ``f x (fallback - price)``, ``fallback`` being the price of the capacity that is never
+  short (on-demand): an hour taken on a contended rung is, that often, an hour another run must buy
+  at on-demand instead. Each run is ranked alone; this charge is how the fleet's demand enters it,
+  so runs that gain little from steady capacity leave it to those that gain much, and a rung nobody
+  is refused (``f = 0``, the prior) costs its price alone.
 
 History is thin at first, so every rate is shrunk towards a **conservative prior** (``PRIORS``):
 the posterior mean of a Gamma prior worth ``PRIOR_HOURS`` hours of observation, i.e.
@@ -70,6 +77,7 @@ class Rung:
     usd_per_hour: float
     reservation: str = ""
     order: int = 0  # its place in the written ladder (ties and the no-history case keep it)
+    fallback_usd_per_hour: float = 0.0  # the never-short capacity's price (on-demand): see scarcity
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -110,10 +118,11 @@ class History:
     recoveries: float = 0  # preemptions with a measured recovery overhead
     recovery_s_total: float = 0.0
     steps_lost_total: float = 0  # over ``preemptions``
+    stockouts: float = 0  # requests refused for capacity (beside the ``obtained`` that were granted)
 
     @property
     def empty(self) -> bool:
-        return self.hours == 0.0 and self.obtained == 0 and self.preemptions == 0
+        return self.hours == 0.0 and self.obtained == 0 and self.preemptions == 0 and self.stockouts == 0
 
     def merged(self, other: History) -> History:
         return History(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -126,7 +135,7 @@ class History:
 
 def astuple(h: History) -> tuple[Any, ...]:
     return (h.hours, h.preemptions, h.obtained, h.obtain_s_total, h.recoveries, h.recovery_s_total,
-            h.steps_lost_total)  # fmt: skip
+            h.steps_lost_total, h.stockouts)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,7 @@ class Belief:
     recovery_s: float
     steps_lost: float | None  # mean observed steps lost per preemption, None without observations
     hours: float  # how many observed hours the rate rests on
+    full: float = 0.0  # the share of requests refused for capacity (scarcity; 0 without refusals)
 
 
 def prior_for(tier: str) -> Prior:
@@ -151,7 +161,9 @@ def believe(tier: str, h: History) -> Belief:
     obtain = (h.obtain_s_total + p.obtain_s * PRIOR_WEIGHT) / (h.obtained + PRIOR_WEIGHT)
     recovery = (h.recovery_s_total + p.recovery_s * PRIOR_WEIGHT) / (h.recoveries + PRIOR_WEIGHT)
     lost = h.steps_lost_total / h.preemptions if h.preemptions else None
-    return Belief(rate, obtain, recovery, lost, h.hours)
+    # No refusal seen is no evidence of scarcity: the prior's pseudo-requests were all granted.
+    full = h.stockouts / (h.stockouts + h.obtained + PRIOR_WEIGHT)
+    return Belief(rate, obtain, recovery, lost, h.hours, full)
 
 
 def poisson_cdf(n: int, mean: float) -> float:
@@ -176,9 +188,10 @@ class Expectation:
     held_s: float  # expected slice time billed (math.inf: never finishes)
     wall_s: float  # expected wall time to the last step
     preemptions: float  # expected number
-    usd: float
-    usd_per_step: float
+    usd: float  # held time at the rung's price
+    usd_per_step: float  # (usd + scarcity_usd) per step: what the ranking compares
     miss_probability: float  # of the deadline (0.0 without one)
+    scarcity_usd: float = 0.0  # held time x full x (fallback - price)
 
     def to_json(self) -> dict[str, Any]:
         def num(v: float) -> float | None:
@@ -194,6 +207,8 @@ class Expectation:
             "wall_s": num(self.wall_s),
             "preemptions": num(self.preemptions),
             "usd": num(self.usd),
+            "full": round(self.belief.full, 6),
+            "scarcity_usd": num(self.scarcity_usd),
             "usd_per_step": num(self.usd_per_step),
             "miss_probability": round(self.miss_probability, 6),
         }
@@ -228,11 +243,12 @@ def expect(rung: Rung, run: RunModel, history: History | None = None) -> Expecta
     b = believe(rung.tier, history or History())
     held, n = held_time(run.work_s, run.checkpoint_s, b.rate_per_hour / 3600.0, b.recovery_s)
     if math.isinf(held):
-        wall = usd = math.inf
+        wall = usd = scarcity = math.inf
     else:
         wall = b.obtain_s + held + n * b.obtain_s
         usd = held / 3600.0 * rung.usd_per_hour
-    per_step = usd / run.steps if run.steps > 0 else 0.0
+        scarcity = held / 3600.0 * b.full * max(0.0, rung.fallback_usd_per_hour - rung.usd_per_hour)
+    per_step = (usd + scarcity) / run.steps if run.steps > 0 else 0.0
     miss = 0.0
     if run.deadline_s is not None:
         slack = run.deadline_s - b.obtain_s - run.work_s
@@ -241,7 +257,7 @@ def expect(rung: Rung, run: RunModel, history: History | None = None) -> Expecta
         elif n > 0:
             per_preemption = (held - run.work_s) / n + b.obtain_s  # wall time each one costs, on average
             miss = 1.0 - poisson_cdf(math.floor(slack / per_preemption), n)
-    return Expectation(rung, b, held, wall, n, usd, per_step, max(0.0, miss))
+    return Expectation(rung, b, held, wall, n, usd, per_step, max(0.0, miss), scarcity)
 
 
 @dataclass(frozen=True)
@@ -289,6 +305,7 @@ class Choice:
                 "completion": hours(r.expectation.wall_s),
                 "P(miss)": f"{r.expectation.miss_probability:.1%}",
                 "preempt/h": f"{r.expectation.belief.rate_per_hour:.3f} ({r.expectation.belief.hours:.1f} h seen)",
+                "full": f"{r.expectation.belief.full:.0%}",
                 "why": r.why,
             }
             for r in self.ranked

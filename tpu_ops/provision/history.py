@@ -11,8 +11,9 @@ Each run's ``RUN/_tpu_ops/`` holds what happened to it:
 
 Per key the fold sums held slice-hours, preemptions, the time each slice took to obtain, each
 preemption's recovery overhead (detect + delete + restore; the next slice's obtain time counts to
-*its* rung) and steps lost. The sums, not means, are kept, so ``tpu_ops.provision.choose`` can shrink
-them towards its prior by how much they rest on. A run refreshes the history by writing its records;
+*its* rung), steps lost, and the requests refused for capacity (``stockouts`` in ``state.json``:
+how often the rung is full). The sums, not means, are kept, so ``tpu_ops.provision.choose`` can
+shrink them towards its prior by how much they rest on. A run refreshes the history by writing its records;
 ``tpu-ops capacity stats`` prints it.
 
 A ranking reads the history in one request: ``ROOT/_tpu_ops/capacity-summary.json`` keeps each run's
@@ -92,6 +93,9 @@ def fold_run(
             obtained=1 if obtain is not None else 0,
             obtain_s_total=max(0.0, obtain) if obtain is not None else 0.0,
         ))  # fmt: skip
+    for refused in record.get("stockouts") or []:
+        if isinstance(refused, dict):  # a request the rung refused for capacity: how often it is full
+            _add(out, key(refused), History(stockouts=1))
     for p in pres:
         parts = [_f(p.get(k)) for k in ("detect_s", "delete_s", "restore_s")]
         measured = p.get("restore_s") is not None
@@ -312,6 +316,8 @@ class Stat:
             "obtain_s_mean": round(h.obtain_s_total / h.obtained, 3) if h.obtained else None,
             "recovery_s_mean": round(h.recovery_s_total / h.recoveries, 3) if h.recoveries else None,
             "steps_lost_mean": round(h.steps_lost_total / h.preemptions, 3) if h.preemptions else None,
+            "stockouts": h.stockouts,
+            "refused_share": round(h.stockouts / (h.stockouts + h.obtained), 6) if h.stockouts + h.obtained else None,
         }
 
 

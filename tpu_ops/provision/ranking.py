@@ -47,15 +47,14 @@ def backend_of(spec: ProvisionSpec) -> str:
 ReservationPrice = Literal["opportunity", "prepaid", "list"]
 
 
-def rank_price(table: PriceTable, generation: str, tier: str, reservation: ReservationPrice = "opportunity") -> float:
+def rank_price(table: PriceTable, generation: str, tier: str, reservation: ReservationPrice = "prepaid") -> float:
     """Dollars per chip-hour the ranking charges for ``tier``: its list price, except a reservation.
 
-    A reservation is billed whether used or not, so using it costs nothing extra (``prepaid``: 0),
-    but it is scarce: an hour of it held by a run that would do nearly as well on spot is an hour
-    denied to one that would otherwise pay for on-demand. ``opportunity`` (the default) charges it
-    at the price of the slice's cheapest tier, spot, so a run takes the reservation first only when
-    it is cheaper per kept step than every spot rung (a long checkpoint interval, a flaky zone, a
-    deadline), and otherwise after spot. ``list`` charges the reservation's list price.
+    A reservation is billed whether used or not, so using it costs nothing extra (``prepaid``, the
+    default: 0); that it is scarce is the scarcity charge's business (:mod:`tpu_ops.provision.choose`):
+    the more often the fleet finds it full, the more an hour of it costs a run that would do nearly as
+    well elsewhere. ``opportunity`` charges it a fixed stand-in for that, the price of the slice's
+    cheapest tier, spot, whatever the demand; ``list`` its list price (the fleet simulator compares).
     """
     if tier != "reservation" or reservation == "list":
         return table.price(generation, tier)
@@ -68,16 +67,25 @@ def rank_price(table: PriceTable, generation: str, tier: str, reservation: Reser
 
 
 def candidates(
-    spec: ProvisionSpec, steps: Sequence[StepLike], table: PriceTable, reservation: ReservationPrice = "opportunity"
+    spec: ProvisionSpec,
+    steps: Sequence[StepLike],
+    table: PriceTable,
+    reservation: ReservationPrice = "prepaid",
+    scarcity: bool = True,
 ) -> list[Rung]:
-    """One candidate per planned attempt, priced for the whole slice (a reservation: :func:`rank_price`)."""
+    """One candidate per planned attempt, priced for the whole slice (a reservation: :func:`rank_price`),
+    with on-demand as the fallback a scarce rung's charge is measured against (``scarcity``)."""
     acc = spec.slice.accelerator
     backend = backend_of(spec)
+    fallback = 0.0
+    if scarcity:
+        with contextlib.suppress(ConfigError):  # no on-demand price: no scarcity charge
+            fallback = acc.chips * table.price(acc.generation, "on-demand")
     out = []
     for s in steps:
         usd_per_hour = acc.chips * rank_price(table, acc.generation, str(s.tier), reservation)
         name = s.reservation.rsplit("/", 1)[-1]
-        out.append(Rung(acc.name, s.zone, str(s.tier), backend, usd_per_hour, name, s.number))
+        out.append(Rung(acc.name, s.zone, str(s.tier), backend, usd_per_hour, name, s.number, fallback))
     return out
 
 
@@ -111,12 +119,15 @@ def order(
     table: PriceTable,
     histories: dict[Key, History],
     run: RunModel,
-    reservation: ReservationPrice = "opportunity",
+    reservation: ReservationPrice = "prepaid",
+    scarcity: bool = True,
 ) -> tuple[list[Any], Choice]:
     """The planned attempts reordered by the choice (their numbers, hence resource names, kept).
-    ``reservation``: how a reservation is priced (:func:`rank_price`; the fleet simulator compares)."""
+    ``reservation``: how a reservation is priced (:func:`rank_price`); ``scarcity``: whether contended
+    rungs carry their scarcity charge (:mod:`tpu_ops.provision.choose`); the fleet simulator compares."""
     c = spec.choose or ChooseSpec()
-    choice = rank(candidates(spec, steps, table, reservation), run, histories, max_miss=c.max_miss)
+    rungs = candidates(spec, steps, table, reservation, scarcity)
+    choice = rank(rungs, run, histories, max_miss=c.max_miss)
     by_number = {s.number: s for s in steps}
     ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
     if c.auto and choice.method == "written-order":
@@ -126,6 +137,9 @@ def order(
         how = "the spot price, its opportunity cost" if reservation == "opportunity" else "nothing"
         choice = Choice(choice.ranked, choice.method, f"{choice.note}; a reservation is paid whether used or "
                         f"not, so it is charged at {how}")  # fmt: skip
+    if choice.method == "cost" and scarcity and any(r.expectation.belief.full > 0 for r in choice.ranked):
+        choice = Choice(choice.ranked, choice.method, f"{choice.note}; a rung the fleet finds full also "
+                        "costs, per hour held, the share of requests it refuses x (on-demand - its price)")  # fmt: skip
     return ordered, choice
 
 

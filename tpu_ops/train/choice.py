@@ -3,6 +3,8 @@
 - :func:`for_job`: a job whose ladder is ranked (``choose`` / ``ladder: auto``) gets the run's facts
   filled in: its steps, checkpoint interval, history (the checkpoint dir) and deadline
   (``train.max_duration`` unless the spec set one).
+- :func:`noting_stockouts`: the requests the ladder finds refused for capacity go into the run's
+  state, from which the history learns how often each rung is full.
 - :func:`record_identity`: every supervised run writes ``RUN/_tpu_ops/capacity.json`` (accelerator
   type, backend, chips), which the capacity history keys its records by.
 - :func:`state_store`: the run's state store, which also publishes the run's entry into the capacity
@@ -13,11 +15,13 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
 from tpu_ops.errors import TpuOpsError
 from tpu_ops.provision import history, ranking
+from tpu_ops.provision.records import Outcome
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.layout import RunLayout
@@ -38,6 +42,19 @@ def for_job(job: TrainJobSpec) -> TrainJobSpec:
 def kept_steps(supervisor: Any) -> Callable[[], int | None]:
     """The newest complete checkpoint of the supervisor's run, read when the ladder walks."""
     return lambda: latest_complete_step(supervisor.gcs, supervisor.layout.steps_uri)
+
+
+def noting_stockouts(supervisor: Any, on_attempt: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    """``on_attempt``, which also keeps each request refused for capacity in the run's state, where the
+    capacity history counts how often a rung is full (its scarcity; published with the next milestone)."""
+
+    def note(attempt: Any) -> None:
+        if attempt.outcome == Outcome.STOCKOUT and getattr(supervisor, "state", None) is not None:
+            supervisor.state.stockouts.append({"zone": attempt.zone, "tier": attempt.tier, "at": time.time()})
+        if on_attempt is not None:
+            on_attempt(attempt)
+
+    return note
 
 
 def record_identity(gcs: Any, layout: RunLayout, job: TrainJobSpec) -> None:

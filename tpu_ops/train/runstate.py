@@ -241,6 +241,7 @@ class RunState:
     incarnations: list[IncarnationState] = field(default_factory=list)
     preemptions: list[PreemptionState] = field(default_factory=list)
     supervisors: list[dict[str, Any]] = field(default_factory=list)
+    stockouts: list[dict[str, Any]] = field(default_factory=list)  # requests refused for capacity: zone, tier, at
 
     @property
     def live(self) -> IncarnationState | None:

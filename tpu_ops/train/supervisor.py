@@ -73,7 +73,7 @@ class Supervisor:
         # The slice's owner here (provider seam); ``self.lease`` fences the run.
         provider = provider or for_spec(job.provision, settings, run.clients)
         self.slices = SliceLease(job.provision, run_id, settings, provider=provider, clients=run.clients,
-                                 on_attempt=on_attempt,
+                                 on_attempt=choice.noting_stockouts(self, on_attempt),
                                  progress=choice.kept_steps(self))  # fmt: skip
         self.provider = self.slices.provider
         self.gcs, self.layout = run.clients.gcs(), run.layout
