@@ -100,6 +100,9 @@ def test_history_requests_and_the_fixed_ladder_cache(sim: ModuleType, tmp_path: 
     # One summary read per ranking, and a read + a conditional write per record published.
     assert r["history_gcs_reads_per_run"] == (fleet.rankings + published) / 30
     assert r["history_gcs_writes_per_run"] == published / 30
+    # The reservation (3 VMs) is contended by 30 runs: its stock-outs reach the history the ranking reads.
+    res = next(h for k, h in fleet.history.items() if k[2] == "reservation")
+    assert res.stockouts > 0 and res.obtained > 0
     assert fleet.history_scan_reads > fleet.rankings  # the full scan grew with every run recorded
     # Fixed ladders never call the ranking: their results are kept and read back as computed.
     steps = sim.plan(sim.fleet_spec(sim.SCENARIO["written_ladder"]))

@@ -114,3 +114,16 @@ def test_a_hung_trainer_is_detected_and_recovered(stack: Any, gcs: Any, ckpt_buc
     assert len(report.preemptions) == 1 and report.preemptions[0].reason.startswith("stalled")
     assert report.preemptions[0].resume_step == 4
     assert time.monotonic() - t0 < 60
+
+
+def test_the_stock_outs_on_the_way_to_a_slice_are_kept_in_the_run_state(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any
+) -> None:
+    # Spot is stocked out in the only zone: the ladder moves on to on-demand, and the run's state
+    # keeps the refusal, which the capacity history counts as that rung being full.
+    stack.set_capacity({"us-central2-b": {"spot": 0, "on-demand": 64, "reservations": {}}})
+    job = job_spec(ckpt_bucket, steps=4, checkpoint_every=2)
+    report = Run(job, "stocked-out", train_settings, wheel=agent_wheel(train_settings)).result()
+    assert report.outcome == "done" and [i.tier for i in report.incarnations] == ["on-demand"]
+    state = json.loads(gcs.bucket(ckpt_bucket).blob("runs/stocked-out/_tpu_ops/state.json").download_as_bytes())
+    assert [(s["zone"], s["tier"]) for s in state["stockouts"]] == [("us-central2-b", "spot")]
