@@ -207,6 +207,8 @@ def test_capacity_stats_and_plan_from_a_bucket(
     assert (a_spot["full"], a_spot["scarcity_usd"], b_spot["full"]) == (0.0, 0.0, round(1 / 3, 6))
     assert b_spot["scarcity_usd"] == pytest.approx(b_spot["held_s"] / 3600 * 16 * (4.2 - 2.1) / 3, rel=1e-5)
     assert b_spot["usd"] < a_spot["usd"] < b_spot["usd"] + b_spot["scarcity_usd"]  # cheaper, but scarce
+    assert b_spot["why"].endswith(f"(scarce: 33% of requests refused, +${b_spot['scarcity_usd']:.2f} included)")
+    assert "scarce" not in a_spot["why"]
     assert plan["rungs"][0]["why"].startswith("cheapest per kept step")
     assert "a rung the fleet finds full also costs" in plan["note"]
     assert plan["steps_left"] == 4000 and plan["seconds_per_step"] == 3.6

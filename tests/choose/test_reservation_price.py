@@ -6,6 +6,7 @@ runs that gain most from it, not to whoever asks first."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -85,6 +86,10 @@ def test_the_scarcity_charge_exactly() -> None:
     assert expect(SPOT, run, History(stockouts=9)).to_json()["full"] == round(9 / 11, 6)
 
 
+def _scarce_note(e: Any) -> str:
+    return f" (scarce: 50% of requests refused, +${e.scarcity_usd:.2f} included)"
+
+
 def test_the_contended_reservation_goes_to_the_run_that_gains_most() -> None:
     # The reservation, full half the time, costs half of on-demand per hour held: as much as spot.
     # Two hours of work checkpointed every two hours: spot would cost 11.8% more, so the reservation first.
@@ -94,7 +99,7 @@ def test_the_contended_reservation_goes_to_the_run_that_gains_most() -> None:
     assert res.usd_per_step == pytest.approx(ref_held(7200, 7200, 0.04 / 104 / 3600, 300) / 3600 * 8.4 / 3600, **EXACT)
     assert spot.usd_per_step == pytest.approx(ref_held(7200, 7200, 102 / 1004 / 3600, 300) / 3600 * 8.4 / 3600, **EXACT)
     assert spot.usd_per_step / res.usd_per_step == pytest.approx(1.1178, abs=5e-5)  # not a tie (> 10%)
-    assert long.ranked[0].why == "cheapest per kept step"
+    assert long.ranked[0].why == "cheapest per kept step" + _scarce_note(res)
     # The same work checkpointed every 5 minutes loses little to a preemption: spot and the reservation
     # are within 10%, so spot goes first and the reservation is left to runs that need it.
     short = rank([SPOT, OD, RES], RunModel(3600, 2.0, 150), HIST)
@@ -102,7 +107,7 @@ def test_the_contended_reservation_goes_to_the_run_that_gains_most() -> None:
     s, r = short.ranked[0].expectation, short.ranked[1].expectation
     assert s.usd_per_step == pytest.approx(ref_held(7200, 300, 102 / 1004 / 3600, 300) / 3600 * 8.4 / 3600, **EXACT)
     assert r.usd_per_step < s.usd_per_step <= r.usd_per_step * 1.1
-    assert short.ranked[1].why.endswith("a tie, steadier, tried after it")
+    assert short.ranked[1].why.endswith("a tie, steadier, tried after it" + _scarce_note(r))
     # Nobody refused: the reservation costs nothing, and every run takes it first.
     free = {**HIST, RES.key: History(hours=100.0, obtained=3)}
     assert rank([SPOT, OD, RES], RunModel(3600, 2.0, 150), free).ranked[0].expectation.rung == RES

@@ -345,7 +345,7 @@ def rank(
     late = sorted((e for e in exps if e.miss_probability > max_miss),
                   key=lambda e: (e.miss_probability, e.usd_per_step, e.rung.order))  # fmt: skip
     deadline = " that makes the deadline" if run.deadline_s is not None else ""
-    out = [Ranked(e, i + 1, True, _why(e, ok, near, deadline)) for i, e in enumerate(ok)]
+    out = [Ranked(e, i + 1, True, _why(e, ok, near, deadline) + _scarce(e)) for i, e in enumerate(ok)]
     for e in late:
         why = f"misses the deadline with P={e.miss_probability:.1%} > {max_miss:.1%}"
         out.append(Ranked(e, len(out) + 1, False, why))
@@ -383,6 +383,13 @@ def _why(e: Expectation, ok: list[Expectation], near: list[Expectation], deadlin
         ratio = _ratio(e.usd_per_step, first.usd_per_step)
         return f"{ratio} the cost per kept step of {first.rung.label()}: a tie, steadier, tried after it"
     return f"{_ratio(e.usd_per_step, cheapest.usd_per_step)} the cost per kept step of {cheapest.rung.label()}"
+
+
+def _scarce(e: Expectation) -> str:
+    """What scarcity added to a rung's figure, when it added anything."""
+    if e.scarcity_usd <= 0 or math.isinf(e.scarcity_usd):
+        return ""
+    return f" (scarce: {e.belief.full:.0%} of requests refused, +${e.scarcity_usd:.2f} included)"
 
 
 def _ratio(a: float, b: float) -> str:
