@@ -194,10 +194,13 @@ def trace(seed: int, *key: Any) -> random.Random:
     return random.Random(int.from_bytes(h[:8], "big"))
 
 
-def fleet_spec(ladder: list[str]) -> ProvisionSpec:
+def fleet_spec(ladder: list[str], wait_s: float | None = None) -> ProvisionSpec:
+    choose: dict[str, Any] = {"max_miss": SCENARIO["max_miss"]}
+    if wait_s is not None:
+        choose["wait"] = f"{wait_s:.0f}s"
     return ProvisionSpec.model_validate({
         "slice": {"accelerator_type": "v5p-8", "region": "us-east5", "zones": list(ZONES)},
-        "ladder": ladder, "budget_usd": 100000, "hours": 16, "choose": {"max_miss": SCENARIO["max_miss"]},
+        "ladder": ladder, "budget_usd": 100000, "hours": 16, "choose": choose,
     })  # fmt: skip
 
 
@@ -206,7 +209,8 @@ class Fleet:
 
     def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None,
                  reservation_price: ranking.ReservationPrice = "prepaid", rates: Rates | None = None,
-                 half_life_h: float | None = None, scarcity: bool = True) -> None:  # fmt: skip
+                 half_life_h: float | None = None, scarcity: bool = True,
+                 wait_s: float | None = None) -> None:  # fmt: skip
         self.runs, self.seed, self.fixed = runs, seed, order
         self.reservation_price, self.scarcity = reservation_price, scarcity
         self.rates = rates or scenario_rates("stationary")
@@ -214,7 +218,7 @@ class Fleet:
         self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each slice's record, folded
         # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
         self.window_end = max((r.deadline for r in runs), default=0.0)
-        self.spec = fleet_spec(SCENARIO["written_ladder"])
+        self.spec = fleet_spec(SCENARIO["written_ladder"], wait_s)
         self.steps = plan(self.spec)
         self.table = shipped()
         self.backend_name = ranking.backend_of(self.spec)
@@ -253,10 +257,12 @@ class Fleet:
     def price(self, step: Step) -> float:
         return 4 * self.table.price("v5p", str(step.tier))  # 4 chips
 
-    def order_for(self, st: RunState) -> list[Step]:
+    def order_for(self, st: RunState) -> tuple[list[Step], float | None]:
+        """The rungs to try on this walk, and how long to wait before the next if all are refused
+        (``choose.wait``: then only those before on-demand are tried); None: the ladder's retry."""
         if self.fixed is not None:
             by = {s.number: s for s in self.steps}
-            return [by[n] for n in self.fixed]
+            return [by[n] for n in self.fixed], None
         sps = SCENARIO["seconds_per_step"]
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
@@ -266,7 +272,9 @@ class Fleet:
         self.history_reads += 1
         self.history_scan_reads += 1 + 2 * len(self.recorded_runs)
         self.why_counts[choice.method] = self.why_counts.get(choice.method, 0) + 1
-        return ordered
+        if choice.try_now is not None:
+            return ordered[: choice.try_now], choice.wait_s
+        return ordered, None
 
     def body(self, st: RunState, step: Step, name: str) -> dict[str, Any]:
         sched: dict[str, Any] = {"onHostMaintenance": "TERMINATE"}
@@ -288,7 +296,8 @@ class Fleet:
         """The ladder: try the rungs in order; stock-outs cost ``stockout_s`` each."""
         t = self.now()
         st.requested_at = st.requested_at or t
-        for step in self.order_for(st):
+        steps, wait = self.order_for(st)
+        for step in steps:
             n = st.uses.get(step.number, 0)
             name = f"sim-{st.spec.idx}-a{step.number}-{n}"
             st.api_calls += 1
@@ -302,7 +311,7 @@ class Fleet:
             st.instance, st.step = name, step
             self.at(t + SCENARIO["boot_s"], "ready", st.spec.idx)
             return
-        self.at(t + SCENARIO["ladder_retry_s"], "walk", st.spec.idx)
+        self.at(t + (SCENARIO["ladder_retry_s"] if wait is None else wait), "walk", st.spec.idx)
 
     def _publish_refusals(self, st: RunState) -> None:
         """The stock-outs met on the way to a slice, published with its "obtained" milestone (as the
@@ -509,12 +518,14 @@ def fixed_orders(steps: list[Step], all_orders: bool) -> dict[str, list[int]]:
     return out
 
 
-AUTOS: dict[str, tuple[ranking.ReservationPrice, bool, bool]] = {  # reservation price, half-life, scarcity
-    "auto": ("prepaid", False, True),  # as shipped, defaults only: the README's figure
-    "auto with choose.half_life 24 h": ("prepaid", True, True),
+# name: (reservation price, half-life, scarcity charge, choose.wait seconds)
+AUTOS: dict[str, tuple[ranking.ReservationPrice, bool, bool, float | None]] = {
+    "auto": ("prepaid", False, True, None),  # as shipped, defaults only: the README's figure
+    "auto with choose.wait 10 min": ("prepaid", False, True, 600.0),
+    "auto with choose.half_life 24 h": ("prepaid", True, True, None),
     "auto without the scarcity charge, reservation at the spot price (the previous round)": (
-        "opportunity", False, False),
-    "auto without the scarcity charge, reservation at 0": ("prepaid", False, False),
+        "opportunity", False, False, None),
+    "auto without the scarcity charge, reservation at 0": ("prepaid", False, False, None),
 }
 
 
@@ -533,8 +544,8 @@ def compare(runs: list[RunSpec], seed: int, scenario: str, orders: dict[str, lis
             cached.parent.mkdir(parents=True, exist_ok=True)
             cached.write_text(json.dumps(results, default=str))
     autos: dict[str, dict[str, Any]] = {}
-    for name, (price, aged, scarce) in AUTOS.items():
-        fleet = Fleet(runs, seed, None, price, rates, SCENARIO["half_life_h"] if aged else None, scarce)
+    for name, (price, aged, scarce, wait_s) in AUTOS.items():
+        fleet = Fleet(runs, seed, None, price, rates, SCENARIO["half_life_h"] if aged else None, scarce, wait_s)
         autos[name] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
     auto = autos["auto"]
     floor = Fleet(runs, seed, None, rates=rates).floor()

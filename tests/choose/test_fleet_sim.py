@@ -128,3 +128,15 @@ def test_the_floor_no_policy_beats(sim: ModuleType) -> None:
         r = sim.Fleet(runs, 7, orders[name]).run()
         assert r["kept_steps"] == total and r["usd_per_kept_step"] > fleet.floor()
     assert fleet.run()["usd_per_kept_step"] > fleet.floor()
+
+
+def test_a_patient_fleet_waits_for_spot_instead_of_buying_on_demand(sim: ModuleType) -> None:
+    runs = sim.make_runs(30, 7)
+    hasty = sim.Fleet(runs, 7, None)
+    h = hasty.run()
+    patient = sim.Fleet(runs, 7, None, wait_s=600.0)
+    p = patient.run()
+    assert patient.spec.choose.wait.total_seconds() == 600 and hasty.spec.choose.wait is None
+    # The same runs and luck: on-demand falls to a fraction, every deadline still kept, nothing leaked.
+    assert p["slice_hours"]["on-demand@a"] < h["slice_hours"]["on-demand@a"] / 2
+    assert p["deadline_hit_rate"] == h["deadline_hit_rate"] == 1.0 and p["slices_leaked"] == 0

@@ -114,3 +114,73 @@ def test_auto_without_history_keeps_the_written_order_and_says_so(settings: Sett
         assert [r["order"] for r in plan["rungs"]] == [1, 2, 3, 4]
     finally:
         teardown("rk-2", settings, zones=list(spec.slice.zones))
+
+
+ZONES = ("us-east5-a", "us-east5-b")
+
+
+def _no_spot(compute: Any) -> dict[str, Any]:
+    """Spot stocked out in both zones, on-demand plenty; returns the zones' capacity to restore."""
+    was = compute.backend.capacity.to_json()["zones"]
+    compute.backend.configure_capacity({z: {"SPOT": 0, "STANDARD": 64} for z in ZONES})
+    return {z: was.get(z, was["*"]) for z in ZONES}
+
+
+def _patient(history: str, wait: str, overall: str = "60s") -> ProvisionSpec:
+    spec = _spec(history).model_dump(mode="json")
+    spec["choose"].update(wait=wait, max_duration="3h")
+    spec["overall_timeout"] = overall
+    return ProvisionSpec.model_validate(spec)
+
+
+def test_with_choose_wait_the_ladder_waits_for_spot_instead_of_buying_on_demand(
+    settings: Settings, compute: Any
+) -> None:
+    import threading
+    import time
+
+    _seed_history(settings, "patient")
+    spec = _patient("gs://patient/ckpt", wait="1s")
+    before = _no_spot(compute)
+
+    def free_spot_once_waiting() -> None:  # capacity comes back while the ladder waits
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(e["kind"] == "waiting" for e in Ledger(settings, "rk-3").events()):
+                compute.backend.configure_capacity({"us-east5-b": {"SPOT": 64, "STANDARD": 64}})
+                return
+            time.sleep(0.02)
+
+    helper = threading.Thread(target=free_spot_once_waiting)
+    helper.start()
+    try:
+        s = provision(spec, "rk-3", settings, progress=lambda: None)
+        helper.join(30)
+        # spot b (#2) and spot a (#1) refused; waited instead of on-demand (#3, #4); then spot b granted
+        assert (s.zone, s.tier) == ("us-east5-b", "spot")
+        assert [(a.number, a.outcome) for a in s.attempts] == [(2, "stockout"), (1, "stockout"), (2, "active")]
+        events = Ledger(settings, "rk-3").events()
+        assert [e["seconds"] for e in events if e["kind"] == "waiting"] == [1.0]
+        first, second = _plans(settings, "rk-3")
+        assert first["try_now"] == 2 and first["wait_s"] == 1.0 and "wait 1 s and ask again" in first["note"]
+        assert [r["tier"] for r in first["rungs"]] == ["spot", "spot", "on-demand", "on-demand"]
+        assert second["try_now"] == 2  # ranked again after the wait
+    finally:
+        helper.join(30)
+        compute.backend.configure_capacity(before)
+        teardown("rk-3", settings, zones=list(spec.slice.zones))
+
+
+def test_without_time_to_wait_the_ladder_buys_on_demand_at_once(settings: Settings, compute: Any) -> None:
+    _seed_history(settings, "impatient")
+    # An hour's wait does not fit in the ladder's overall timeout: no waiting, on to on-demand.
+    spec = _patient("gs://impatient/ckpt", wait="1h", overall="60s")
+    before = _no_spot(compute)
+    try:
+        s = provision(spec, "rk-4", settings, progress=lambda: None)
+        assert (s.zone, s.tier) == ("us-east5-a", "on-demand")
+        assert [(a.number, a.outcome) for a in s.attempts] == [(2, "stockout"), (1, "stockout"), (3, "active")]
+        assert not [e for e in Ledger(settings, "rk-4").events() if e["kind"] == "waiting"]
+    finally:
+        compute.backend.configure_capacity(before)
+        teardown("rk-4", settings, zones=list(spec.slice.zones))

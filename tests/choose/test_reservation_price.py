@@ -139,3 +139,42 @@ def test_the_plan_says_how_the_reservation_was_priced() -> None:
     _, uncharged = order(spec, steps, shipped(), scarce, RunModel(3600, 2.0, 3600), scarcity=False)
     assert "finds full" not in uncharged.note
     assert all(r.expectation.scarcity_usd == 0.0 for r in uncharged.ranked)
+
+
+def test_patience_holds_on_demand_back_only_while_it_still_makes_the_deadline() -> None:
+    # 7200 s of work; on-demand takes 300 s to obtain (the prior). Asked 600 s later, it still makes a
+    # deadline of 300 + 7200 + 600 + 1 s, and not one of 300 + 7200 + 600 - 1 s.
+    def choice(deadline: float | None, rungs: list[Rung] | None = None) -> Choice:
+        return rank(rungs or [OD, SPOT, RES], RunModel(3600, 2.0, 150, deadline), HIST, wait_s=600.0)
+
+    roomy = choice(300 + 7200 + 600 + 1)
+    assert [r.expectation.rung for r in roomy.ranked] == [SPOT, RES, OD]
+    assert (roomy.try_now, roomy.wait_s) == (2, 600.0)
+    assert roomy.note.endswith("; if the first 2 are refused, wait 600 s and ask again: on-demand would still make "
+                               "the deadline then")  # fmt: skip
+    assert roomy.to_json()["try_now"] == 2
+    tight = choice(300 + 7200 + 600 - 1)
+    assert (tight.try_now, tight.wait_s) == (None, None) and "wait" not in tight.note
+    assert choice(None).try_now is None  # no deadline: nothing bounds the wait
+    assert rank([OD, SPOT], RunModel(3600, 2.0, 150, 10**6), HIST).try_now is None  # no choose.wait
+    # On-demand first (spot hopeless for a 2-hour checkpoint on a flaky zone): nothing cheaper to wait for.
+    flaky = {SPOT.key: History(hours=10.0, preemptions=60)}
+    first = rank([OD, SPOT], RunModel(3600, 2.0, 3600, 10**6), flaky, wait_s=600.0)
+    assert first.ranked[0].expectation.rung == OD and first.try_now is None
+
+
+BAD_WAITS = [("2d", "out of range"), ("soon", "write 90s, 30m, 2h, 1d"), (0, "out of range")]
+
+
+@pytest.mark.parametrize(("wait", "words"), BAD_WAITS)
+def test_a_bad_wait_is_refused_naming_the_field(wait: Any, words: str) -> None:
+    from tpu_ops.errors import SpecError
+    from tpu_ops.specs import parse_spec
+
+    doc = _spec().model_dump(mode="json")
+    doc["choose"]["wait"] = wait
+    with pytest.raises(SpecError) as info:
+        parse_spec(ProvisionSpec, doc)
+    assert "choose.wait" in [e["field"] for e in info.value.errors] and words in str(info.value)
+    doc["choose"]["wait"] = "10m"
+    assert parse_spec(ProvisionSpec, doc).choose.wait.total_seconds() == 600  # type: ignore[union-attr]

@@ -21,9 +21,8 @@ The model (every figure per rung, times in seconds):
   capacity, which for requests arriving at random is the share of time it is full) charges each
   hour held ``f x (fallback - price)``, ``fallback`` being the price of the capacity that is never
   short (on-demand): an hour taken on a contended rung is, that often, an hour another run must buy
-  at on-demand instead. Each run is ranked alone; this charge is how the fleet's demand enters it,
-  so runs that gain little from steady capacity leave it to those that gain much, and a rung nobody
-  is refused (``f = 0``, the prior) costs its price alone.
+  at on-demand instead. So runs that gain little from steady capacity leave it to those that gain
+  much; a rung nobody is refused (``f = 0``, the prior) costs its price alone.
 
 History is thin at first, so every rate is shrunk towards a **conservative prior** (``PRIORS``):
 the posterior mean of a Gamma prior worth ``PRIOR_HOURS`` hours of observation, i.e.
@@ -277,11 +276,16 @@ class Choice:
     ranked: tuple[Ranked, ...]
     method: str  # "cost" | "written-order"
     note: str
+    # choose.wait: try the first ``try_now`` rungs; all refused: wait ``wait_s``, rank again.
+    try_now: int | None = None
+    wait_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "method": self.method,
             "note": self.note,
+            "try_now": self.try_now,
+            "wait_s": self.wait_s,
             "rungs": [
                 {"position": r.position, "eligible": r.eligible, "why": r.why, **r.expectation.to_json()}
                 for r in self.ranked
@@ -319,6 +323,7 @@ def rank(
     *,
     max_miss: float = 0.1,
     keep_order_without_history: bool = True,
+    wait_s: float | None = None,
 ) -> Choice:
     """Order ``rungs`` by expected $ per kept step, those that make the deadline first.
 
@@ -330,6 +335,11 @@ def rank(
     it (still tried: better late than nothing), ordered by miss probability. With no history for
     any rung and ``keep_order_without_history``, the written order stands (the priors alone would
     only restate the price list) and the note says so.
+
+    ``wait_s`` (patience): on-demand is never short, so buying it before it is needed gains nothing
+    but time. While the best on-demand rung would still make the deadline if asked ``wait_s`` later,
+    the ladder tries only the rungs ranked before it; if all are refused it waits ``wait_s`` and ranks
+    again, rather than pay for on-demand now.
     """
     exps = [expect(r, run, histories.get(r.key)) for r in rungs]
     no_history = all(histories.get(r.key, History()).empty for r in rungs)
@@ -354,7 +364,27 @@ def rank(
         note += f", deadline in {run.deadline_s / 3600:.2f} h at P(miss) ≤ {max_miss:.0%}"
         if not ok:
             note += "; no rung is expected to make it, so the least likely to miss goes first"
+    try_now = _patience([r.expectation for r in out], run, histories, max_miss, wait_s)
+    if try_now is not None:
+        note += (f"; if the first {try_now} are refused, wait {wait_s:.0f} s and ask again: on-demand would "
+                 "still make the deadline then")  # fmt: skip
+        return Choice(tuple(out), "cost", note, try_now, wait_s)
     return Choice(tuple(out), "cost", note)
+
+
+def _patience(order: list[Expectation], run: RunModel, histories: dict[tuple[str, str, str, str], History],
+              max_miss: float, wait_s: float | None) -> int | None:  # fmt: skip
+    """How many rungs to try before waiting ``wait_s``: those ranked before the first never-short one
+    (priced at its fallback, on-demand), while that one still makes the deadline after the wait."""
+    if wait_s is None or run.deadline_s is None:
+        return None
+    i = next((i for i, e in enumerate(order) if 0 < e.rung.fallback_usd_per_hour <= e.rung.usd_per_hour), 0)
+    if i == 0:
+        return None  # on-demand first (or none in the ladder): nothing cheaper to wait for
+    later = RunModel(run.steps, run.seconds_per_step, run.checkpoint_every, run.deadline_s - wait_s)
+    if expect(order[i].rung, later, histories.get(order[i].rung.key)).miss_probability > max_miss:
+        return None
+    return i
 
 
 def _by_cost(ok: list[Expectation]) -> tuple[list[Expectation], list[Expectation]]:

@@ -30,6 +30,7 @@ from tpu_ops.layout import check_run_id
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision import ranking
+from tpu_ops.provision.choose import Choice
 from tpu_ops.provision.cost import check_budget
 from tpu_ops.provision.naming import attempt_of, resource_id, run_labels
 from tpu_ops.provision.prices import PriceTable, load
@@ -98,7 +99,7 @@ def provision(
     ledger.claim()
     walk = _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt)
     if spec.choose is not None:
-        walk.steps = ranking.apply(spec, walk.steps, clients, run_id, ledger, table, progress)
+        walk.rank = lambda steps: ranking.apply(spec, steps, clients, run_id, ledger, table, progress)
     return walk.run()
 
 
@@ -125,29 +126,56 @@ class _Ladder:
         self.deadline = time.monotonic() + spec.overall_timeout.total_seconds()
         self.steps = plan(spec)
         self.attempts: list[Attempt] = []
+        # The choice (``choose``): called at each walk, it orders the steps and may say to try only
+        # the first few, then wait and walk again (``choose.wait``).
+        self.rank: Callable[[list[Step]], tuple[list[Step], Choice | None]] | None = None
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self) -> Slice:
         adopted, resume_at = self._survey()
         if adopted is not None:
             return adopted
+        choice = self._ranked()
         # Resume at the attempt an earlier process was waiting on (by its place: a ranked plan is not in number order).
         start = next((i for i, s in enumerate(self.steps) if s.number == resume_at), 0)
-        for step in self.steps[start:]:
-            if time.monotonic() >= self.deadline:
-                self._record(Attempt(step.number, step.tier, step.zone, resource_id(self.run_id, step.number),
-                                     Outcome.TIMEOUT, 0.0, "overall timeout reached before this attempt",
-                                     step.reservation))  # fmt: skip
-                continue
-            result = self._attempt(step)
-            if result is not None:
-                return result
+        while True:
+            hold = self._hold(choice, start)
+            for step in self.steps[start : hold[0] if hold else None]:
+                if time.monotonic() >= self.deadline:
+                    self._record(Attempt(step.number, step.tier, step.zone, resource_id(self.run_id, step.number),
+                                         Outcome.TIMEOUT, 0.0, "overall timeout reached before this attempt",
+                                         step.reservation))  # fmt: skip
+                    continue
+                result = self._attempt(step)
+                if result is not None:
+                    return result
+            if hold is None:
+                break
+            # Every rung cheaper than on-demand refused, and on-demand still makes the deadline later.
+            self.ledger.append(L.WAITING, seconds=hold[1], t=time.time())
+            time.sleep(hold[1])
+            choice, start = self._ranked(), 0
         lines = "\n  ".join(a.describe() for a in self.attempts)
         raise ProvisioningError(
             f"no slice of {self.spec.slice.accelerator_type} for run {self.run_id} on {self.provider.name}: every "
             f"rung failed ({len(self.attempts)} attempts):\n  {lines}",
             self.attempts,
         )
+
+    def _ranked(self) -> Choice | None:
+        """Rank the planned steps again (``choose``): the order, and whether to wait before some."""
+        if self.rank is None:
+            return None
+        self.steps, choice = self.rank(plan(self.spec))
+        return choice
+
+    def _hold(self, choice: Choice | None, start: int) -> tuple[int, float] | None:
+        """Where this walk stops to wait, and for how long (``choose.wait``); None: it tries every rung."""
+        if choice is None or choice.try_now is None or choice.wait_s is None or start >= choice.try_now:
+            return None
+        if time.monotonic() + choice.wait_s >= self.deadline:
+            return None  # the overall timeout leaves no time to wait
+        return choice.try_now, choice.wait_s
 
     def _zones(self) -> list[str]:
         return list(dict.fromkeys(s.zone for s in self.steps))

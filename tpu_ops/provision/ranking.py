@@ -12,6 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Final, Literal, Protocol
 
 from tpu_ops.cloud.clients import Clients
@@ -127,19 +128,20 @@ def order(
     rungs carry their scarcity charge (:mod:`tpu_ops.provision.choose`); the fleet simulator compares."""
     c = spec.choose or ChooseSpec()
     rungs = candidates(spec, steps, table, reservation, scarcity)
-    choice = rank(rungs, run, histories, max_miss=c.max_miss)
+    wait_s = c.wait.total_seconds() if c.wait is not None else None
+    choice = rank(rungs, run, histories, max_miss=c.max_miss, wait_s=wait_s)
     by_number = {s.number: s for s in steps}
     ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
     if c.auto and choice.method == "written-order":
         tiers = ", ".join(dict.fromkeys(str(s.tier) for s in steps))
-        choice = Choice(choice.ranked, choice.method, f"ladder: auto ({tiers} in each zone); {choice.note}")
+        choice = replace(choice, note=f"ladder: auto ({tiers} in each zone); {choice.note}")
     if choice.method == "cost" and reservation != "list" and any(str(s.tier) == "reservation" for s in steps):
         how = "the spot price, its opportunity cost" if reservation == "opportunity" else "nothing"
-        choice = Choice(choice.ranked, choice.method, f"{choice.note}; a reservation is paid whether used or "
-                        f"not, so it is charged at {how}")  # fmt: skip
+        choice = replace(choice, note=f"{choice.note}; a reservation is paid whether used or not, so it is "
+                         f"charged at {how}")  # fmt: skip
     if choice.method == "cost" and scarcity and any(r.expectation.belief.full > 0 for r in choice.ranked):
-        choice = Choice(choice.ranked, choice.method, f"{choice.note}; a rung the fleet finds full also "
-                        "costs, per hour held, the share of requests it refuses x (on-demand - its price)")  # fmt: skip
+        choice = replace(choice, note=f"{choice.note}; a rung the fleet finds full also costs, per hour held, "
+                         "the share of requests it refuses x (on-demand - its price)")  # fmt: skip
     return ordered, choice
 
 
@@ -253,12 +255,13 @@ def apply(
     table: PriceTable,
     progress: Progress | None = None,
     now: float | None = None,
-) -> list[Any]:
-    """What the ladder calls at each walk: the attempts ranked, the plan kept in the ledger (a
-    ``choice`` event) and beside the run's records in GCS. The deadline counts from the run's first
-    ledger event, so a walk after a preemption ranks with the time then left."""
+) -> tuple[list[Any], Choice | None]:
+    """What the ladder calls at each walk: the attempts ranked (and the choice: how many to try
+    before waiting, with ``choose.wait``), the plan kept in the ledger (a ``choice`` event) and beside
+    the run's records in GCS. The deadline counts from the run's first ledger event, so a walk after
+    a preemption ranks with the time then left."""
     if spec.choose is None:
-        return list(steps)
+        return list(steps), None
     from tpu_ops.errors import TpuOpsError
 
     now = time.time() if now is None else now
@@ -271,4 +274,4 @@ def apply(
     # The ledger has it; a bucket we cannot write to is no reason to refuse a slice.
     with contextlib.suppress(TpuOpsError):
         write_plan(spec, clients, run_id, doc)
-    return ordered
+    return ordered, choice

@@ -40,6 +40,12 @@ class ChooseSpec(StrictModel):
     max_miss: float = Field(
         0.1, ge=0.0, le=1.0, description="A rung whose deadline miss probability exceeds this is tried last."
     )
+    wait: Duration(timedelta(seconds=1), timedelta(days=1)) | None = Field(  # type: ignore[valid-type]
+        None,
+        description="Patience, e.g. 10m: when every rung cheaper than on-demand is refused and on-demand would "
+        "still make the deadline this much later, wait this long and ask again instead of buying on-demand now. "
+        "Default: never wait.",
+    )
     steps: int | None = Field(None, ge=1, description="Steps of the run (default: train.steps).")
     checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints (default: train's).")
     checkpoint_interval: Duration(timedelta(seconds=1), timedelta(days=7)) = Field(  # type: ignore[valid-type]
