@@ -115,5 +115,5 @@ def plan(args: argparse.Namespace) -> int:
     found = ranking.history_for(spec, Clients(settings), strict=True)
     _, choice = ranking.order(spec, ladder_plan(spec), table, found, run)
     out = ranking.plan_document(spec, choice, run, table)
-    show(out, args.json, f"{spec.slice.accelerator_type}: {ranking.describe(choice)}\n{_table(choice.rows())}")
+    show(out, args.json, f"{spec.slice.accelerator_type}: {ranking.describe(choice)}\n{_table(ranking.plan_rows(out))}")
     return 0

@@ -22,6 +22,7 @@ from tpu_ops.provision.choose import (
     poisson_cdf,
     rank,
 )
+from tpu_ops.provision.ranking import plan_rows
 
 EXACT = {"rel": 1e-12, "abs": 1e-12}
 
@@ -200,10 +201,10 @@ def test_a_rung_that_misses_the_deadline_goes_last() -> None:
 
 def test_rows_render_infinite_rungs() -> None:
     hist = {FLAKY.key: History(hours=1.0, preemptions=100)}
-    rows = rank([FLAKY, OD], RunModel(1000, 3.6, 10**7), hist).rows()
-    assert rows[-1]["$/kept step"] == "never" and rows[-1]["completion"] == "never"
-    assert rows[0]["rung"] == "on-demand in us-east5-a (compute)"
-    assert rows[0]["$/kept step"].startswith("$") and rows[0]["#"] == 1
+    rows = plan_rows(rank([FLAKY, OD], RunModel(1000, 3.6, 10**7), hist).to_json())
+    assert rows[-1]["$/kept step"] == "never" and rows[-1]["completion (h)"] == "never"
+    assert rows[0]["rung"] == "on-demand in us-east5-a" and rows[0]["full"] == "0%"
+    assert float(rows[0]["$/kept step"]) > 0 and rows[0]["#"] == 1
     assert rows[-1]["preempt/h"] == "20.400 (1.0 h seen)"
 
 

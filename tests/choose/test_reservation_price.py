@@ -178,3 +178,15 @@ def test_a_bad_wait_is_refused_naming_the_field(wait: Any, words: str) -> None:
     assert "choose.wait" in [e["field"] for e in info.value.errors] and words in str(info.value)
     doc["choose"]["wait"] = "10m"
     assert parse_spec(ProvisionSpec, doc).choose.wait.total_seconds() == 600  # type: ignore[union-attr]
+
+
+def test_patience_tries_a_rung_tied_with_on_demand_before_waiting() -> None:
+    # The reservation refused 40 of 40 requests (full = 40/42): charged 95% of on-demand, a tie with it,
+    # so the ranking puts the flakier on-demand first. Waiting, it asks the reservation first instead.
+    hist = {RES.key: History(hours=10.0, stockouts=40)}
+    run = RunModel(3600, 2.0, 150, 10**6)
+    hasty = rank([OD, RES], run, hist)
+    assert [r.expectation.rung for r in hasty.ranked] == [OD, RES]
+    patient = rank([OD, RES], run, hist, wait_s=600.0)
+    assert [(r.expectation.rung, r.position) for r in patient.ranked] == [(RES, 1), (OD, 2)]
+    assert (patient.try_now, patient.wait_s) == (1, 600.0)

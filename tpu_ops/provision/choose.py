@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
 PRIOR_HOURS: Final = 4.0  # a prior rate weighs as much as 4 hours of observed slice time
@@ -292,29 +292,6 @@ class Choice:
             ],
         }
 
-    def rows(self) -> list[dict[str, Any]]:
-        """One table row per rung, in the order tried."""
-
-        def money(v: float) -> str:
-            return "never" if math.isinf(v) else f"${v:.6f}"
-
-        def hours(v: float) -> str:
-            return "never" if math.isinf(v) else f"{v / 3600:.2f} h"
-
-        return [
-            {
-                "#": r.position,
-                "rung": f"{r.expectation.rung.label()} ({r.expectation.rung.backend})",
-                "$/kept step": money(r.expectation.usd_per_step),
-                "completion": hours(r.expectation.wall_s),
-                "P(miss)": f"{r.expectation.miss_probability:.1%}",
-                "preempt/h": f"{r.expectation.belief.rate_per_hour:.3f} ({r.expectation.belief.hours:.1f} h seen)",
-                "full": f"{r.expectation.belief.full:.0%}",
-                "why": r.why,
-            }
-            for r in self.ranked
-        ]
-
 
 def rank(
     rungs: Sequence[Rung],
@@ -364,27 +341,34 @@ def rank(
         note += f", deadline in {run.deadline_s / 3600:.2f} h at P(miss) ≤ {max_miss:.0%}"
         if not ok:
             note += "; no rung is expected to make it, so the least likely to miss goes first"
-    try_now = _patience([r.expectation for r in out], run, histories, max_miss, wait_s)
-    if try_now is not None:
-        note += (f"; if the first {try_now} are refused, wait {wait_s:.0f} s and ask again: on-demand would "
-                 "still make the deadline then")  # fmt: skip
-        return Choice(tuple(out), "cost", note, try_now, wait_s)
-    return Choice(tuple(out), "cost", note)
+    first = _patience(out, run, histories, max_miss, wait_s)
+    if first is None:
+        return Choice(tuple(out), "cost", note)
+    # Tried before waiting: every rung that is no dearer than on-demand (within the tie), in order.
+    rest = [r for r in out if r not in first]
+    out = [replace(r, position=i + 1) for i, r in enumerate(first + rest)]
+    note += (f"; if the first {len(first)} are refused, wait {wait_s:.0f} s and ask again: on-demand would "
+             "still make the deadline then")  # fmt: skip
+    return Choice(tuple(out), "cost", note, len(first), wait_s)
 
 
-def _patience(order: list[Expectation], run: RunModel, histories: dict[tuple[str, str, str, str], History],
-              max_miss: float, wait_s: float | None) -> int | None:  # fmt: skip
-    """How many rungs to try before waiting ``wait_s``: those ranked before the first never-short one
-    (priced at its fallback, on-demand), while that one still makes the deadline after the wait."""
+def _patience(ranked: list[Ranked], run: RunModel, histories: dict[tuple[str, str, str, str], History],
+              max_miss: float, wait_s: float | None) -> list[Ranked] | None:  # fmt: skip
+    """The rungs to try before waiting ``wait_s``: every one cheaper than on-demand (the never-short
+    rung: priced at its fallback) or tied with it, while on-demand still makes the deadline after the
+    wait; None: no waiting."""
     if wait_s is None or run.deadline_s is None:
         return None
-    i = next((i for i, e in enumerate(order) if 0 < e.rung.fallback_usd_per_hour <= e.rung.usd_per_hour), 0)
-    if i == 0:
-        return None  # on-demand first (or none in the ladder): nothing cheaper to wait for
-    later = RunModel(run.steps, run.seconds_per_step, run.checkpoint_every, run.deadline_s - wait_s)
-    if expect(order[i].rung, later, histories.get(order[i].rung.key)).miss_probability > max_miss:
+    od = next((r.expectation for r in ranked if 0 < r.expectation.rung.fallback_usd_per_hour
+               <= r.expectation.rung.usd_per_hour), None)  # fmt: skip
+    if od is None:
         return None
-    return i
+    cheaper = [r for r in ranked if r.eligible and r.expectation.rung.usd_per_hour < od.rung.usd_per_hour
+               and r.expectation.usd_per_step <= od.usd_per_step * (1 + TIE)]  # fmt: skip
+    later = RunModel(run.steps, run.seconds_per_step, run.checkpoint_every, run.deadline_s - wait_s)
+    if not cheaper or expect(od.rung, later, histories.get(od.rung.key)).miss_probability > max_miss:
+        return None
+    return cheaper
 
 
 def _by_cost(ok: list[Expectation]) -> tuple[list[Expectation], list[Expectation]]:

@@ -173,6 +173,7 @@ def plan_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "completion (h)": num(None if r["wall_s"] is None else r["wall_s"] / 3600, ".2f"),
             "P(miss)": f"{r['miss_probability']:.1%}",
             "preempt/h": f"{r['rate_per_hour']:.3f} ({r['history_hours']:.1f} h seen)",
+            "full": f"{r.get('full', 0.0):.0%}",  # plans kept before scarcity have none
             "why": r["why"],
         }
         for r in doc["rungs"]
@@ -182,9 +183,9 @@ def plan_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def describe(choice: Choice) -> str:
     """The plan in a few lines (CLI and logs)."""
     lines = [choice.note]
-    for row in choice.rows():
+    for row in plan_rows(choice.to_json()):
         lines.append(
-            f"  {row['#']}. {row['rung']}: {row['$/kept step']}/kept step, done in {row['completion']}, "
+            f"  {row['#']}. {row['rung']}: ${row['$/kept step']}/kept step, done in {row['completion (h)']} h, "
             f"P(miss) {row['P(miss)']}, {row['preempt/h']} preemptions/h — {row['why']}"
         )
     return "\n".join(lines)
