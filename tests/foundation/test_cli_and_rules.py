@@ -21,6 +21,7 @@ EXAMPLES = [
     ("mirror", ROOT / "examples" / "mirror.yaml"),
     ("train-job", ROOT / "examples" / "train.yaml"),
     ("train-job", ROOT / "examples" / "maxtext.yaml"),
+    ("train-job", ROOT / "examples" / "nightly-auto.yaml"),
 ]
 
 
