@@ -315,8 +315,8 @@ def rank(
 
     ``wait_s`` (patience): on-demand is never short, so buying it before it is needed gains nothing
     but time. While the best on-demand rung would still make the deadline if asked ``wait_s`` later,
-    the ladder tries only the rungs ranked before it; if all are refused it waits ``wait_s`` and ranks
-    again, rather than pay for on-demand now.
+    the rungs cheaper than it (or tied) go first and the ladder tries only those; if all are refused
+    it waits ``wait_s`` and ranks again, rather than pay for on-demand now.
     """
     exps = [expect(r, run, histories.get(r.key)) for r in rungs]
     no_history = all(histories.get(r.key, History()).empty for r in rungs)
