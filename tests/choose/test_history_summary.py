@@ -141,19 +141,25 @@ def test_milestones_change_with_what_the_summary_holds() -> None:
     assert H.milestones(restored) != m
 
 
-def test_the_supervisors_store_publishes_at_milestones_only(gcs: Any) -> None:
+def _supervisors_store(gcs: Any, run_id: str) -> Any:
+    """The state store a supervised v5p-8 spot run under ``gs://BUCKET/ckpt`` saves through."""
     from tpu_ops.specs.jobs import TrainJobSpec
     from tpu_ops.train.choice import state_store
     from tpu_ops.train.layout import RunLayout
-    from tpu_ops.train.runstate import IncarnationState, RunState
 
-    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
     job = TrainJobSpec.model_validate({
         "provision": {"slice": {"accelerator_type": "v5p-8", "region": "us-east5", "zones": ["us-east5-a"]},
                       "ladder": ["spot"], "budget_usd": 1000, "hours": 2},
         "train": {"checkpoint_dir": f"gs://{gcs.name}/ckpt", "steps": 7200, "checkpoint_every": 300},
     })  # fmt: skip
-    store = state_store(client, RunLayout.of(f"gs://{gcs.name}/ckpt", "sv-1"), job, "sv-1")
+    return state_store(gcs.client, RunLayout.of(f"gs://{gcs.name}/ckpt", run_id), job, run_id)
+
+
+def test_the_supervisors_store_publishes_at_milestones_only(gcs: Any) -> None:
+    from tpu_ops.train.runstate import IncarnationState, RunState
+
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    store = _supervisors_store(gcs, "sv-1")
     state = RunState("sv-1", 1000.0, 7200)
     count = Counter(client)
     store.save(state)  # no slice yet: an empty entry, the summary created (scan: a listing + 1 run)
@@ -176,18 +182,11 @@ def test_refused_requests_reach_the_summary_with_the_next_slice(gcs: Any) -> Non
     from types import SimpleNamespace
 
     from tpu_ops.provision.records import Attempt, Outcome
-    from tpu_ops.specs.jobs import TrainJobSpec
-    from tpu_ops.train.choice import noting_stockouts, state_store
-    from tpu_ops.train.layout import RunLayout
+    from tpu_ops.train.choice import noting_stockouts
     from tpu_ops.train.runstate import IncarnationState, RunState
 
     client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
-    job = TrainJobSpec.model_validate({
-        "provision": {"slice": {"accelerator_type": "v5p-8", "region": "us-east5", "zones": ["us-east5-a"]},
-                      "ladder": ["spot"], "budget_usd": 1000, "hours": 2},
-        "train": {"checkpoint_dir": f"gs://{gcs.name}/ckpt", "steps": 7200, "checkpoint_every": 300},
-    })  # fmt: skip
-    store = state_store(client, RunLayout.of(f"gs://{gcs.name}/ckpt", "sv-2"), job, "sv-2")
+    store = _supervisors_store(gcs, "sv-2")
     supervisor = SimpleNamespace(state=RunState("sv-2", 1000.0, 7200))
     passed: list[Attempt] = []
     note = noting_stockouts(supervisor, passed.append)
