@@ -80,7 +80,7 @@ def test_dollars_per_million_tokens_and_mfu_of_a_known_run_exactly() -> None:
     assert eff.mfu == pytest.approx(1.32e15 / (8.0 * 1.1e15), rel=1e-12)  # 15% while stepping
     assert eff.effective_mfu == pytest.approx(1.32e15 / (38.0 * 1.1e15), rel=1e-12)  # = MFU x goodput 8/38
     doc = eff.to_json()
-    assert (doc["usd_per_million_tokens"], doc["mfu"], doc["effective_mfu"]) == (0.666667, 0.15, 0.031579)
+    assert (doc["usd_per_million_tokens"], doc["mfu"], doc["effective_mfu"]) == (0.666667, 0.15, 0.0315789)
     assert "TPU v4" in doc["peak_source"] and "TPU7x" in doc["peak_source"]
     # the stored cost (as the goodput report keeps it) gives the same figures, and so does the table name
     assert efficiency(state, cost.to_json(), "v4-8") == eff

@@ -59,8 +59,8 @@ class Efficiency:
         return _ratio(self.model_flops, self.wall_s * self.peak_flops)
 
     def to_json(self) -> dict[str, Any]:
-        def rounded(v: float | None, digits: int) -> float | None:
-            return None if v is None else round(v, digits)
+        def rounded(v: float | None) -> float | None:  # 6 significant digits: a toy model's MFU is ~1e-12
+            return None if v is None else float(f"{v:.6g}")
 
         return {
             "accelerator": self.accelerator,
@@ -70,9 +70,9 @@ class Efficiency:
             "tokens": self.tokens,
             "model_flops": self.model_flops,
             "usd": round(self.usd, 6),
-            "usd_per_million_tokens": rounded(self.usd_per_million_tokens, 6),
-            "mfu": rounded(self.mfu, 6),
-            "effective_mfu": rounded(self.effective_mfu, 6),
+            "usd_per_million_tokens": rounded(self.usd_per_million_tokens),
+            "mfu": rounded(self.mfu),
+            "effective_mfu": rounded(self.effective_mfu),
         }
 
 
