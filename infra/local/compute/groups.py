@@ -38,7 +38,11 @@ class GroupsMixin(InstancesMixin):
                     "The template does not exist."
                 )
             tpl = self._templates[(project, treg, tname)]
-            machine = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[0]
+            props = dict(tpl.body.get("properties") or {})
+            try:
+                machine = self._placement(project, zone, props)[0]
+            except exc.NotFound:  # its reservation does not exist yet (a calendar window to come): it waits
+                machine = self._machine(props.get("machineType"), "resource.instanceTemplate")
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
                 raise cexc.Invalid(f"Invalid value for field 'resource.targetSize': {size!r}")
@@ -72,7 +76,7 @@ class GroupsMixin(InstancesMixin):
                     chips = 1
                     for d in str(topo).split("x"):
                         chips *= int(d)
-                    if chips != size * machine.chips:
+                    if size and chips != size * machine.chips:  # 0: grown by resize requests
                         raise cexc.Invalid(
                             f"Invalid value for field 'resource.targetSize': {size}. acceleratorTopology {topo} "
                             f"needs {chips // machine.chips} VMs of {machine.name} ({chips} chips)."
@@ -83,6 +87,10 @@ class GroupsMixin(InstancesMixin):
             return Group(project, zone, name, next(self._uids), kept, tpl, policy, self.clock.now())
 
         return self._insert_now(GROUPS, project, zone, body, request_id, build)
+
+    def _awaiting(self, grp: Group) -> int:
+        """Target-size VMs the group's resize requests will create, not the group (see ``resize``)."""
+        return 0
 
     def _action(self, inst: Instance) -> str:
         if inst.deleting:
@@ -187,7 +195,7 @@ class GroupsMixin(InstancesMixin):
     # -- time ------------------------------------------------------------------------------------
     def _grow(self, grp: Group, now: float) -> bool:
         """Create the group's missing VMs: all at once under BULK (or none), else as many as fit."""
-        missing = grp.target_size - len(self._members(grp))
+        missing = grp.target_size - len(self._members(grp)) - self._awaiting(grp)
         if grp.deleting or missing <= 0:
             return False
         props = dict(grp.template.body.get("properties") or {})

@@ -25,7 +25,7 @@ from typing import Any
 
 from infra.local.compute.base import GOOGLE_BASE, NAME_RE, ComputeBase, Latency
 from infra.local.compute.catalog import CatalogMixin
-from infra.local.compute.groups import GroupsMixin
+from infra.local.compute.futures import FutureReservationsMixin
 from infra.local.compute.hosts import PREEMPTED
 from infra.local.compute.operations import OperationsMixin
 from infra.local.compute.placement import PROVISIONING_MODELS, RESERVATION_KEY
@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 
-class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin, CatalogMixin, ComputeBase):
+class ComputeBackend(
+    FutureReservationsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin, CatalogMixin, ComputeBase
+):
     """All projects and zones of the fake service. Thread-safe; see the module docstring.
 
     One mixin a resource family (``instances``, ``groups``, ``templates``, ``policies``,
@@ -56,6 +58,7 @@ class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin
         now = self.clock.now()
         for _ in range(6):  # zero latency settles create -> running -> ready in one call
             changed = self._advance_instances(now)
+            changed |= self._advance_futures(now) | self._advance_resizes(now)  # before groups grow
             for grp in list(self._groups.values()):
                 changed |= self._advance_group(grp, now)
             changed |= self._start_hosts()
@@ -121,6 +124,8 @@ class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin
                 "instance_templates": len(self._templates),
                 "resource_policies": len(self._policies),
                 "instance_group_managers": len(self._groups),
+                "resize_requests": len(self._resizes),
+                "future_reservations": len(self._futures),
                 "operations": len(self._ops),
                 "instance_states": {i.path: i.status for i in self._instances.values()},
                 "chips_in_use": chips,
