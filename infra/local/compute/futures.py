@@ -81,8 +81,8 @@ class FutureReservationsMixin(ResizeMixin):
 
     def _sku(self, body: dict[str, Any]) -> tuple[int, str]:
         """(VM count, machine type) the request reserves."""
-        sku = body.get("specificSkuProperties")
-        agg = body.get("aggregateReservation")
+        sku: dict[str, Any] = body.get("specificSkuProperties") or {}
+        agg: dict[str, Any] = body.get("aggregateReservation") or {}
         if bool(sku) == bool(agg):
             raise cexc.Invalid("Invalid value for field 'resource': exactly one of specificSkuProperties and "
                                "aggregateReservation is required.")  # fmt: skip

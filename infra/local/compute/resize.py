@@ -273,12 +273,12 @@ class ResizeMixin(GroupsMixin):
                 return False
             self._end(rr, State.FAILED, err)
             return True
-        err = self._shortfall(rr.project, rr.zone, machine, model, reservation, rr.resize_by)
-        if err is not None:
-            if err["errors"][0]["code"] == "QUOTA_EXCEEDED":
-                self._end(rr, State.FAILED, err)
+        short = self._shortfall(rr.project, rr.zone, machine, model, reservation, rr.resize_by)
+        if short is not None:
+            if short["errors"][0]["code"] == "QUOTA_EXCEEDED":
+                self._end(rr, State.FAILED, short)
                 return True
-            rr.last_error = err  # the scheduler waits for capacity
+            rr.last_error = short  # the scheduler waits for capacity
             return False
         base = grp.body.get("baseInstanceName") or grp.name
         for _ in range(rr.resize_by):
