@@ -216,3 +216,22 @@ def test_kill_9_while_a_resize_request_waits_is_reaped(
     ]
     assert RESIZE in {r.kind for r in report.reaped[0].resources}
     assert provider.resources([ZA, ZB], run) == [] and fake.left() == 0
+
+
+def test_capacity_calendar_lists_the_windows_a_spec_could_use(fake: Fake, tmp_path: Path) -> None:
+    start = fake.calendar("fit", opens_in_s=3600)
+    fake.calendar("small", opens_in_s=7200, chips=8)
+    fake.calendar("elsewhere", opens_in_s=3600, zone="us-central1-a")
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(fake.spec(["calendar:fit@us-east5-a", "spot"]).model_dump(mode="json")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_OPS_")}
+    env.update({"TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCP_PROJECT": PROJECT, "TPU_OPS_COMPUTE_ENDPOINT": fake.url,
+                "TPU_OPS_STATE_DIR": str(tmp_path / "state"), "NO_GCE_CHECK": "true", "PYTHONPATH": str(ROOT)})  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "capacity", "calendar", "--spec", str(spec_file), "--json"],
+                         env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(out.stdout)["reservations"]}
+    assert set(rows) == {"fit", "small"}  # only the spec's zones
+    assert rows["fit"]["usable"].startswith("yes, opens in 1.0 h") and rows["fit"]["in ladder"] == "yes"
+    assert rows["fit"]["opens"] == datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    assert (rows["small"]["usable"], rows["small"]["in ladder"]) == ("no: 8 chips < 16", "no")

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from tpu_ops.provision import ledger as L
+from tpu_ops.tiers import Tier
 
 if TYPE_CHECKING:
     from tpu_ops.specs.slice import ProvisionSpec
@@ -37,8 +38,8 @@ class CalendarWindow:
     mode: str  # CALENDAR | DEFAULT
     status: str  # procurementStatus
     reservation: str  # the reservation it creates for its window ("" before Google names it)
-    machine_type: str = ""
-    count: int = 0
+    generation: str = ""  # TPU generation it reserves ("" if not a TPU)
+    chips: int = 0
 
     def opens_in(self, now: float) -> float:
         return max(0.0, (self.start or 0.0) - now)
@@ -48,6 +49,51 @@ class CalendarWindow:
 
     def ended(self, now: float) -> bool:
         return self.end is not None and now >= self.end
+
+
+# ``aggregateReservation.vmFamily`` -> TPU generation (the compute.v1 discovery document's enum)
+FAMILIES: Final = {
+    "VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P": "v5p",
+    "VM_FAMILY_CLOUD_TPU_LITE_POD_SLICE_CT6E": "v6e",
+    "VM_FAMILY_CLOUD_TPU_POD_SLICE_TPU7X": "tpu7x",
+    "VM_FAMILY_CLOUD_TPU_LITE_POD_SLICE_CT5LP": "v5e",
+    "VM_FAMILY_CLOUD_TPU_POD_SLICE_CT4P": "v4",
+}
+# machine type prefix -> TPU generation (its chips per VM end the name: ``ct5p-hightpu-4t``)
+MACHINE_PREFIXES: Final = {"ct5p-": "v5p", "ct6e-": "v6e", "tpu7x-": "tpu7x"}
+
+
+def reserved(machine_type: str, count: int, vm_family: str) -> tuple[str, int]:
+    """(generation, chips) a future reservation holds: ``count`` VMs of ``machine_type``, or
+    ``count`` chips of ``vm_family`` (an aggregate reservation)."""
+    if vm_family:
+        return FAMILIES.get(vm_family, ""), count
+    gen = next((g for p, g in MACHINE_PREFIXES.items() if machine_type.startswith(p)), "")
+    per_vm = machine_type.rsplit("-", 1)[-1].removesuffix("t")
+    return gen, count * int(per_vm) if gen and per_vm.isdigit() else 0
+
+
+def rows(spec: ProvisionSpec, windows: list[CalendarWindow], now: float | None = None) -> list[dict[str, Any]]:
+    """The calendar-mode reservations of the spec's zones, each with whether the spec could use it."""
+    now = time.time() if now is None else now
+    acc = spec.slice.accelerator
+    named = {(r.short_name, r.zone) for r in spec.ladder if r.kind == Tier.CALENDAR}
+    out = []
+    for w in sorted(windows, key=lambda w: (w.start or 0.0, w.zone, w.name)):
+        if w.mode != "CALENDAR" or w.zone not in spec.slice.zones:
+            continue
+        if w.ended(now):
+            use = "no: ended"
+        elif w.generation != acc.generation:
+            use = f"no: {w.generation or 'not TPU'}, not {acc.generation}"
+        elif w.chips < acc.chips:
+            use = f"no: {w.chips} chips < {acc.chips}"
+        else:
+            use = "yes, open now" if w.is_open(now) else f"yes, opens in {w.opens_in(now) / 3600:.1f} h"
+        out.append({"name": w.name, "zone": w.zone, "opens": when(w.start), "ends": when(w.end), "status": w.status,
+                    "chips": w.chips, "generation": w.generation, "usable": use,
+                    "in ladder": "yes" if (w.name, w.zone) in named else "no"})  # fmt: skip
+    return out
 
 
 def when(t: float | None) -> str:

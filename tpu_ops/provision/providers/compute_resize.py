@@ -30,9 +30,9 @@ from dataclasses import replace
 from typing import ClassVar, Final
 
 from tpu_ops.cloud.compute import classify, vm_body
-from tpu_ops.cloud.compute_resize import ComputeResizeApi, ResizeRecord, ResizeState
+from tpu_ops.cloud.compute_resize import ComputeResizeApi, FutureReservationRecord, ResizeRecord, ResizeState
 from tpu_ops.errors import AlreadyExistsError, CapacityError, DeadlineError, NotFoundError, TpuOpsError
-from tpu_ops.provision.calendar import CalendarWindow
+from tpu_ops.provision.calendar import CalendarWindow, reserved
 from tpu_ops.provision.providers.base import Phase, SliceRecord, SliceRequest
 from tpu_ops.provision.providers.compute import GROUP, ComputeProvider, marker, policy_name
 from tpu_ops.provision.records import Resource
@@ -69,10 +69,11 @@ class ComputeResizeProvider(ComputeProvider):
     def calendar_window(self, zone: str, name: str) -> CalendarWindow | None:
         """The future reservation ``name`` in ``zone`` (None if there is none)."""
         fr = self.api.get_future_reservation(zone, name.rsplit("/", 1)[-1])
-        if fr is None:
-            return None
-        return CalendarWindow(fr.name, fr.zone, fr.start, fr.end, fr.mode, fr.status, fr.reservation,
-                              fr.machine_type, fr.count)  # fmt: skip
+        return None if fr is None else _window(fr)
+
+    def calendar_windows(self, zones: Sequence[str]) -> list[CalendarWindow]:
+        """Every future reservation in ``zones`` (what ``tpu-ops capacity calendar`` shows)."""
+        return [_window(fr) for fr in self.api.list_future_reservations(zones)]
 
     # -- create ------------------------------------------------------------------------------
     def create(self, req: SliceRequest) -> None:
@@ -184,3 +185,8 @@ class ComputeResizeProvider(ComputeProvider):
 
     def _gone(self, r: Resource, group: str) -> bool:
         return self.api.get_resize_request(r.zone, group, r.resource_id) is None
+
+
+def _window(fr: FutureReservationRecord) -> CalendarWindow:
+    gen, chips = reserved(fr.machine_type, fr.count, fr.vm_family)
+    return CalendarWindow(fr.name, fr.zone, fr.start, fr.end, fr.mode, fr.status, fr.reservation, gen, chips)
