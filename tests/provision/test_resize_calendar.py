@@ -225,10 +225,12 @@ def test_capacity_calendar_lists_the_windows_a_spec_could_use(fake: Fake, tmp_pa
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(fake.spec(["calendar:fit@us-east5-a", "spot"]).model_dump(mode="json")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_OPS_")}
-    env.update({"TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCP_PROJECT": PROJECT, "TPU_OPS_COMPUTE_ENDPOINT": fake.url,
-                "TPU_OPS_STATE_DIR": str(tmp_path / "state"), "NO_GCE_CHECK": "true", "PYTHONPATH": str(ROOT)})  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "flows.cli", "capacity", "calendar", "--spec", str(spec_file), "--json"],
-                         env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    env.update({
+        "TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCP_PROJECT": PROJECT, "TPU_OPS_COMPUTE_ENDPOINT": fake.url,
+        "TPU_OPS_STATE_DIR": str(tmp_path / "state"), "NO_GCE_CHECK": "true", "PYTHONPATH": str(ROOT),
+    })  # fmt: skip
+    cmd = [sys.executable, "-m", "flows.cli", "capacity", "calendar", "--spec", str(spec_file), "--json"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads(out.stdout)["reservations"]}
     assert set(rows) == {"fit", "small"}  # only the spec's zones

@@ -1,7 +1,8 @@
 """Resize requests of zonal managed instance groups (``instanceGroupManagerResizeRequests``).
 
 As Google's "About resize requests in a MIG" describes them: a request names ``resizeBy`` VMs and a
-``requestedRunDuration`` (10 minutes to 7 days); on insert the group's target size grows by
+``requestedRunDuration`` (10 minutes to 7 days; optional for FLEX_START and reservation-bound groups,
+as gcloud's help says); on insert the group's target size grows by
 ``resizeBy`` and the request is CREATING, then ACCEPTED. An ACCEPTED request creates all its VMs at
 once when capacity allows (never part of them); until then it waits (a stock-out is not a failure:
 the scheduler waits for capacity), with the last attempt's error in ``status.lastAttempt``. It then
@@ -44,7 +45,7 @@ class ResizeRequest:
     name: str
     uid: int
     resize_by: int
-    run_s: float
+    run_s: float | None  # requestedRunDuration; None: the template's (flex-start) or the reservation's end
     description: str
     create_time: float
     op: Operation
@@ -100,12 +101,13 @@ class ResizeMixin(GroupsMixin):
             "name": rr.name,
             "zone": f"{base}projects/{rr.project}/zones/{rr.zone}",
             "resizeBy": rr.resize_by,
-            "requestedRunDuration": {"seconds": str(int(rr.run_s))},
             "state": rr.state,
             "status": status,
             "selfLink": base + rr.path,
             "selfLinkWithId": f"{base}{GROUPS.path(rr.project, rr.zone, rr.group)}/resizeRequests/{rr.uid}",
         }
+        if rr.run_s is not None:
+            out["requestedRunDuration"] = {"seconds": str(int(rr.run_s))}
         if rr.description:
             out["description"] = rr.description
         return out
@@ -127,10 +129,12 @@ class ResizeMixin(GroupsMixin):
             if not isinstance(by, int) or isinstance(by, bool) or by < 1:
                 raise cexc.Invalid(f"Invalid value for field 'resource.resizeBy': {body.get('resizeBy')!r}. "
                                    "Must be a positive integer.")  # fmt: skip
-            if "requestedRunDuration" not in body:
-                raise cexc.Invalid("Required field 'resource.requestedRunDuration' not specified")
-            run_s = seconds(body["requestedRunDuration"], "resource.requestedRunDuration")
-            if not MIN_RUN_S <= run_s <= MAX_RUN_S:
+            # Optional here: gcloud's help says so for groups that consume a reservation or use FLEX_START
+            # (the only ones that take resize requests).
+            run_s = None
+            if body.get("requestedRunDuration"):
+                run_s = seconds(body["requestedRunDuration"], "resource.requestedRunDuration")
+            if run_s is not None and not MIN_RUN_S <= run_s <= MAX_RUN_S:
                 raise cexc.Invalid(
                     f"Invalid value for field 'resource.requestedRunDuration': '{int(run_s)}s'. The requested run "
                     "duration must be between 10 minutes (600s) and 7 days (604800s)."
@@ -151,11 +155,10 @@ class ResizeMixin(GroupsMixin):
                         f"{chips // machine.chips} VMs of {machine.name} in the group ({grp.target_size} already)."
                     )
             now = self.clock.now()
-            rr_path = f"{grp.path}/resizeRequests/{name}"
-            op = self._new_op(project, f"zones/{zone}", "insert", rr_path, 0)
+            # Google's operation names the group (gcloud appends resizeRequests/<name> to its targetLink).
+            op = self._new_op(project, f"zones/{zone}", "insert", grp.path, grp.uid)
             rr = ResizeRequest(project, zone, group, name, next(self._uids), by, run_s,
                                str(body.get("description") or ""), now, op)  # fmt: skip
-            op.target_id = rr.uid
             grp.body["targetSize"] = grp.target_size + by  # Google: the target size grows on CREATING
             self._resizes[(project, zone, group, name)] = rr
             return op.to_json(self.link_base)
@@ -199,7 +202,7 @@ class ResizeMixin(GroupsMixin):
                     f"The resize request '{rr.path}' is in state {rr.state}; only a request in state ACCEPTED can "
                     "be cancelled.", reason="resourceNotReady",
                 )  # fmt: skip
-            self._end(rr, State.CANCELLED)
+            self._end(rr, State.CANCELLED)  # this operation names the request (gcloud reads it back from there)
             return self._done_op(project, f"zones/{zone}", "cancel", rr.path, rr.uid)
 
         path = f"{API}{GROUPS.path(project, zone, group)}/resizeRequests/{name}/cancel"
@@ -261,9 +264,10 @@ class ResizeMixin(GroupsMixin):
             return True
         props = dict(grp.template.body.get("properties") or {})
         props.pop("name", None)
-        sched = {**(props.get("scheduling") or {}), "maxRunDuration": {"seconds": str(int(rr.run_s))},
-                 "instanceTerminationAction": "DELETE"}  # fmt: skip
-        props["scheduling"] = sched
+        if rr.run_s is not None:
+            sched = {**(props.get("scheduling") or {}), "maxRunDuration": {"seconds": str(int(rr.run_s))},
+                     "instanceTerminationAction": "DELETE"}  # fmt: skip
+            props["scheduling"] = sched
         try:
             machine, model, reservation, _ = self._placement(rr.project, rr.zone, props)
         except exc.ApiError as e:
@@ -293,7 +297,9 @@ class ResizeMixin(GroupsMixin):
             self._instances[(inst.project, inst.zone, inst.name)] = inst
             grp.instances.append(inst.name)
             rr.instances.append(inst.name)
-        rr.state, rr.last_error, rr.run_until = State.SUCCEEDED, None, now + self.latency.provision_s + rr.run_s
+        rr.state, rr.last_error = State.SUCCEEDED, None
+        if rr.run_s is not None:
+            rr.run_until = now + self.latency.provision_s + rr.run_s
         return True
 
     def _reservation_coming(self, project: str, zone: str, props: dict[str, Any]) -> bool:
