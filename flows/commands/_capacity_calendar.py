@@ -21,6 +21,14 @@ def register(what: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     c.set_defaults(handler=calendar)
 
 
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(none)"
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in rows[0]}
+    lines = ["  ".join(c.ljust(w) for c, w in width.items()), "  ".join("-" * w for w in width.values())]
+    return "\n".join(lines + ["  ".join(str(r[c]).ljust(w) for c, w in width.items()) for r in rows])
+
+
 def _provision_spec(path: Path) -> Any:
     from tpu_ops.specs import ProvisionSpec
     from tpu_ops.specs.loader import parse_spec, read_document
@@ -32,7 +40,6 @@ def _provision_spec(path: Path) -> Any:
 
 
 def calendar(args: argparse.Namespace) -> int:
-    from flows.commands.capacity import _table
     from tpu_ops.provision import calendar as cal
     from tpu_ops.provision.providers import for_backend
     from tpu_ops.tiers import Backend
