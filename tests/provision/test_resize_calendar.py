@@ -75,7 +75,7 @@ class Fake:
         body.update(kw)
         return ProvisionSpec.model_validate(body)
 
-    def calendar(self, name: str, opens_in_s: float, zone: str = ZA, chips: int = 16) -> float:
+    def calendar(self, name: str, opens_in_s: float, zone: str = ZA, chips: int = 16, named: bool = True) -> float:
         """Book a calendar-mode future reservation of ``chips`` v5p chips on the fake; its start (epoch)."""
         start = time.time() + opens_in_s
 
@@ -83,7 +83,7 @@ class Fake:
             return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
         fr = compute_v1.FutureReservation(
-            name=name, reservation_mode="CALENDAR", reservation_name=f"{name}-res",
+            name=name, reservation_mode="CALENDAR", reservation_name=f"{name}-res" if named else None,
             time_window=compute_v1.FutureReservationTimeWindow(start_time=iso(start), end_time=iso(start + 86400)),
             aggregate_reservation=compute_v1.AllocationAggregateReservation(
                 vm_family="VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P",
@@ -158,6 +158,20 @@ def test_calendar_rung_waits_for_its_window_then_consumes_it(fake: Fake) -> None
     finally:
         report = teardown("run-cal", fake.settings, zones=[ZA, ZB])
     assert report.confirmed_gone and fake.left() == 0
+
+
+def test_calendar_booked_without_a_reservation_name_is_consumed_once_its_window_names_it(fake: Fake) -> None:
+    start = fake.calendar("anon", opens_in_s=3.0, named=False)  # Compute Engine names its reservation at start
+    spec = fake.spec(["calendar:anon@us-east5-a"], queue_timeout="5s")
+    try:
+        s = provision(spec, "run-anon", fake.settings)
+        assert time.time() >= start and (s.tier, s.hosts) == ("calendar", 4)
+        tpl = fake.groups.get(project=PROJECT, zone=ZA, instance_group_manager=s.slice_id).instance_template
+        props = fake.templates.get(project=PROJECT, instance_template=tpl.rsplit("/", 1)[-1]).properties
+        auto = fake.futures.get(project=PROJECT, zone=ZA, future_reservation="anon").status.auto_created_reservations
+        assert list(props.reservation_affinity.values) == [auto[0].rsplit("/", 1)[-1]]
+    finally:
+        teardown("run-anon", fake.settings, zones=[ZA, ZB])
 
 
 def test_calendar_window_after_the_overall_timeout_walks_on(fake: Fake) -> None:

@@ -75,6 +75,16 @@ class ComputeResizeProvider(ComputeProvider):
         """Every future reservation in ``zones`` (what ``tpu-ops capacity calendar`` shows)."""
         return [_window(fr) for fr in self.api.list_future_reservations(zones)]
 
+    def _named_window(self, zone: str, name: str) -> CalendarWindow | None:
+        """The window, once the reservation it creates has a name: a calendar reservation booked
+        without ``reservationName`` names it only when its window opens (the ladder's gate let us
+        wait that long), so poll until then."""
+        window = self.calendar_window(zone, name)
+        while window is not None and not window.reservation and window.opens_in(time.time()) > -60:
+            time.sleep(max(self.settings.poll_interval_s, min(5.0, window.opens_in(time.time()))))
+            window = self.calendar_window(zone, name)
+        return window
+
     # -- create ------------------------------------------------------------------------------
     def create(self, req: SliceRequest) -> None:
         if not self.uses_resize(req):
@@ -84,7 +94,7 @@ class ComputeResizeProvider(ComputeProvider):
         run_s = req.max_run_duration_s or 86400
         base = req
         if req.tier == Tier.CALENDAR:
-            window = self.calendar_window(req.zone, req.reservation)
+            window = self._named_window(req.zone, req.reservation)
             if window is None or not window.reservation:
                 raise NotFoundError(f"compute: calendar reservation {req.reservation!r} in {req.zone} has no "
                                     "reservation to consume (not found, or not named before its window)")  # fmt: skip
