@@ -12,6 +12,7 @@ from infra.local.seed import seed_pipeline
 from tpu_ops.doctor import MISSING, OK, run_checks
 from tpu_ops.specs import PipelineSpec, load_spec
 from tpu_ops.specs.slice import Rung
+from tpu_ops.tiers import Tier
 
 
 def test_doctor_checks_a_calendar_rungs_reservation(stack: Any) -> None:
@@ -19,7 +20,7 @@ def test_doctor_checks_a_calendar_rungs_reservation(stack: Any) -> None:
 
     spec = load_spec(COMPUTE_SPEC, PipelineSpec)
     zone = spec.provision.slice.zones[0]
-    ladder = [Rung.model_validate(f"calendar:week@{zone}"), *spec.provision.ladder]
+    ladder = [Rung(kind=Tier.CALENDAR, name="week", zone=zone), *spec.provision.ladder]
     spec = spec.model_copy(update={"provision": spec.provision.model_copy(update={"ladder": ladder})})
     settings = stack.settings()
     seed_pipeline(settings, spec)
