@@ -28,8 +28,8 @@ from tpu_ops.errors import (
 )
 from tpu_ops.layout import check_run_id
 from tpu_ops.polling import poll
+from tpu_ops.provision import calendar, ranking
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision import ranking
 from tpu_ops.provision.choose import Choice
 from tpu_ops.provision.cost import check_budget
 from tpu_ops.provision.naming import attempt_of, resource_id, run_labels
@@ -56,11 +56,11 @@ def plan(spec: ProvisionSpec) -> list[Step]:
     """The attempts in order: each rung over its zones (a reservation lives in one zone)."""
     steps: list[Step] = []
     for rung in spec.ladder:
-        if rung.kind == Tier.RESERVATION:
+        bound = int(rung.max_run_duration.total_seconds()) if rung.max_run_duration is not None else None
+        if rung.kind in (Tier.RESERVATION, Tier.CALENDAR):
             assert rung.zone is not None and rung.name is not None  # the rung checked both
-            steps.append(Step(len(steps) + 1, Tier.RESERVATION, rung.zone, rung.name))
+            steps.append(Step(len(steps) + 1, rung.kind, rung.zone, rung.name, bound))
         else:
-            bound = int(rung.max_run_duration.total_seconds()) if rung.max_run_duration is not None else None
             for zone in spec.slice.zones:
                 steps.append(Step(len(steps) + 1, rung.kind, zone, max_run_duration_s=bound))
     return steps
@@ -233,14 +233,24 @@ class _Ladder:
         rid = resource_id(self.run_id, step.number)
         t0 = time.monotonic()
         rec: SliceRecord | None = None
+        opens_in = 0.0  # a calendar window not open yet: how long the wait may add
         try:
+            if step.tier == Tier.CALENDAR:
+                gate = calendar.step_gate(self.provider, self.spec, step.zone, step.reservation, step.number,
+                                          self.deadline, self.ledger)  # fmt: skip
+                if not gate.go:
+                    self._record(Attempt(step.number, step.tier, step.zone, rid,
+                                         Outcome.TIMEOUT if gate.late else Outcome.FAILED, 0.0, gate.reason,
+                                         step.reservation))  # fmt: skip
+                    return None
+                opens_in = gate.wait_s
             existing = self.provider.describe(step.zone, rid)
             if existing is not None and existing.state in SliceState.TERMINAL:
                 self.provider.delete_slice(step.zone, rid, self._remaining())
                 existing = None
             if existing is None:
                 self._create(step, rid)
-            outcome, detail, rec = self._wait(step, rid, t0)
+            outcome, detail, rec = self._wait(step, rid, t0 + opens_in)
         except QuotaError as exc:
             outcome, detail = Outcome.QUOTA, _short(exc)
         except CapacityError as exc:

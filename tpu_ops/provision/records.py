@@ -34,7 +34,8 @@ class Attempt:
     reservation: str = ""
 
     def describe(self) -> str:
-        rung = f"reservation {self.reservation}" if self.reservation else self.tier
+        named = "calendar reservation" if self.tier == "calendar" else "reservation"
+        rung = f"{named} {self.reservation}" if self.reservation else self.tier
         extra = f": {self.detail}" if self.detail else ""
         where = f"#{self.number} {rung} in {self.zone} ({self.resource_id})"
         return f"{where} {self.outcome} after {self.seconds_waited:.1f}s{extra}"

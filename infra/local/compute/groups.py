@@ -52,7 +52,11 @@ class GroupsMixin(InstancesMixin):
                     "The template does not exist."
                 )
             tpl = self._templates[(project, treg, tname)]
-            machine = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[0]
+            props = dict(tpl.body.get("properties") or {})
+            try:
+                machine = self._placement(project, zone, props)[0]
+            except exc.NotFound:  # its reservation does not exist yet (a calendar window to come): it waits
+                machine = self._machine(props.get("machineType"), "resource.instanceTemplate")
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
                 raise cexc.Invalid(f"Invalid value for field 'resource.targetSize': {size!r}")
@@ -88,7 +92,7 @@ class GroupsMixin(InstancesMixin):
                     chips = 1
                     for d in str(topo).split("x"):
                         chips *= int(d)
-                    if chips != size * machine.chips:
+                    if size and chips != size * machine.chips:  # 0: grown by resize requests
                         raise cexc.Invalid(
                             f"Invalid value for field 'resource.targetSize': {size}. acceleratorTopology {topo} "
                             f"needs {chips // machine.chips} VMs of {machine.name} ({chips} chips)."
@@ -101,6 +105,10 @@ class GroupsMixin(InstancesMixin):
         if region:
             return self._insert_now(REGION_GROUPS, project, region, body, request_id, build)
         return self._insert_now(GROUPS, project, zone, body, request_id, build)
+
+    def _awaiting(self, grp: Group) -> int:
+        """Target-size VMs the group's resize requests will create, not the group (see ``resize``)."""
+        return 0
 
     def _action(self, inst: Instance) -> str:
         if inst.deleting:
@@ -242,7 +250,7 @@ class GroupsMixin(InstancesMixin):
 
     def _grow(self, grp: Group, now: float) -> bool:
         """Create the group's missing VMs: all at once under BULK (or none), else as many as fit."""
-        missing = grp.target_size - len(self._members(grp))
+        missing = grp.target_size - len(self._members(grp)) - self._awaiting(grp)
         if grp.deleting or missing <= 0:
             return False
         props = dict(grp.template.body.get("properties") or {})

@@ -26,6 +26,7 @@ from typing import Any
 from infra.local.compute.autoscalers import AutoscalersMixin
 from infra.local.compute.base import GOOGLE_BASE, NAME_RE, ComputeBase, Latency
 from infra.local.compute.catalog import CatalogMixin
+from infra.local.compute.futures import FutureReservationsMixin
 from infra.local.compute.hosts import PREEMPTED
 from infra.local.compute.images import ImagesMixin
 from infra.local.compute.instance_groups import InstanceGroupsMixin
@@ -48,6 +49,7 @@ __all__ = [
 
 
 class ComputeBackend(
+    FutureReservationsMixin,
     RegionalGroupsMixin,
     TemplatesMixin,
     PoliciesMixin,
@@ -70,6 +72,7 @@ class ComputeBackend(
         now = self.clock.now()
         for _ in range(6):  # zero latency settles create -> running -> ready in one call
             changed = self._advance_instances(now)
+            changed |= self._advance_futures(now) | self._advance_resizes(now)  # before groups grow
             for grp in list(self._groups.values()):
                 changed |= self._advance_group(grp, now)
             changed |= self._start_hosts()
@@ -135,6 +138,8 @@ class ComputeBackend(
                 "instance_templates": len(self._templates),
                 "resource_policies": len(self._policies),
                 "instance_group_managers": len(self._groups),
+                "resize_requests": len(self._resizes),
+                "future_reservations": len(self._futures),
                 "operations": len(self._ops),
                 "instance_states": {i.path: i.status for i in self._instances.values()},
                 "chips_in_use": chips,

@@ -13,6 +13,7 @@ from werkzeug.wrappers import Request
 
 from infra.local.compute import urls
 from infra.local.compute.models import ComputeBackend
+from infra.local.compute.resize_responses import ResizeResponses
 from infra.local.core import exceptions as exc
 from infra.local.core.responses import ControlMixin, JsonApp
 
@@ -29,7 +30,7 @@ def _int(req: Request, key: str) -> int | None:
         raise exc.InvalidArgument(f"Invalid value for field '{key}': {raw!r}", reason="invalid") from None
 
 
-class ComputeResponses(ControlMixin, JsonApp):
+class ComputeResponses(ControlMixin, JsonApp, ResizeResponses):
     """A WSGI application serving ``backend`` with Compute Engine's URL scheme and JSON."""
 
     routes = urls.ROUTES

@@ -12,6 +12,7 @@ _Z = _P + r"/zones/(?P<zone>[^/]+)"
 _R = _P + r"/regions/(?P<region>[^/]+)"
 _G = _P + r"/global"
 _N = r"(?P<name>[^/]+)"
+_RR = r"(?P<rr>[^/]+)"  # a resize request of group <name>
 _SCOPE = _P + r"/(?P<scope>zones/[^/]+|regions/[^/]+|global)"
 _ZR = _P + r"/(?P<scope>zones/[^/]+|regions/[^/]+)"
 
@@ -40,6 +41,17 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^{_ZR}/instanceGroups/{_N}$", "get_instance_group"),
     ("GET", rf"^{_G}/images/family/{_N}$", "get_image_from_family"),
     ("GET", rf"^{_G}/images/{_N}$", "get_image"),
+    ("GET", rf"^{_Z}/instanceGroupManagers/{_N}/resizeRequests$", "list_resize_requests"),
+    ("POST", rf"^{_Z}/instanceGroupManagers/{_N}/resizeRequests$", "insert_resize_request"),
+    ("GET", rf"^{_Z}/instanceGroupManagers/{_N}/resizeRequests/{_RR}$", "get_resize_request"),
+    ("DELETE", rf"^{_Z}/instanceGroupManagers/{_N}/resizeRequests/{_RR}$", "delete_resize_request"),
+    ("POST", rf"^{_Z}/instanceGroupManagers/{_N}/resizeRequests/{_RR}/cancel$", "cancel_resize_request"),
+    ("GET", rf"^{_Z}/futureReservations$", "list_future_reservations"),
+    ("POST", rf"^{_Z}/futureReservations$", "insert_future_reservation"),
+    ("GET", rf"^{_Z}/futureReservations/{_N}$", "get_future_reservation"),
+    ("DELETE", rf"^{_Z}/futureReservations/{_N}$", "delete_future_reservation"),
+    ("POST", rf"^{_Z}/futureReservations/{_N}/cancel$", "cancel_future_reservation"),
+    ("GET", rf"^{_P}/aggregated/futureReservations$", "aggregated_future_reservations"),
     ("GET", rf"^{_G}/instanceTemplates$", "list_templates"),
     ("POST", rf"^{_G}/instanceTemplates$", "insert_template"),
     ("GET", rf"^{_G}/instanceTemplates/{_N}$", "get_template"),
