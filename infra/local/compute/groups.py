@@ -1,5 +1,7 @@
 """Managed instance groups (zonal): insert, get, list, listManagedInstances, delete; a group
-creates its VMs from its template (all together under ``targetSizePolicy.mode: BULK``) and, with
+creates its VMs from its template (all together under ``targetSizePolicy.mode: BULK``, which Google
+allows only over a RESERVATION_BOUND or FLEX_START template; else one by one as capacity allows, so
+a group can come up partly) and, with
 ``defaultActionOnFailure: REPAIR``, replaces the TERMINATED ones."""
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from infra.local.compute.instances import InstancesMixin
 from infra.local.compute.records import GROUPS, OUTPUT_ONLY, Group, Instance, Status, region_of, timestamp
 from infra.local.core import exceptions as exc
 from infra.local.core.backend import page
+
+BULK_MODELS = ("RESERVATION_BOUND", "FLEX_START")
 
 
 class GroupsMixin(InstancesMixin):
@@ -46,6 +50,15 @@ class GroupsMixin(InstancesMixin):
             if mode not in (None, "BULK", "INDIVIDUAL"):
                 raise cexc.Invalid(
                     f"Invalid value for field 'resource.targetSizePolicy.mode': {mode!r}; allowed: BULK, INDIVIDUAL"
+                )
+            model = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[1]
+            if mode == "BULK" and model not in BULK_MODELS:
+                # "Create a MIG that uses the bulk mode": bulk mode "is only supported with instance
+                # templates that specify either a reservation-bound or flex-start provisioning model".
+                raise cexc.Invalid(
+                    "Invalid value for field 'resource.targetSizePolicy.mode': 'BULK'. Bulk mode is only supported "
+                    "with instance templates that specify either a reservation-bound or flex-start provisioning "
+                    f"model; instance template '{tpl.path}' specifies provisioningModel {model}."
                 )
             action = (body.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure")
             if action not in (None, "REPAIR", "DO_NOTHING"):
