@@ -178,6 +178,15 @@ class GroupsMixin(InstancesMixin):
                 if inst.status == Status.PENDING:
                     del mi["id"]
                 items.append(mi)
+            if not grp.bulk and not grp.deleting:
+                # A group that is not BULK lists the VMs it could not create yet: CREATING, no status,
+                # and the last attempt's error (a stock-out for the hosts capacity did not cover).
+                for pending in grp.pending[: max(0, grp.target_size - len(items))]:
+                    mi = {"instance": f"{self.link_base}projects/{project}/zones/{zone}/instances/{pending}",
+                          "name": pending, "currentAction": "CREATING", "targetStatus": "RUNNING"}  # fmt: skip
+                    if grp.bulk_error is not None:
+                        mi["lastAttempt"] = {"errors": grp.bulk_error}
+                    items.append(mi)
             chunk, nxt = page(items, max_results, token)
             out: dict[str, Any] = {"managedInstances": chunk} if chunk else {}
             if nxt:
@@ -205,6 +214,8 @@ class GroupsMixin(InstancesMixin):
             return False
         props = dict(grp.template.body.get("properties") or {})
         props.pop("name", None)
+        if not grp.bulk:
+            self._pending_names(grp, missing)  # named while CREATING, as Google's group names them
         grp.bulk_check = now
         try:
             machine, model, reservation, _ = self._placement(grp.project, grp.zone, props)
@@ -217,11 +228,8 @@ class GroupsMixin(InstancesMixin):
             grp.bulk_error = err
             return False
         grp.bulk_error = None
-        base = grp.body.get("baseInstanceName") or grp.name
         for _ in range(count):
-            name = f"{base}-{secrets.token_hex(2)}"
-            while (grp.project, grp.zone, name) in self._instances:
-                name = f"{base}-{secrets.token_hex(2)}"
+            name = self._pending_names(grp, missing).pop(0)
             md = dict(props.get("metadata") or {})
             # As Compute Engine does: a member names its group (how a reaper gets from a VM to its group).
             md["items"] = [*(md.get("items") or []), {"key": "created-by", "value": grp.path},
@@ -232,6 +240,16 @@ class GroupsMixin(InstancesMixin):
             self._instances[(inst.project, inst.zone, inst.name)] = inst
             grp.instances.append(inst.name)
         return True
+
+    def _pending_names(self, grp: Group, missing: int) -> list[str]:
+        """The names the group gives the VMs it still has to create (each becomes that VM's name)."""
+        base = grp.body.get("baseInstanceName") or grp.name
+        del grp.pending[missing:]
+        while len(grp.pending) < missing:
+            name = f"{base}-{secrets.token_hex(2)}"
+            if (grp.project, grp.zone, name) not in self._instances and name not in grp.pending:
+                grp.pending.append(name)
+        return grp.pending
 
     def _advance_group(self, grp: Group, now: float) -> bool:
         if grp.deleting:

@@ -199,8 +199,9 @@ class Group:
     policy: Policy | None
     create_time: float
     instances: list[str] = field(default_factory=list)  # instance names, in creation order
-    bulk_error: dict[str, Any] | None = None
+    bulk_error: dict[str, Any] | None = None  # why the last attempt to create VMs failed
     bulk_check: float | None = None
+    pending: list[str] = field(default_factory=list)  # names of the VMs still to create (not BULK)
     deleting: bool = False
 
     @property

@@ -161,7 +161,13 @@ def test_a_group_that_is_not_bulk_comes_up_partly(fake):
     _template(fake, "t", "SPOT", instance_termination_action="STOP")
     fake.groups.insert_unary(project=PROJECT, zone=ZONE, instance_group_manager_resource=_group("t", None))
     managed = list(fake.groups.list_managed_instances(project=PROJECT, zone=ZONE, instance_group_manager="g"))
-    assert [m.instance_status for m in managed] == ["RUNNING"] * 3  # billed, and useless as a slice
+    assert [m.instance_status for m in managed] == ["RUNNING"] * 3 + [""]  # 3 billed, and useless as a slice
+    creating = managed[3]
+    assert creating.current_action == "CREATING" and creating.name.startswith("g-")
+    assert [e.code for e in creating.last_attempt.errors.errors] == ["ZONE_RESOURCE_POOL_EXHAUSTED"]
     igm = fake.groups.get(project=PROJECT, zone=ZONE, instance_group_manager="g")
     assert igm.current_actions.creating == 1 and not igm.status.is_stable
     assert fake.backend.state()["chips_in_use"] == {ZONE: {"SPOT": 12}}
+    fake.backend.configure_capacity({ZONE: {"SPOT": 16}})  # capacity comes back: the named VM is created
+    managed = list(fake.groups.list_managed_instances(project=PROJECT, zone=ZONE, instance_group_manager="g"))
+    assert [m.instance_status for m in managed] == ["RUNNING"] * 4 and creating.name in {m.name for m in managed}
