@@ -247,17 +247,19 @@ class ComputeApi:
 
     # -- managed instance groups (zonal) -----------------------------------------------------
     def insert_group(self, zone: str, name: str, template: str, policy_region: str, policy: str, size: int,
-                     description: str, tier: str) -> OpRef:  # fmt: skip
-        """A BULK group of ``size`` hosts from ``template`` under the workload ``policy``.
+                     description: str, tier: str, *, bulk: bool) -> OpRef:  # fmt: skip
+        """A group of ``size`` hosts from ``template`` under the workload ``policy``.
 
-        BULK creates no VM until all can be created; DO_NOTHING leaves a failed VM for us to see
-        (a multi-host slice is recovered whole, never host by host)."""
+        ``bulk``: BULK creates no VM until all can be created (Google allows it only over
+        reservation-bound and flex-start templates); otherwise the group creates its VMs one by one.
+        DO_NOTHING leaves a failed VM for us to see (a multi-host slice is recovered whole)."""
         from google.cloud import compute_v1
 
+        mode = "BULK" if bulk else "INDIVIDUAL"
         igm = compute_v1.InstanceGroupManager(
             name=name, description=description, base_instance_name=name, target_size=size,
             instance_template=f"projects/{self.project}/global/instanceTemplates/{template}",
-            target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode="BULK"),
+            target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode=mode),
             instance_lifecycle_policy=compute_v1.InstanceGroupManagerInstanceLifecyclePolicy(
                 default_action_on_failure="DO_NOTHING"),
             resource_policies=compute_v1.InstanceGroupManagerResourcePolicies(
@@ -273,9 +275,10 @@ class ComputeApi:
     def _group(g: Any, zone: str) -> GroupRecord:
         st = g.status
         bulk = _error_lines(st.bulk_instance_operation.last_progress_check.error) if st else ()
+        creating = int(g.current_actions.creating) if g.current_actions else 0
         return GroupRecord(g.name, _leaf(g.zone) or zone, int(g.target_size), _leaf(g.instance_template),
                            g.description, _ts(g.creation_timestamp), bool(st.is_stable) if st else False,
-                           bulk)  # fmt: skip
+                           bulk, creating)  # fmt: skip
 
     def get_group(self, zone: str, name: str) -> GroupRecord | None:
         try:
