@@ -21,7 +21,7 @@ import pytest
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES
 from tpu_ops.cloud.compute import ComputeApi
-from tpu_ops.errors import CapacityError, CloudError, QuotaError
+from tpu_ops.errors import CapacityError, CloudError, DeadlineError, QuotaError
 from tpu_ops.provision import Outcome, provision, teardown
 from tpu_ops.provision.ledger import ACTIVE, DELETE_REQUESTED, GONE, Ledger
 from tpu_ops.provision.prices import load
@@ -48,8 +48,11 @@ class Fake:
         with urllib.request.urlopen(r, timeout=10) as resp:
             return json.loads(resp.read() or b"{}")
 
-    def fail_next(self, collection: str, op_type: str = "insert", error: str = "ZONE_RESOURCE_POOL_EXHAUSTED") -> None:
-        self.req("POST", "/_fake/operations:fail", {"collection": collection, "operationType": op_type, "error": error})
+    def fail_next(
+        self, collection: str, op_type: str = "insert", error: str = "ZONE_RESOURCE_POOL_EXHAUSTED", count: int = 1
+    ) -> None:
+        body = {"collection": collection, "operationType": op_type, "error": error, "count": count}
+        self.req("POST", "/_fake/operations:fail", body)
 
     def left(self) -> int:
         st = self.req("GET", "/_fake/state")
@@ -204,3 +207,20 @@ def test_the_ladder_walks_on_past_an_asynchronous_stockout(env):
         assert "ZONE_RESOURCE_POOL_EXHAUSTED" in s.attempts[0].detail
     finally:
         teardown("run-async", settings, zones=[ZA, ZB])
+
+
+@pytest.mark.parametrize(("accelerator", "collection"), [("v5p-8", "instances"), ("v5p-32", "instanceGroupManagers")])
+def test_a_delete_that_fails_asynchronously_is_asked_again_and_named_at_the_deadline(env, accelerator, collection):
+    _, settings = env
+    provider = for_backend("compute", settings)
+    req = _request(Tier.SPOT, accelerator)
+    provider.create(req)
+    fake = env[0]
+    fake.fail_next(collection, "delete", "INTERNAL_ERROR", count=1000)
+    with pytest.raises(DeadlineError, match="INTERNAL_ERROR"):  # the operation's error, not a bare timeout
+        provider.delete_slice(ZA, req.slice_id, 1.0)
+    fake.req("POST", "/_fake/reset")
+    provider.create(req)
+    fake.fail_next(collection, "delete", "INTERNAL_ERROR", count=2)
+    provider.delete_slice(ZA, req.slice_id, 30)  # asked again after each failed delete: gone
+    assert provider.describe(ZA, req.slice_id) is None

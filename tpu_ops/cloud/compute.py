@@ -150,14 +150,14 @@ class ComputeApi:
                 timeout=self.call_timeout_s)  # fmt: skip
         return OpRef("zone", zone, op.name, zone, tier)
 
-    def delete_instance(self, zone: str, name: str) -> bool:
-        """Ask for deletion; False if it was already gone."""
+    def delete_instance(self, zone: str, name: str) -> OpRef | None:
+        """Ask for deletion: its operation, or None if it was already gone."""
         try:
-            self._call(lambda: self.client("InstancesClient").delete_unary(
+            op = self._call(lambda: self.client("InstancesClient").delete_unary(
                 project=self.project, zone=zone, instance=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("zone", zone, op.name, zone)
 
     def preempted(self, zone: str) -> set[str]:
         """Ids of instances in ``zone`` with a ``compute.instances.preempted`` operation (ids, not
@@ -193,13 +193,13 @@ class ComputeApi:
         return [TemplateRecord(t.name, t.description, dict(t.properties.labels), _ts(t.creation_timestamp))
                 for t in items]  # fmt: skip
 
-    def delete_template(self, name: str) -> bool:
+    def delete_template(self, name: str) -> OpRef | None:
         try:
-            self._call(lambda: self.client("InstanceTemplatesClient").delete_unary(
+            op = self._call(lambda: self.client("InstanceTemplatesClient").delete_unary(
                 project=self.project, instance_template=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("global", "", op.name)
 
     # -- workload policies (regional) --------------------------------------------------------
     def insert_policy(self, region: str, name: str, topology: str, description: str) -> OpRef:
@@ -237,13 +237,13 @@ class ComputeApi:
         items = self._call(lambda: list(c.list(project=self.project, region=region, timeout=self.call_timeout_s)))
         return [self._policy(p, region) for p in items]
 
-    def delete_policy(self, region: str, name: str) -> bool:
+    def delete_policy(self, region: str, name: str) -> OpRef | None:
         try:
-            self._call(lambda: self.client("ResourcePoliciesClient").delete_unary(
+            op = self._call(lambda: self.client("ResourcePoliciesClient").delete_unary(
                 project=self.project, region=region, resource_policy=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("region", region, op.name)
 
     # -- managed instance groups (zonal) -----------------------------------------------------
     def insert_group(self, zone: str, name: str, template: str, policy_region: str, policy: str, size: int,
@@ -305,13 +305,13 @@ class ComputeApi:
                                       _error_lines(m.last_attempt.errors) if m.last_attempt else ())
                 for m in items]  # fmt: skip
 
-    def delete_group(self, zone: str, name: str) -> bool:
+    def delete_group(self, zone: str, name: str) -> OpRef | None:
         try:
-            self._call(lambda: self.client("InstanceGroupManagersClient").delete_unary(
+            op = self._call(lambda: self.client("InstanceGroupManagersClient").delete_unary(
                 project=self.project, zone=zone, instance_group_manager=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("zone", zone, op.name, zone)
 
     # -- operations --------------------------------------------------------------------------
     def operation_error(self, ref: OpRef) -> TpuOpsError | None:

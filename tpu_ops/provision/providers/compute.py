@@ -212,8 +212,8 @@ class ComputeProvider(Provider):
         return found
 
     # -- delete ------------------------------------------------------------------------------
-    def _ask(self, r: Resource) -> bool:
-        """Ask for deletion of one resource; False if it is already gone."""
+    def _ask(self, r: Resource) -> OpRef | None:
+        """Ask for deletion of one resource: its operation, or None if it is already gone."""
         if r.kind == GROUP:
             return self.api.delete_group(r.zone, r.resource_id)
         if r.kind == INSTANCE:
@@ -247,19 +247,33 @@ class ComputeProvider(Provider):
                 self._delete_stage(stage, deadline)
 
     def _delete_stage(self, stage: Sequence[Resource], deadline: float) -> None:
+        """Ask, then wait until each is gone; a delete whose operation ends with an error (Google's
+        asynchronous failure) is asked again at once, and its error named if the deadline passes."""
         pending = {(r.zone, r.resource_id): r for r in stage}
         asked_at: dict[tuple[str, str], float] = {}
+        ops: dict[tuple[str, str], OpRef] = {}
+        failed: dict[tuple[str, str], str] = {}
         reask_s = max(1.0, 20 * self.settings.poll_interval_s)
         while pending:
             for key, r in list(pending.items()):
                 try:
                     if key not in asked_at or time.monotonic() - asked_at[key] > reask_s:
                         asked_at[key] = time.monotonic()
-                        if not self._ask(r):
+                        ref = self._ask(r)
+                        if ref is None:
                             del pending[key]
                             continue
+                        ops[key] = ref
                     if not self._exists(r):
                         del pending[key]
+                        continue
+                    if key in ops:
+                        done, err = self.api.operation(ops[key])
+                        if done:
+                            del ops[key]
+                        if err is not None:
+                            failed[key] = str(err)
+                            del asked_at[key]  # the delete failed: ask again now
                 except TransientError:
                     continue
                 except TpuOpsError:
@@ -267,7 +281,8 @@ class ComputeProvider(Provider):
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise DeadlineError(f"compute: still there after the deadline: {sorted(pending)}")
+                why = "".join(f"; {k[1]}: {failed[k]}" for k in sorted(pending) if k in failed)
+                raise DeadlineError(f"compute: still there after the deadline: {sorted(pending)}{why}")
             time.sleep(self.settings.poll_interval_s)
 
     def abandon(self, zone: str, slice_id: str) -> bool:
