@@ -171,3 +171,16 @@ def test_a_group_that_is_not_bulk_comes_up_partly(fake):
     fake.backend.configure_capacity({ZONE: {"SPOT": 16}})  # capacity comes back: the named VM is created
     managed = list(fake.groups.list_managed_instances(project=PROJECT, zone=ZONE, instance_group_manager="g"))
     assert [m.instance_status for m in managed] == ["RUNNING"] * 4 and creating.name in {m.name for m in managed}
+
+
+def test_the_sdks_own_extended_operation_raises_on_the_fakes_stockout(fake):
+    """With ``error`` alone (the fake's old answer) google-cloud-compute's ``ExtendedOperation.result()``
+    returns None; with Google's ``httpErrorStatusCode``/``httpErrorMessage`` it raises. Its refresh is
+    pointed at the fake (its own would ask Google's real host)."""
+    import functools
+
+    fake.backend.configure_capacity({ZONE: {"SPOT": 0}})
+    op = fake.instances.insert(project=PROJECT, zone=ZONE, instance_resource=_instance("vm"))
+    op._refresh = functools.partial(fake.zone_ops.get, project=PROJECT, zone=ZONE, operation=op.name)
+    with pytest.raises(gexc.ServiceUnavailable, match="SERVICE UNAVAILABLE"):
+        op.result(timeout=10)
