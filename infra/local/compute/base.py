@@ -15,9 +15,10 @@ import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from infra.local.compute import exceptions as cexc
+from infra.local.compute import geography
 from infra.local.compute.capacity import Capacity
 from infra.local.compute.filters import compile_filter
 from infra.local.compute.records import (
@@ -41,6 +42,7 @@ from infra.local.core.clock import Clock
 
 GOOGLE_BASE = "https://compute.googleapis.com/compute/v1/"
 API = "/compute/v1/"  # REST paths (what injected faults match) are API + a resource path
+T = TypeVar("T")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -101,6 +103,7 @@ class ComputeBase(FakeBackend[NodeEvent]):
         self.link_base = link_base  # the server sets its own URL: links never point off loopback
         self.wait_s = 2.0  # longest an operations.wait call holds (wall seconds)
         self.capacity = Capacity()
+        self.created_at = self.clock.now()  # the project's and the reservations' creationTimestamp
         self._uids = itertools.count(4_000_000_000_000_000_001)
         self._ips = itertools.count(0)
         self._clear()
@@ -118,6 +121,15 @@ class ComputeBase(FakeBackend[NodeEvent]):
         self.op_polls = 1  # reads of a new operation that answer RUNNING before it may be DONE
         self.op_s = 10.0  # ... or fake seconds after it began, whichever comes first
         self._op_faults: list[list[Any]] = []  # [collection, operationType, error code, count left]
+
+    def _call(self, method: str, path: str, fn: Callable[[], T]) -> T:
+        """Every API method: under a zone or region that does not exist, Compute Engine's 404."""
+
+        def checked() -> T:
+            geography.check_path(path, self.capacity.zones)
+            return fn()
+
+        return super()._call(method, path, checked)
 
     # -- records -------------------------------------------------------------------------------
     def _table(self, kind: Kind[R]) -> dict[Key, R]:
@@ -140,6 +152,12 @@ class ComputeBase(FakeBackend[NodeEvent]):
     def _render(self, rec: Any) -> dict[str, Any]:
         """A record's JSON (a family whose JSON needs more than its record overrides this)."""
         return cast(dict[str, Any], rec.to_json(self.link_base))
+
+    def _group_of(self, inst: Instance) -> Group | None:
+        """The group managing ``inst`` (zonal or regional), if any."""
+        if not inst.group:
+            return None
+        return self._groups.get((inst.project, inst.group_where or inst.zone, inst.group))
 
     def _members(self, grp: Group) -> list[Instance]:
         found = (self._instances.get((grp.project, grp.zone, n)) for n in grp.instances)
@@ -211,35 +229,48 @@ class ComputeBase(FakeBackend[NodeEvent]):
         flt: str | None = None,
         max_results: int | None = None,
         token: str | None = None,
+        path: str = "",
     ) -> dict[str, Any]:
-        """``{kind, id, items?, nextPageToken?}``: ``items`` filtered, then one page of them."""
+        """``{kind, id, selfLink, items?, nextPageToken?}``: ``items`` filtered, then one page of them
+        (``path``: the collection's, e.g. ``projects/<p>/zones/<z>/instances``)."""
         pred = compile_filter(flt)
         chunk, nxt = page([i for i in items if pred(i)], max_results, token)
-        out: dict[str, Any] = {"kind": kind, "id": kind}
+        out: dict[str, Any] = {"kind": kind, "id": path or kind}
+        if path:
+            out["selfLink"] = self.link_base + path
         if chunk:
             out["items"] = chunk
         if nxt:
             out["nextPageToken"] = nxt
         return out
 
+    def _scoped(self, project: str, collection: str) -> list[tuple[str, dict[str, Any]]] | None:
+        """(scope, JSON) of every ``collection`` resource of ``project`` (None: no aggregated list of it).
+        A family whose resources are not in a ``Kind`` table (reservations, machine types) adds to this."""
+        kind = AGGREGATED.get(collection)
+        if kind is None:
+            return None
+        recs = [(w, r) for (p, w, _), r in self._table(kind).items() if p == project]
+        return [(getattr(r, "scope", None) or kind.scope(w), self._render(r)) for w, r in recs]
+
     def aggregated_list(self, project: str, collection: str, flt: str | None = None) -> dict[str, Any]:
         """``{items: {"zones/<z>"|"regions/<r>"|"global": {<collection>: [...]}}}``; scopes with no match
         are left out; one page (the fake holds few resources). What a reaper walks."""
-        kind = AGGREGATED.get(collection)
-        if kind is None:
-            raise exc.NotFound(f"no aggregated list of {collection!r}")
+        path = f"projects/{project}/aggregated/{collection}"
 
         def run() -> dict[str, Any]:
+            scoped = self._scoped(project, collection)
+            if scoped is None:
+                raise cexc.not_found(path)
             pred = compile_filter(flt)
-            scoped = [(kind.scope(w), self._render(r)) for (p, w, _), r in self._table(kind).items() if p == project]
             items: dict[str, dict[str, list[dict[str, Any]]]] = {}
             for scope, res in sorted(scoped, key=lambda sr: (sr[0], sr[1]["name"])):
                 if pred(res):
                     items.setdefault(scope, {collection: []})[collection].append(res)
-            list_kind = kind.kind + "AggregatedList"
-            return {"kind": list_kind, "id": list_kind, "items": items}
+            list_kind = f"compute#{collection[:-1]}AggregatedList"
+            return {"kind": list_kind, "id": path, "items": items, "selfLink": self.link_base + path}
 
-        return self._call("GET", f"{API}projects/{project}/aggregated/{collection}", run)
+        return self._call("GET", API + path, run)
 
     # -- get / list / insert / delete, as every family serves them ------------------------------
     def _get_call(self, kind: Kind[Any], project: str, where: str, name: str) -> dict[str, Any]:
@@ -256,7 +287,8 @@ class ComputeBase(FakeBackend[NodeEvent]):
             recs = [r for (p, w, _), r in sorted(self._table(kind).items()) if p == project and w == where]
             if order is not None:
                 recs.sort(key=order)
-            return self._list(kind.kind + "List", [self._render(r) for r in recs], **page)
+            return self._list(kind.kind + "List", [self._render(r) for r in recs], **page,
+                              path=kind.path(project, where))  # fmt: skip
 
         return self._call("GET", API + kind.path(project, where), run)
 

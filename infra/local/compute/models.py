@@ -27,13 +27,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from infra.local.compute.autoscalers import AutoscalersMixin
 from infra.local.compute.base import GOOGLE_BASE, NAME_RE, ComputeBase, Latency
 from infra.local.compute.catalog import CatalogMixin
-from infra.local.compute.groups import GroupsMixin
 from infra.local.compute.hosts import PREEMPTED
+from infra.local.compute.images import ImagesMixin
+from infra.local.compute.instance_groups import InstanceGroupsMixin
 from infra.local.compute.operations import OperationsMixin
 from infra.local.compute.placement import PROVISIONING_MODELS, RESERVATION_KEY
 from infra.local.compute.policies import PoliciesMixin
+from infra.local.compute.regional_groups import RegionalGroupsMixin
 from infra.local.compute.templates import TemplatesMixin
 from infra.local.core import exceptions as exc
 
@@ -48,11 +51,22 @@ __all__ = [
 ]
 
 
-class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin, CatalogMixin, ComputeBase):
+class ComputeBackend(
+    RegionalGroupsMixin,
+    TemplatesMixin,
+    PoliciesMixin,
+    OperationsMixin,
+    AutoscalersMixin,
+    InstanceGroupsMixin,
+    ImagesMixin,
+    CatalogMixin,
+    ComputeBase,
+):
     """All projects and zones of the fake service. Thread-safe; see the module docstring.
 
-    One mixin a resource family (``instances``, ``groups``, ``templates``, ``policies``,
-    ``operations``, ``catalog``; ``hosts``: guests and preemption), on ``base.ComputeBase``.
+    One mixin a resource family (``instances``, ``groups`` and ``regional_groups``, ``templates``,
+    ``policies``, ``operations``, ``autoscalers``, ``instance_groups``, ``images``, ``catalog``;
+    ``hosts``: guests and preemption), on ``base.ComputeBase``.
     """
 
     # -- the time-driven state machine ------------------------------------------------------------

@@ -13,12 +13,14 @@ _R = _P + r"/regions/(?P<region>[^/]+)"
 _G = _P + r"/global"
 _N = r"(?P<name>[^/]+)"
 _SCOPE = _P + r"/(?P<scope>zones/[^/]+|regions/[^/]+|global)"
+_ZR = _P + r"/(?P<scope>zones/[^/]+|regions/[^/]+)"
 
 URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^{_Z}/instances$", "list_instances"),
     ("POST", rf"^{_Z}/instances$", "insert_instance"),
     ("GET", rf"^{_Z}/instances/{_N}$", "get_instance"),
     ("DELETE", rf"^{_Z}/instances/{_N}$", "delete_instance"),
+    ("GET", rf"^{_Z}/machineTypes$", "list_machine_types"),
     ("GET", rf"^{_Z}/machineTypes/{_N}$", "get_machine_type"),
     ("GET", rf"^{_Z}/reservations$", "list_reservations"),
     ("GET", rf"^{_Z}/reservations/{_N}$", "get_reservation"),
@@ -27,6 +29,17 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^{_Z}/instanceGroupManagers/{_N}$", "get_group"),
     ("DELETE", rf"^{_Z}/instanceGroupManagers/{_N}$", "delete_group"),
     ("POST", rf"^{_Z}/instanceGroupManagers/{_N}/listManagedInstances$", "list_managed_instances"),
+    ("GET", rf"^{_R}/instanceGroupManagers$", "list_region_groups"),
+    ("POST", rf"^{_R}/instanceGroupManagers$", "insert_region_group"),
+    ("GET", rf"^{_R}/instanceGroupManagers/{_N}$", "get_region_group"),
+    ("DELETE", rf"^{_R}/instanceGroupManagers/{_N}$", "delete_region_group"),
+    ("POST", rf"^{_R}/instanceGroupManagers/{_N}/listManagedInstances$", "list_region_managed_instances"),
+    ("GET", rf"^{_ZR}/autoscalers$", "list_autoscalers"),
+    ("GET", rf"^{_ZR}/autoscalers/{_N}$", "get_autoscaler"),
+    ("GET", rf"^{_ZR}/instanceGroups$", "list_instance_groups"),
+    ("GET", rf"^{_ZR}/instanceGroups/{_N}$", "get_instance_group"),
+    ("GET", rf"^{_G}/images/family/{_N}$", "get_image_from_family"),
+    ("GET", rf"^{_G}/images/{_N}$", "get_image"),
     ("GET", rf"^{_G}/instanceTemplates$", "list_templates"),
     ("POST", rf"^{_G}/instanceTemplates$", "insert_template"),
     ("GET", rf"^{_G}/instanceTemplates/{_N}$", "get_template"),
@@ -44,7 +57,7 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("GET", rf"^{_P}$", "get_project"),
     (
         "GET",
-        rf"^{_P}/aggregated/(?P<collection>instances|instanceGroupManagers|resourcePolicies|instanceTemplates)$",
+        rf"^{_P}/aggregated/(?P<collection>[A-Za-z]+)$",
         "aggregated_list",
     ),
     ("GET", rf"^{_SCOPE}/operations$", "list_operations"),

@@ -120,7 +120,12 @@ def test_bulk_group_of_four_hosts_preempt_and_teardown_in_order(fake):
 def test_bulk_creates_no_vm_until_all_fit(fake):
     fake.backend.configure_capacity({ZONE: {"FLEX_START": 12}})  # 3 of the 4 hosts
     _create_slice(fake, model="FLEX_START")
-    assert _managed(fake) == []
+    # As Google lists them while a BULK group waits: named managed instances, CREATING, no VM behind them.
+    waiting = _managed(fake)
+    assert [(m.current_action, m.instance_status, m.id) for m in waiting] == [("CREATING", "", 0)] * 4
+    assert {m.version.instance_template.rsplit("/", 1)[1] for m in waiting} == {"s32-tpl"}
+    assert {m.last_attempt.errors.errors[0].code for m in waiting} == {"ZONE_RESOURCE_POOL_EXHAUSTED"}
+    assert [m.name for m in _managed(fake)] == [m.name for m in waiting]  # the names hold while it waits
     igm = fake.groups.get(project=PROJECT, zone=ZONE, instance_group_manager="s32")
     bulk = igm.status.bulk_instance_operation
     assert bulk.in_progress and not igm.status.is_stable and igm.current_actions.creating == 4
@@ -131,6 +136,7 @@ def test_bulk_creates_no_vm_until_all_fit(fake):
     igm = fake.groups.get(project=PROJECT, zone=ZONE, instance_group_manager="s32")
     assert igm.status.is_stable and not igm.status.bulk_instance_operation.in_progress
     assert {m.instance_status for m in _managed(fake)} == {"RUNNING"} and len(_managed(fake)) == 4
+    assert sorted(m.name for m in _managed(fake)) == sorted(m.name for m in waiting)  # the VMs get those names
 
 
 def test_repair_recreates_a_preempted_member(fake):
