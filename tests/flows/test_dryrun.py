@@ -35,7 +35,7 @@ def _dry_run(tmp_path: Path, *args: str) -> tuple[dict[str, Any], subprocess.Com
 def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
     summary, out, env = _dry_run(tmp_path)
     assert summary["backend"] == "compute"
-    # reservation too small (2 of 4 hosts), spot stocked out in b, a BULK group of 4 from spot in c; again
+    # reservation too small (2 of 4 hosts), spot stocked out in b, a (spot: not BULK) group of 4 in c; again
     # after the injected preemption, which deleted the whole group and made a new one
     assert (summary["slice"]["tier"], summary["slice"]["zone"], summary["slice"]["hosts"]) == ("spot", "us-east5-c", 4)
     assert [a.split(" in ")[0] for a in summary["attempts"]] == [

@@ -5,7 +5,8 @@ created for the same run id, and otherwise walks the plan: each attempt asks the
 (Cloud TPU API or Compute Engine, :mod:`tpu_ops.provision.providers`) for a slice named
 ``{run_id}-a{n}`` (checking first that it does not exist, so a retried create never makes a
 second one), waits for it to run with backoff within the queue timeout and the overall timeout,
-and moves on at failure, stockout, quota or timeout after deleting what it abandons.
+and moves on at failure, stockout, quota or timeout after deleting what it abandons. A slice that
+came up partly is not obtained: deleted whole, its hold in the ledger (:mod:`.partial`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tpu_ops.errors import (
 )
 from tpu_ops.layout import check_run_id
 from tpu_ops.polling import poll
-from tpu_ops.provision import calendar, ranking
+from tpu_ops.provision import calendar, partial, ranking
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.choose import Choice
 from tpu_ops.provision.cost import check_budget
@@ -129,6 +130,7 @@ class _Ladder:
         # The choice (``choose``): called at each walk, it orders the steps and may say to try only
         # the first few, then wait and walk again (``choose.wait``).
         self.rank: Callable[[list[Step]], tuple[list[Step], Choice | None]] | None = None
+        self.hold = partial.Hold()  # the current attempt's hosts up while the slice is not whole
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self) -> Slice:
@@ -234,6 +236,7 @@ class _Ladder:
         t0 = time.monotonic()
         rec: SliceRecord | None = None
         opens_in = 0.0  # a calendar window not open yet: how long the wait may add
+        self.hold = partial.Hold()
         try:
             if step.tier == Tier.CALENDAR:
                 gate = calendar.step_gate(self.provider, self.spec, step.zone, step.reservation, step.number,
@@ -258,10 +261,16 @@ class _Ladder:
         except (CloudError, TpuOpsError, TimeoutError) as exc:
             outcome, detail = Outcome.ERROR, f"{type(exc).__name__}: {_short(exc)}"
         waited = time.monotonic() - t0
+        if outcome != Outcome.ACTIVE and self.hold:  # some hosts came up, never all: not obtained
+            detail = partial.release(self.hold, ledger=self.ledger, provider=self.provider, zone=step.zone,
+                                     slice_id=rid, tier=step.tier, accelerator=self.spec.slice.accelerator,
+                                     why=detail, timeout_s=self._remaining())  # fmt: skip
+            outcome = Outcome.PARTIAL
         self._record(Attempt(step.number, step.tier, step.zone, rid, outcome, waited, detail, step.reservation))
         if outcome == Outcome.ACTIVE and rec is not None:
-            return self._slice(rec)
-        self._abandon(step.zone, rid)
+            return self._slice(rec, since=self.hold.since or None)
+        if outcome != Outcome.PARTIAL:
+            self._abandon(step.zone, rid)
         return None
 
     def request(self, step: Step, rid: str) -> SliceRequest:
@@ -299,6 +308,7 @@ class _Ladder:
                 rec = last[0] = self.provider.describe(step.zone, rid)
             except TransientError:
                 return None  # retries used up for this poll; the next poll tries again
+            self.hold.see(rec)
             return None if rec is None else self._settled(rec)
 
         try:
@@ -336,12 +346,13 @@ class _Ladder:
         if self.on_attempt is not None:
             self.on_attempt(attempt)
 
-    def _slice(self, rec: SliceRecord) -> Slice:
+    def _slice(self, rec: SliceRecord, since: float | None = None) -> Slice:
+        """The slice handed out; billed from ``since`` (its first host up, if it came up host by host)."""
         acc = self.spec.slice.accelerator
         if not self.ledger.is_open(rec.slice_id):
             self.ledger.append(L.ACTIVE, resource_id=rec.slice_id, zone=rec.zone, tier=rec.tier, chips=acc.chips,
                                generation=acc.generation, accelerator_type=acc.name,
-                               backend=self.provider.name)  # fmt: skip
+                               backend=self.provider.name, t=since or time.time())  # fmt: skip
         return Slice(
             run_id=self.run_id,
             queued_resource=rec.slice_id,

@@ -17,7 +17,8 @@ class Outcome:
     TIMEOUT: Final = "timeout"  # not ACTIVE within validUntilDuration (or the overall timeout)
     SUSPENDED: Final = "suspended"
     ERROR: Final = "error"  # a non-capacity API error (bad request, permission, retries used up)
-    MOVED_ON: Final = frozenset({FAILED, STOCKOUT, QUOTA, TIMEOUT, SUSPENDED, ERROR})
+    PARTIAL: Final = "partial"  # some hosts came up, never all within the queue timeout: deleted whole
+    MOVED_ON: Final = frozenset({FAILED, STOCKOUT, QUOTA, TIMEOUT, SUSPENDED, ERROR, PARTIAL})
 
 
 @dataclass(frozen=True)

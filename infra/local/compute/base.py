@@ -36,6 +36,7 @@ from infra.local.compute.records import (
     R,
     Template,
 )
+from infra.local.core import exceptions as exc
 from infra.local.core.backend import FakeBackend, NodeEvent, operation_id, page
 from infra.local.core.clock import Clock
 
@@ -117,6 +118,9 @@ class ComputeBase(FakeBackend[NodeEvent]):
         self._hosted: set[tuple[str, int]] = set()  # (instance path, uid) whose host runs
         self._guest: dict[tuple[str, str, str], str] = {}  # (instance path, namespace, key) -> value
         self._requests: dict[str, Key] = {}  # requestId -> its operation's key
+        self.op_polls = 1  # reads of a new operation that answer RUNNING before it may be DONE
+        self.op_s = 10.0  # ... or fake seconds after it began, whichever comes first
+        self._op_faults: list[list[Any]] = []  # [collection, operationType, error code, count left]
 
     def _call(self, method: str, path: str, fn: Callable[[], T]) -> T:
         """Every API method: under a zone or region that does not exist, Compute Engine's 404."""
@@ -177,13 +181,45 @@ class ComputeBase(FakeBackend[NodeEvent]):
     def _new_op(self, project: str, scope: str, op_type: str, target: str, target_id: int) -> Operation:
         now = self.clock.now()
         op = Operation(project, scope, operation_id(now), next(self._uids), op_type, target, target_id, now)
+        op.polls_left = self.op_polls
         self._ops[(project, scope, op.name)] = op
         return op
 
     def _done_op(self, project: str, scope: str, op_type: str, target: str, target_id: int) -> dict[str, Any]:
-        op = self._new_op(project, scope, op_type, target, target_id)
-        op.finish(self.clock.now())
-        return op.to_json(self.link_base)
+        """The operation of a change already made: RUNNING now, DONE once read ``op_polls`` times."""
+        return self._new_op(project, scope, op_type, target, target_id).to_json(self.link_base)
+
+    # -- asynchronous failures (the control: the next operation of a kind fails after it ran) -----
+    def fail_operations(self, collection: str, op_type: str, error: str = "ZONE_RESOURCE_POOL_EXHAUSTED",
+                        count: int = 1) -> dict[str, Any]:  # fmt: skip
+        """The next ``count`` ``op_type`` (insert|delete) calls on ``collection`` are accepted, change
+        nothing, and their operation ends (RUNNING, then DONE) with ``error`` and its HTTP status."""
+        kinds = {k.collection for k in AGGREGATED.values()}
+        if collection not in kinds or op_type not in ("insert", "delete") or count < 1:
+            raise exc.InvalidArgument(
+                f"operations: collection in {sorted(kinds)}, operationType insert|delete, count >= 1; got "
+                f"{collection!r}, {op_type!r}, {count!r}"
+            )
+        cexc.async_error(error, "p", "z", "r")  # refuses an unknown code now, not at the call
+        with self._lock:
+            self._op_faults.append([collection, op_type, error, int(count)])
+            return {"operation_faults_pending": sum(f[3] for f in self._op_faults)}
+
+    def _failing(
+        self, kind: Kind[Any], op_type: str, project: str, where: str, path: str, uid: int
+    ) -> dict[str, Any] | None:
+        """If an asynchronous failure is set for this call, its RUNNING operation (nothing changed)."""
+        for f in self._op_faults:
+            if f[3] > 0 and f[0] == kind.collection and f[1] == op_type:
+                f[3] -= 1
+                scope = kind.scope(where)
+                zone = where if kind.where == "zone" else ""
+                region = zone.rsplit("-", 1)[0] if zone else where
+                err = cexc.async_error(f[2], project, zone, region)
+                op = self._new_op(project, scope, op_type, path, uid)
+                op.fail_with = (err, cexc.http_of(err))
+                return op.to_json(self.link_base)
+        return None
 
     # -- lists -----------------------------------------------------------------------------------
     def _list(
@@ -257,9 +293,25 @@ class ComputeBase(FakeBackend[NodeEvent]):
         return self._call("GET", API + kind.path(project, where), run)
 
     def _insert_call(
-        self, kind: Kind[Any], project: str, where: str, request_id: str | None, run: Callable[[], dict[str, Any]]
+        self,
+        kind: Kind[Any],
+        project: str,
+        where: str,
+        request_id: str | None,
+        run: Callable[[], dict[str, Any]],
+        body: dict[str, Any],
     ) -> dict[str, Any]:
-        return self._call("POST", API + kind.path(project, where), self._once(request_id, run))
+        def once() -> dict[str, Any]:
+            if any(f[3] > 0 and f[0] == kind.collection and f[1] == "insert" for f in self._op_faults):
+                name = self._new_name(kind, project, where, body)
+                failed = self._failing(
+                    kind, "insert", project, where, kind.path(project, where, name), next(self._uids)
+                )
+                if failed is not None:
+                    return failed
+            return run()
+
+        return self._call("POST", API + kind.path(project, where), self._once(request_id, once))
 
     def _delete_call(
         self,
@@ -271,11 +323,12 @@ class ComputeBase(FakeBackend[NodeEvent]):
         run: Callable[[R], dict[str, Any]],
     ) -> dict[str, Any]:
         """``run(record)`` on the record (404 if none) -> its delete operation."""
-        return self._call(
-            "DELETE",
-            API + kind.path(project, where, name),
-            self._once(request_id, lambda: run(self._get(kind, project, where, name))),
-        )
+
+        def once() -> dict[str, Any]:
+            rec = self._get(kind, project, where, name)
+            return self._failing(kind, "delete", project, where, rec.path, rec.uid) or run(rec)
+
+        return self._call("DELETE", API + kind.path(project, where, name), self._once(request_id, once))
 
     def _insert_now(
         self,
@@ -295,7 +348,7 @@ class ComputeBase(FakeBackend[NodeEvent]):
             self._table(kind)[(project, where, name)] = rec
             return self._done_op(project, kind.scope(where), "insert", rec.path, rec.uid)
 
-        return self._insert_call(kind, project, where, request_id, run)
+        return self._insert_call(kind, project, where, request_id, run, body)
 
     def _delete_unused(
         self, kind: Kind[R], key: Key, request_id: str | None, what: str, uses: Callable[[Group, R], bool]

@@ -1,5 +1,7 @@
 """Managed instance groups: insert, get, list, listManagedInstances, delete; a group creates its VMs
-from its template (all together under ``targetSizePolicy.mode: BULK``) and, with
+from its template (all together under ``targetSizePolicy.mode: BULK``, which Google allows only over
+a RESERVATION_BOUND or FLEX_START template; else one by one as capacity allows, so a group can come
+up partly) and, with
 ``defaultActionOnFailure: REPAIR``, replaces the TERMINATED ones. Until a VM exists its managed
 instance is listed (named, ``currentAction: CREATING``), as Compute Engine lists it. Zonal here;
 regional groups (``regional_groups``) are the same records and mechanics."""
@@ -25,6 +27,8 @@ from infra.local.compute.records import (
 )
 from infra.local.core import exceptions as exc
 from infra.local.core.backend import page
+
+BULK_MODELS = ("RESERVATION_BOUND", "FLEX_START")
 
 
 class GroupsMixin(InstancesMixin):
@@ -54,9 +58,10 @@ class GroupsMixin(InstancesMixin):
             tpl = self._templates[(project, treg, tname)]
             props = dict(tpl.body.get("properties") or {})
             try:
-                machine = self._placement(project, zone, props)[0]
+                machine, model = self._placement(project, zone, props)[:2]
             except exc.NotFound:  # its reservation does not exist yet (a calendar window to come): it waits
                 machine = self._machine(props.get("machineType"), "resource.instanceTemplate")
+                model = str((props.get("scheduling") or {}).get("provisioningModel") or "STANDARD")
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
                 raise cexc.Invalid(f"Invalid value for field 'resource.targetSize': {size!r}")
@@ -64,6 +69,14 @@ class GroupsMixin(InstancesMixin):
             if mode not in (None, "BULK", "INDIVIDUAL"):
                 raise cexc.Invalid(
                     f"Invalid value for field 'resource.targetSizePolicy.mode': {mode!r}; allowed: BULK, INDIVIDUAL"
+                )
+            if mode == "BULK" and model not in BULK_MODELS:
+                # "Create a MIG that uses the bulk mode": bulk mode "is only supported with instance
+                # templates that specify either a reservation-bound or flex-start provisioning model".
+                raise cexc.Invalid(
+                    "Invalid value for field 'resource.targetSizePolicy.mode': 'BULK'. Bulk mode is only supported "
+                    "with instance templates that specify either a reservation-bound or flex-start provisioning "
+                    f"model; instance template '{tpl.path}' specifies provisioningModel {model}."
                 )
             action = (body.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure")
             if action not in (None, "REPAIR", "DO_NOTHING"):

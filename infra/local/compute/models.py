@@ -11,7 +11,11 @@ time later TERMINATED (or deleted, per ``instanceTerminationAction``), with a
 PENDING for up to ``params.requestValidForDuration``. An insert without capacity (per zone and
 provisioning model, or reservation count, or regional quota) ends in an operation error
 (``ZONE_RESOURCE_POOL_EXHAUSTED`` / ``QUOTA_EXCEEDED``) and leaves no instance.
-Managed instance group with ``targetSizePolicy.mode: BULK``: its insert operation ends at once; it
+Every operation answers RUNNING first and ends (DONE) once read ``op_polls`` times or ``op_s`` of fake
+time after it began; a failed one carries ``error`` and ``httpErrorStatusCode``/``httpErrorMessage``
+(a stock-out: 503). ``fail_operations`` makes the next insert/delete of a collection fail that way.
+Managed instance group with ``targetSizePolicy.mode: BULK`` (refused over a SPOT or STANDARD
+template, as Google refuses it): its insert operation ends at once; it
 creates no VM until all ``targetSize`` can be created (until then ``status.bulkInstanceOperation``
 carries the error), then creates them together. Listeners get ``NodeEvent``s for the host
 simulator: ``ready`` when a slice (an instance, or all of a group's) is RUNNING, ``terminating``
@@ -100,15 +104,21 @@ class ComputeBackend(
         return self._locked(run)
 
     def set_latency(self, provision_s: float | None = None, delete_s: float | None = None,
-                    preempt_notice_s: float | None = None) -> dict[str, float]:  # fmt: skip
+                    preempt_notice_s: float | None = None, op_polls: int | None = None,
+                    op_s: float | None = None) -> dict[str, float]:  # fmt: skip
         with self._lock:
+            if op_polls is not None:
+                self.op_polls = int(op_polls)
+            if op_s is not None:
+                self.op_s = float(op_s)
             if provision_s is not None:
                 self.latency.provision_s = float(provision_s)
             if delete_s is not None:
                 self.latency.delete_s = float(delete_s)
             if preempt_notice_s is not None:
                 self.preempt_notice_s = float(preempt_notice_s)
-            return {**vars(self.latency), "preempt_notice_s": self.preempt_notice_s}
+            return {**vars(self.latency), "preempt_notice_s": self.preempt_notice_s, "op_polls": self.op_polls,
+                    "op_s": self.op_s}  # fmt: skip
 
     def reset(self) -> None:
         """Forget everything (every running guest is stopped); capacity, quotas, latency to defaults."""

@@ -251,6 +251,10 @@ class Operation:
     error: dict[str, Any] | None = None  # {"errors": [...]}
     http_error: tuple[int, str] | None = None
     status_message: str = ""
+    # As Google's: RUNNING when answered, DONE later. Reads of it that still answer RUNNING, and the
+    # asynchronous failure (error body, HTTP status and message) it ends with, if it fails.
+    polls_left: int = 0
+    fail_with: tuple[dict[str, Any], tuple[int, str]] | None = None
 
     @property
     def path(self) -> str:

@@ -182,7 +182,15 @@ class ComputeResponses(ControlMixin, JsonApp, ResizeResponses):
 
     def fake_latency(self, req: Request) -> dict[str, Any]:
         body = self._body(req)
-        return self.backend.set_latency(body.get("provision_s"), body.get("delete_s"), body.get("preempt_notice_s"))
+        return self.backend.set_latency(body.get("provision_s"), body.get("delete_s"), body.get("preempt_notice_s"),
+                                        body.get("op_polls"), body.get("op_s"))  # fmt: skip
+
+    def fake_fail_operations(self, req: Request) -> dict[str, Any]:
+        """``{collection, operationType, error?, count?}``: see ``ComputeBase.fail_operations``."""
+        b = self._body(req)
+        return self.backend.fail_operations(str(b.get("collection")), str(b.get("operationType")),
+                                            str(b.get("error") or "ZONE_RESOURCE_POOL_EXHAUSTED"),
+                                            int(b.get("count") or 1))  # fmt: skip
 
     def fake_tick(self, req: Request) -> dict[str, Any]:
         self.backend.tick()

@@ -83,6 +83,7 @@ URL_PATHS: list[tuple[str, str, str]] = [
     ("POST", r"^/_fake/quotas$", "fake_quotas"),
     ("POST", r"^/_fake/latency$", "fake_latency"),
     ("POST", r"^/_fake/tick$", "fake_tick"),
+    ("POST", r"^/_fake/operations:fail$", "fake_fail_operations"),
     ("GET", r"^/_fake/logs/(?P<zone>[^/]+)/(?P<name>[^/]+)$", "fake_logs"),
 ]
 

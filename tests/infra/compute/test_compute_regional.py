@@ -71,7 +71,8 @@ def test_a_regional_bulk_group_goes_to_the_zone_with_room_for_all(fake, rgroups)
     _parts(fake, "RESERVATION_BOUND")
     op = rgroups.insert_unary(project=PROJECT, region=REGION, instance_group_manager_resource=_group(
         "rg", "ANY_SINGLE_ZONE", [OTHER, ZONE]))  # fmt: skip
-    assert op.region.endswith(f"/regions/{REGION}") and op.status == Op.Status.DONE
+    assert op.region.endswith(f"/regions/{REGION}") and op.status == Op.Status.RUNNING  # DONE later, as Google's
+    assert fake.region_ops.wait(project=PROJECT, region=REGION, operation=op.name).status == Op.Status.DONE
     igm = rgroups.get(project=PROJECT, region=REGION, instance_group_manager="rg")
     assert igm.region.endswith(f"/regions/{REGION}")
     assert igm.self_link.endswith(f"/regions/{REGION}/instanceGroupManagers/rg")

@@ -34,7 +34,8 @@ from tpu_ops.cloud.compute_resize import ComputeResizeApi, FutureReservationReco
 from tpu_ops.errors import AlreadyExistsError, CapacityError, DeadlineError, NotFoundError, TpuOpsError
 from tpu_ops.provision.calendar import CalendarWindow, reserved
 from tpu_ops.provision.providers.base import Phase, SliceRecord, SliceRequest
-from tpu_ops.provision.providers.compute import GROUP, ComputeProvider, marker, policy_name
+from tpu_ops.provision.providers.compute import GROUP, ComputeProvider
+from tpu_ops.provision.providers.compute_groups import marker, policy_name
 from tpu_ops.provision.records import Resource
 from tpu_ops.settings import Settings
 from tpu_ops.tiers import Tier
