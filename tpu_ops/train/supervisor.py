@@ -31,7 +31,7 @@ from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Slice
 from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.train import choice, notices
+from tpu_ops.train import cancel, choice, notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import (
@@ -121,7 +121,7 @@ class Supervisor:
             lost = True  # another supervisor took the run over: slice and state are its
             raise
         except BaseException as exc:
-            self.state.outcome, self.state.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.state.outcome, self.state.error = cancel.outcome(exc), f"{type(exc).__name__}: {exc}"
             raise
         finally:
             try:
@@ -263,6 +263,7 @@ class Supervisor:
     def _check(self, inc: IncarnationState, preemption: PreemptionState | None) -> bool | None:
         self.lease.check()
         try:
+            cancel.check(self.gcs, self.layout, self.run_id)
             reports = mine(inc, list_json(self.gcs, self.layout.workers))
             self._heartbeats(inc, preemption)
             done = self._done()
@@ -362,11 +363,11 @@ class Supervisor:
         if self.state.final_step is None:
             with contextlib.suppress(TpuOpsError):
                 self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
-        live = self.state.live
-        if live is not None and self.state.outcome == "failed":
-            live.end, live.ended_at = "failed", time.time()
+        live, ended = self.state.live, self.state.outcome in ("failed", cancel.CANCELLED)
+        if live is not None and ended:
+            live.end, live.ended_at = self.state.outcome, time.time()
             live.kept_until = self.state.final_step
-        if self.state.outcome == "failed" and self.state.finished_at is None:
+        if ended and self.state.finished_at is None:
             self.state.finished_at = time.time()
         try:
             cost = self.ledger.summary(load_prices(self.settings)).to_json()
