@@ -69,7 +69,8 @@ class LaunchRecord:
             return None
         if self.ended_at is not None:
             return False
-        return owner_alive({"host": self.host, "pid": self.pid})
+        alive = owner_alive({"host": self.host, "pid": self.pid})
+        return False if alive and _zombie(self.pid) else alive
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +79,15 @@ class LaunchRecord:
     def from_json(cls, doc: dict[str, Any]) -> LaunchRecord:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+def _zombie(pid: int) -> bool:
+    """True if ``pid`` has exited and waits for its parent to reap it (Linux; False elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
 
 def launch_dir(settings: Settings, run_id: str) -> Path:
