@@ -16,7 +16,9 @@ from tpu_ops.provision.ledger import Ledger
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.settings import Settings
 from tpu_ops.train import cancel
+from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport
+from tpu_ops.train.incarnations import absorb_heartbeats, mine
 from tpu_ops.train.launches import PROVISION, LaunchRecord
 from tpu_ops.train.layout import list_json
 from tpu_ops.train.runstate import RunState, StateStore
@@ -124,6 +126,14 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
     out.steps, out.error = state.steps, state.error
     out.preemptions = len(state.preemptions)
     out.recoveries = sum(1 for p in state.preemptions if p.resume_step is not None)
+    live = state.live if state.outcome == "running" else None
+    beats: list[dict[str, Any]] = []
+    if live is not None and live.queued_resource and record.layout is not None:
+        # The supervisor saves the run state every few seconds; its workers' heartbeats are newer.
+        beats = [b for b in list_json(gcs, record.layout.heartbeats) if isinstance(b, dict)]
+        absorb_heartbeats(live, mine(live, beats))
+        # So far, a live incarnation keeps the steps its newest committed checkpoint holds.
+        live.kept_until = latest_complete_step(gcs, record.layout.steps_uri)
     steps = [i.last_step for i in state.incarnations if i.last_step is not None]
     out.step = state.final_step if state.outcome == "done" else max(steps, default=None)
     try:
@@ -134,20 +144,11 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
     if state.outcome != "running":
         out.state = state.outcome
         return
-    live = state.live
-    if live is None:  # between a lost slice and the next request
+    if live is None or not live.queued_resource:  # between a lost slice and the next one
         out.state = RECOVERING if state.preemptions else PROVISIONING
         return
-    if not live.queued_resource:
-        out.state = RECOVERING if state.preemptions else PROVISIONING
-        return
-    beats = [b for b in list_json(gcs, record.layout.heartbeats) if isinstance(b, dict)]  # type: ignore[union-attr]
-    beats = [b for b in beats if b.get("incarnation") == live.id]
-    top = max((int(b["step"]) for b in beats if b.get("step") is not None), default=None)
-    if top is not None and (out.step is None or top > out.step):
-        out.step = top
-    alive = _alive(beats, now, record.heartbeat_s)
+    alive = _alive(mine(live, beats), now, record.heartbeat_s)
     out.slices.append(SliceStatus(live.queued_resource, live.zone, live.tier, record.hosts, alive))
     out.hosts_alive = alive
-    restoring = bool(state.preemptions) and state.preemptions[-1].restore_s is None
+    restoring = bool(state.preemptions) and live.first_step_at is None  # no new step since the restore
     out.state = RECOVERING if restoring else RUNNING
