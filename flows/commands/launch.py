@@ -105,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
     if previous is not None and previous.supervisor_alive():
         raise SpecError(f"run {run_id} is already running (pid {previous.pid}): tpu-ops status {run_id}",
                         [{"field": "run_id", "message": "already running", "value": run_id}])  # fmt: skip
+    api = None if args.local else prefect_api()  # a configured API that does not answer: refused first
     record = _record(kind, spec, run_id, provision)
     _clear_cancel(settings, record)  # launching a cancelled run's id again means: go on
-    api = None if args.local else prefect_api()
     where = launches.launch_dir(settings, run_id)
     where.mkdir(parents=True, exist_ok=True)
     (where / "spec.json").write_text(json.dumps(spec.model_dump(mode="json"), indent=2), encoding="utf-8")

@@ -71,10 +71,10 @@ def run_preempt(args: argparse.Namespace) -> int:
     from tpu_ops.train.launches import launch_dir
 
     settings = Settings()
+    require_local(settings)  # before anything is read or called
     record = find(settings, args.run_id)
     doc = json.loads((launch_dir(settings, record.run_id) / "spec.json").read_text(encoding="utf-8"))
     spec = ProvisionSpec.model_validate(doc if record.kind == "provision" else doc["provision"])
-    require_local(settings)  # before any cloud call
     slices = running_slices(settings, spec, record.run_id, record.zones)
     if args.slice >= len(slices):
         held = f"slices 0-{len(slices) - 1}" if slices else "no running slice now"
