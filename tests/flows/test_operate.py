@@ -156,3 +156,41 @@ def _trail_events(settings: Any, run_id: str) -> list[str]:
     from tpu_ops.export.release import chain_records
 
     return [r["event"] for r in chain_records(trail_for(settings), run_id)]
+
+
+@pytest.mark.slow
+def test_the_train_forms_inject_preemption_shows_a_recovery(
+    stack: Any, tmp_path: Path, prefect_api: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The UI path: the `train` flow (what its form runs) with inject_preemption on recovers once."""
+    from flows.train import train
+    from tpu_ops.cloud.clients import storage_client
+
+    for key, value in {**stack.env(), "TPU_OPS_STATE_DIR": str(tmp_path / "state")}.items():
+        monkeypatch.setenv(key, value)
+    settings = stack.settings(state_dir=tmp_path / "state")
+    storage_client(settings).create_bucket(BUCKET)
+    upload_wheelhouse(settings, f"gs://{BUCKET}/wheelhouse")
+    doc = yaml.safe_load(_spec(tmp_path).read_text())
+    doc["train"]["steps"] = 40
+    report = train(spec=doc, run_id="form-walk", inject_preemption=True)
+    assert report["outcome"] == "done" and report["final_step"] == 40 and report["recoveries"] == 1
+    (p,) = report["preemptions"]
+    assert p["resume_step"] is not None and p["resume_step"] >= 10
+    left = stack.state()
+    assert left["nodes"] == 0 and left["queued_resources"] == 0 and not left["worker_pids"], left
+
+
+def test_inject_preemption_is_refused_outside_the_local_stack(tmp_path: Path) -> None:
+    from flows.chaos import injected_preemption
+    from tpu_ops.errors import ConfigError
+    from tpu_ops.layout import RunLayout
+    from tpu_ops.settings import Settings
+    from tpu_ops.specs import ProvisionSpec
+
+    spec = ProvisionSpec.model_validate(yaml.safe_load(_spec(tmp_path).read_text())["provision"])
+    layout = RunLayout.of("gs://walk-ckpt/runs", "real-run")
+    with pytest.raises(ConfigError, match="local stack only"), injected_preemption(
+        True, Settings(dry_run=False), spec, layout, "real-run", print
+    ):
+        pass  # never reached
