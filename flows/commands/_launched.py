@@ -87,8 +87,11 @@ def main(run_id: str) -> int:
     try:
         result = runner(settings, record, doc)
     except BaseException as exc:  # every way out is recorded, then the process ends
-        traceback.print_exc()
         result, error = outcome(exc), f"{type(exc).__name__}: {exc}"
+        if result == "cancelled":
+            print(f"tpu-ops: {exc}", flush=True)
+        else:
+            traceback.print_exc()
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         code = 0 if result == "cancelled" else code
     finally:

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     text = (f"run {record.run_id} cancelled (was {before.state}"
             + (f", at step {after.step}" if after.step is not None else "") + f"); supervisor {how}; "
             f"torn down: {', '.join(gone) or 'nothing left to delete'}; confirmed gone in {report.seconds:.1f}s; "
-            f"cost {after.cost_usd:,.4f} USD")  # fmt: skip
+            f"cost ${after.cost_usd:,.4f}")  # fmt: skip
     print(json.dumps(out, indent=2, default=str) if args.json else text)
     return 0
 

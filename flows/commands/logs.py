@@ -85,7 +85,7 @@ def follow(settings: Any, record: Any, worker: int | None, stream: TextIO | None
         print(f"\nstopped following; run {record.run_id} goes on: tpu-ops status {record.run_id}", file=sys.stderr)
         return 130
     if announce or status.state in ENDED:
-        print(f"run {record.run_id}: {status.state}" + (f" ({status.error})" if status.error else ""), file=out)
+        print(summary(status), file=out)
     return 0 if status.state in ("done", "up") else 1
 
 
@@ -93,3 +93,11 @@ def _fresh(settings: Any, record: Any) -> Any:
     from tpu_ops.train import launches
 
     return launches.load(settings, record.run_id) or record
+
+
+def summary(status: Any) -> str:
+    """One line: how the run ended (or where it is), its cost and goodput."""
+    at = f" at step {status.step}/{status.steps}" if status.steps else ""
+    good = f", goodput {status.goodput:.1%}" if status.goodput is not None else ""
+    why = f" ({status.error})" if status.error else ""
+    return f"run {status.run_id}: {status.state}{at}; cost ${status.cost_usd:,.4f}{good}{why}"

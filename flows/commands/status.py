@@ -53,6 +53,8 @@ def detail(s: Any) -> str:
         lines.append(f"  UI: {s.ui_url}")
     elif s.supervisor_pid:
         lines.append(f"  supervisor: pid {s.supervisor_pid}" + ("" if s.ended else " on this machine"))
+    if s.state == "cancelled" and s.cancelled_by:
+        lines.append(f"  cancelled by {s.cancelled_by}")
     if s.error:
         lines.append(f"  error: {s.error}")
     return "\n".join(lines)

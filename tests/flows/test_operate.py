@@ -20,24 +20,22 @@ import pytest
 import yaml
 
 from infra.local._proc import wait_until
-from infra.local.wheelhouse import reference_setup, upload_wheelhouse
+from infra.local.wheelhouse import upload_wheelhouse
 
 EXE = Path(sys.executable).with_name("tpu-ops")
 RUN = "ops-walk"
-BUCKET = "ops-ckpt"
+BUCKET = "dryrun-tpu-checkpoints"  # where `tpu-ops local seed` puts the wheelhouse the example fetches
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local-train.yaml"
 
 
-def _spec(tmp_path: Path) -> Path:
-    """A 2-host v4-16 spot slice training the reference trainer for far more steps than the walk lasts."""
-    train = {"checkpoint_dir": f"gs://{BUCKET}/runs", "steps": 100000, "checkpoint_every": 10,
-             "hyperparameters": {"step_delay_s": 0.05}, "poll_interval": 0.5, "heartbeat_interval": 0.25,
-             "stall_limit": "30s", "term_grace": 1, **reference_setup(f"gs://{BUCKET}/wheelhouse")}  # fmt: skip
-    doc = {"provision": {"slice": {"accelerator_type": "v4-16", "region": "us-central2", "zones": ["us-central2-b"]},
-                         "ladder": ["spot", "on-demand"], "budget_usd": 1000, "hours": 1, "queue_timeout": "30s",
-                         "overall_timeout": "120s"},
-           "train": train}  # fmt: skip
+def _spec(tmp_path: Path, steps: int | None = None) -> Path:
+    """The walk's spec (docs/operating.md): a 2-host v4-16 spot slice, the reference trainer, 3,000 steps."""
+    if steps is None:
+        return EXAMPLE
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["train"]["steps"] = steps
     path = tmp_path / "walk.yaml"
-    path.write_text("# kind: train-job (the operator walk's spec)\n" + yaml.safe_dump(doc, sort_keys=False))
+    path.write_text("# kind: train-job\n" + yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
@@ -171,8 +169,7 @@ def test_the_train_forms_inject_preemption_shows_a_recovery(
     settings = stack.settings(state_dir=tmp_path / "state")
     storage_client(settings).create_bucket(BUCKET)
     upload_wheelhouse(settings, f"gs://{BUCKET}/wheelhouse")
-    doc = yaml.safe_load(_spec(tmp_path).read_text())
-    doc["train"]["steps"] = 40
+    doc = yaml.safe_load(_spec(tmp_path, steps=40).read_text())
     report = train(spec=doc, run_id="form-walk", inject_preemption=True)
     assert report["outcome"] == "done" and report["final_step"] == 40 and report["recoveries"] == 1
     (p,) = report["preemptions"]

@@ -67,6 +67,7 @@ class RunStatus:
     wall_s: float | None = None
     error: str = ""
     supervisor_pid: int | None = None
+    cancelled_by: str = ""
     flow_run_id: str = ""
     ui_url: str = ""
     # Filled when the trainer reports tokens and model FLOPs in its heartbeats (the job contract's
@@ -92,7 +93,8 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     """The status of the launched run ``record`` (``gcs``: a storage client for its run state)."""
     now = time.time() if now is None else now
     out = RunStatus(record.run_id, record.kind, record.mode, STARTING, record.launched_at,
-                    supervisor_pid=record.pid, flow_run_id=record.flow_run_id, ui_url=record.ui_url)  # fmt: skip
+                    supervisor_pid=record.pid, flow_run_id=record.flow_run_id, ui_url=record.ui_url,
+                    cancelled_by=record.cancelled_by)  # fmt: skip
     cost = Ledger(settings, record.run_id).summary(load_prices(settings), now)
     out.cost_usd, out.open_slices = round(cost.usd_total, 4), cost.open_slices
     alive = record.supervisor_alive()
@@ -143,6 +145,8 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
         pass
     if state.outcome != "running":
         out.state = state.outcome
+        if state.outcome == cancel.CANCELLED:
+            out.error = ""  # asked for, not an error: ``cancelled_by`` says who
         return
     if live is None or not live.queued_resource:  # between a lost slice and the next one
         out.state = RECOVERING if state.preemptions else PROVISIONING
