@@ -103,7 +103,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
         for s in cost.slices:
             if s.open:
                 out.slices.append(SliceStatus(s.resource_id, s.zone, s.tier, record.hosts, record.hosts))
-        if out.state == STARTING and alive is False:
+        if record.cancelled_at is not None and not cost.open_slices:
+            out.state = cancel.CANCELLED
+        elif out.state == STARTING and alive is False:
             out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
         return out
     layout = record.layout
