@@ -1,8 +1,9 @@
 """``tpu-ops cancel RUN``: stop a launched run, tear down everything it holds, and audit it.
 
-1. Ask the run to stop: its Prefect flow run is cancelled (when it has one), and the cancel marker
-   ``RUN/_tpu_ops/CANCEL`` tells the supervisor to end the run at its next poll (slice released,
-   report written, outcome ``cancelled``) wherever it runs.
+1. Ask the run to stop: its Prefect flow run is cancelled (when it has one; the flow's hooks tear
+   down); else, or if it has not stopped within a minute, the cancel marker ``RUN/_tpu_ops/CANCEL``
+   tells the supervisor to end the run at its next poll (slice released, report written, outcome
+   ``cancelled``) wherever it runs.
 2. Wait (``--wait``, bounded) for the supervisor to end; a detached one still running then (it may be
    inside a long provisioning wait) gets SIGTERM, which also unwinds through its teardown.
 3. The run's teardown on every control plane, confirmed gone (what ``tpu-ops teardown`` does).
@@ -23,6 +24,7 @@ from typing import Any
 from uuid import UUID
 
 KILL_WAIT_S = 30.0
+PREFECT_WAIT_S = 60.0  # a flow run not stopped by then (its runner gone?) gets the cancel marker too
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -102,12 +104,14 @@ def run(args: argparse.Namespace) -> int:
     client = gcs(settings)
     before = run_status(settings, record, client)
     by = f"{getpass.getuser()}@{socket.gethostname()}"
-    if record.flow_run_id:
-        _cancel_flow_run(record.flow_run_id)
-    if record.layout is not None:
-        cancel.request(client, record.layout, reason=f"tpu-ops cancel by {by}")
     launches.update(settings, record.run_id, cancelled_at=time.time(), cancelled_by=by)
-    stopped, how = _wait(settings, record.run_id, args.wait), "stopped by itself"
+    stopped = None
+    if record.flow_run_id:  # Prefect stops its flow run (the run page then says Cancelled, not Failed)
+        _cancel_flow_run(record.flow_run_id)
+        stopped, how = _wait(settings, record.run_id, min(args.wait, PREFECT_WAIT_S)), "cancelled by Prefect"
+    if stopped is None and record.layout is not None:  # the supervisor's own way out, wherever it runs
+        cancel.request(client, record.layout, reason=f"tpu-ops cancel by {by}")
+        stopped, how = _wait(settings, record.run_id, args.wait), "stopped by itself"
     if stopped is None and record.pid and record.supervisor_alive():
         how = _signal(settings, record)
     report = teardown(record.run_id, settings, zones=record.zones or None)

@@ -117,7 +117,10 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     if state is not None:
         _from_state(out, state, gcs, record, now, cost.to_json())
     ended = out.state in ENDED
-    if not ended and record.cancelled_at is not None:
+    if out.state == "failed" and record.cancelled_at is not None:
+        # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process).
+        out.state, out.error = cancel.CANCELLED, ""
+    elif not ended and record.cancelled_at is not None:
         out.state = CANCELLING if alive is not False else cancel.CANCELLED
     elif not ended and alive is False:
         out.state = record.outcome if record.outcome in ENDED else LOST
