@@ -35,6 +35,10 @@ def _train(settings: Any, record: Any, doc: dict[str, Any]) -> str:
     run = Run.of_job(record.run_id, settings, job)
 
     def notify(event: AuditEvent, payload: dict[str, Any]) -> None:
+        if event == AuditEvent.SLICE_PROVISIONED:
+            # No Prefect flow run vouches for this run: a served reaper would take it for an unknown
+            # run's slice. Held like a provisioned slice instead, until released, cancelled or the TTL.
+            run.ledger.hand_off(str(payload["queued_resource"]))
         run.audit.record(event, params=payload)
         print(f"tpu-ops: {event.value}: {json.dumps(payload, default=str)}", flush=True)
 

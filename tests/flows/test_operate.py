@@ -109,6 +109,11 @@ def test_launch_status_logs_preempt_status_cancel_and_nothing_left(stack: Any, t
     assert sl["slice_id"].startswith(RUN) and sl["tier"] == "spot" and sl["hosts_alive"] == 2
     assert doc["cost_usd"] > 0 and doc["open_slices"] == 1 and 0 < doc["goodput"] < 1
     assert {"tokens", "mfu", "usd_per_million_tokens"} <= doc.keys()  # filled once trainers report them
+    # a served reaper, which finds no Prefect flow run of it, leaves the launched run's slice alone
+    from tpu_ops.provision.reaper import reap
+
+    judged = reap(settings, run_state=lambda run_id: None, dry_run=True, zones=["us-central2-b"])
+    assert not [r for r in judged.reaped if r.run_id == RUN], judged
     table = tpu_ops("status")
     assert table.stdout.splitlines()[0].split()[:3] == ["RUN", "KIND", "STATE"] and RUN in table.stdout
 
