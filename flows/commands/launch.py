@@ -181,11 +181,18 @@ def _in_process(settings: Any, record: Any, spec: Any) -> None:
     from tpu_ops.train.launches import launch_dir, save
 
     save(settings, record)  # the child reads it
-    with (launch_dir(settings, record.run_id) / "supervisor.log").open("ab") as log:
+    where = launch_dir(settings, record.run_id)
+    env = {**os.environ, "TPU_OPS_STATE_DIR": str(Path(settings.state_dir).resolve())}
+    if record.kind == "pipeline" and not env.get("PREFECT_API_URL"):
+        # The pipeline is a flow: it runs on a temporary Prefect server, as `dry-run`'s does, with its own
+        # home beside the run (not ~/.prefect), no analytics, and time to start on a loaded machine.
+        env["PREFECT_HOME"] = str((where / "prefect-home").resolve())
+        env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    with (where / "supervisor.log").open("ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "flows.commands._launched", record.run_id],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "TPU_OPS_STATE_DIR": str(Path(settings.state_dir).resolve())},
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
     record.pid = child.pid
 

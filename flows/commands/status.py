@@ -41,8 +41,8 @@ def detail(s: Any) -> str:
     lines = [f"run {s.run_id} ({s.kind}, launched {when}): {s.state}" + (f" at step {_step(s)}" if s.steps else "")]
     for sl in s.slices:
         lines.append(f"  slice {sl.slice_id}: {sl.tier} in {sl.zone}, {sl.hosts_alive}/{sl.hosts} hosts alive")
-    if not s.slices and not s.ended:
-        lines.append("  slice: none yet")
+    if not s.slices and s.state in ("starting", "provisioning", "recovering"):
+        lines.append("  slice: none yet" if s.state != "recovering" else "  slice: being replaced")
     if s.preemptions:
         lines.append(f"  preemptions {s.preemptions}, recovered {s.recoveries}")
     lines.append(f"  cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing); goodput {_pct(s.goodput)}"

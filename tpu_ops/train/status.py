@@ -19,7 +19,7 @@ from tpu_ops.train import cancel
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import absorb_heartbeats, mine
-from tpu_ops.train.launches import PROVISION, LaunchRecord
+from tpu_ops.train.launches import PIPELINE, PROVISION, LaunchRecord
 from tpu_ops.train.layout import list_json
 from tpu_ops.train.runstate import RunState, StateStore
 
@@ -29,6 +29,7 @@ PROVISIONING: Final = "provisioning"  # asking the ladder for a slice
 RUNNING: Final = "running"
 RECOVERING: Final = "recovering"  # a slice was lost: a new one is being asked for, or is restoring
 CANCELLING: Final = "cancelling"
+FINISHING: Final = "finishing"  # a pipeline whose training ended: export and the audit digest go on
 LOST: Final = "lost"  # the run state says running, but its supervisor is gone (launch it again to resume)
 UP: Final = "up"  # a provisioned slice handed to the user (a provision spec)
 ENDED: Final = frozenset({"done", "failed", cancel.CANCELLED, "gone"})
@@ -117,7 +118,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     if state is not None:
         _from_state(out, state, gcs, record, now, cost.to_json())
     ended = out.state in ENDED
-    if out.state == "failed" and record.cancelled_at is not None:
+    if ended and record.kind == PIPELINE and alive is True:
+        out.state = FINISHING  # its process goes on after training: teardown, export, the audit digest
+    elif out.state == "failed" and record.cancelled_at is not None:
         # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process).
         out.state, out.error = cancel.CANCELLED, ""
     elif not ended and record.cancelled_at is not None:
