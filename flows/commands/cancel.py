@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     before = run_status(settings, record, client)
     by = f"{getpass.getuser()}@{socket.gethostname()}"
     launches.update(settings, record.run_id, cancelled_at=time.time(), cancelled_by=by)
-    stopped = None
+    stopped, how = None, "had already exited"
     if record.flow_run_id:  # Prefect stops its flow run (the run page then says Cancelled, not Failed)
         _cancel_flow_run(record.flow_run_id)
         stopped, how = _wait(settings, record.run_id, min(args.wait, PREFECT_WAIT_S)), "cancelled by Prefect"

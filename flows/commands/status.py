@@ -40,7 +40,8 @@ def detail(s: Any) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.launched_at))
     lines = [f"run {s.run_id} ({s.kind}, launched {when}): {s.state}" + (f" at step {_step(s)}" if s.steps else "")]
     for sl in s.slices:
-        lines.append(f"  slice {sl.slice_id}: {sl.tier} in {sl.zone}, {sl.hosts_alive}/{sl.hosts} hosts alive")
+        hosts = f"{sl.hosts} hosts" if s.kind == "provision" else f"{sl.hosts_alive}/{sl.hosts} hosts alive"
+        lines.append(f"  slice {sl.slice_id}: {sl.tier} in {sl.zone}, {hosts}")
     if not s.slices and s.state in ("starting", "provisioning", "recovering"):
         lines.append("  slice: none yet" if s.state != "recovering" else "  slice: being replaced")
     if s.preemptions:
@@ -52,7 +53,8 @@ def detail(s: Any) -> str:
     if s.ui_url:
         lines.append(f"  UI: {s.ui_url}")
     elif s.supervisor_pid:
-        lines.append(f"  supervisor: pid {s.supervisor_pid}" + ("" if s.ended else " on this machine"))
+        where = {True: ", running on this machine", False: ", exited"}.get(s.supervisor_alive, "")
+        lines.append(f"  supervisor: pid {s.supervisor_pid}{where}")
     if s.state == "cancelled" and s.cancelled_by:
         lines.append(f"  cancelled by {s.cancelled_by}")
     if s.error:

@@ -196,3 +196,26 @@ def test_inject_preemption_is_refused_outside_the_local_stack(tmp_path: Path) ->
         True, Settings(dry_run=False), spec, layout, "real-run", print
     ):
         pass  # never reached
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_stray_supervisor")
+def test_a_launched_provision_spec_hands_off_its_slice_until_cancel(stack: Any, tmp_path: Path) -> None:
+    spec = tmp_path / "slice.yaml"
+    doc = {"slice": {"accelerator_type": "v4-8", "region": "us-central2", "zones": ["us-central2-b"]},
+           "ladder": ["spot"], "budget_usd": 10, "hours": 1, "queue_timeout": "30s", "overall_timeout": "60s"}
+    spec.write_text("# kind: provision\n" + yaml.safe_dump(doc))
+    tpu_ops = _cli(_env(stack, tmp_path), tmp_path)
+    launched = tpu_ops("launch", str(spec), "--run-id", RUN)  # in the foreground: until the slice is up
+    assert launched.returncode == 0, launched.stderr
+    assert f"launched slice {RUN} in a background process" in launched.stdout and "tpu-ops logs" not in launched.stdout
+    assert f"run {RUN}: up; cost $" in launched.stdout
+    up = _status(tpu_ops)
+    assert up["state"] == "up" and up["open_slices"] == 1 and up["slices"][0]["zone"] == "us-central2-b"
+    assert stack.state()["nodes"] == 1  # the process that provisioned it has exited: the slice stays
+    cancelled = tpu_ops("cancel", RUN)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "supervisor had already exited; torn down: queued-resource " in cancelled.stdout
+    assert _status(tpu_ops)["state"] == "cancelled"
+    left = stack.state()
+    assert left["nodes"] == 0 and left["queued_resources"] == 0, left

@@ -68,6 +68,7 @@ class RunStatus:
     wall_s: float | None = None
     error: str = ""
     supervisor_pid: int | None = None
+    supervisor_alive: bool | None = None  # the detached process, on this machine (None: not knowable here)
     cancelled_by: str = ""
     flow_run_id: str = ""
     ui_url: str = ""
@@ -98,7 +99,7 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
                     cancelled_by=record.cancelled_by)  # fmt: skip
     cost = Ledger(settings, record.run_id).summary(load_prices(settings), now)
     out.cost_usd, out.open_slices = round(cost.usd_total, 4), cost.open_slices
-    alive = record.supervisor_alive()
+    alive = out.supervisor_alive = record.supervisor_alive()
     if record.kind == PROVISION:  # no training: the slice is the run
         out.state = UP if cost.open_slices else ("gone" if cost.slices else (record.outcome or STARTING))
         for s in cost.slices:
