@@ -27,3 +27,29 @@ def gcs(settings: Any) -> Any:
     from tpu_ops.cloud.clients import Clients
 
     return Clients(settings).gcs()
+
+
+FINAL = {"COMPLETED": "done", "FAILED": "failed", "CRASHED": "failed", "CANCELLED": "cancelled"}
+
+
+def flow_run_end(record: Any) -> tuple[str, str] | None:
+    """How the run's Prefect flow run ended (state, its message), None while it goes on or if it has none.
+
+    No Prefect API configured here, or unreachable: None (the run state in GCS still says what it can)."""
+    if not record.flow_run_id:
+        return None
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        return None  # no API configured here: never a temporary server just to ask
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(UUID(record.flow_run_id)).state
+    except Exception:  # an outage or a deleted flow run must not hide what GCS says
+        return None
+    if state is None or not state.is_final():
+        return None
+    return FINAL.get(state.type.value, "failed"), str(state.message or "")

@@ -58,7 +58,7 @@ def follow(settings: Any, record: Any, worker: int | None, stream: TextIO | None
 
     Ctrl-C stops following (exit 130), never the run.
     """
-    from flows.commands._runs import gcs
+    from flows.commands._runs import flow_run_end, gcs
     from tpu_ops.train.logs import LogReader
     from tpu_ops.train.status import ENDED, LOST, PROVISIONING, STARTING, run_status
 
@@ -68,7 +68,8 @@ def follow(settings: Any, record: Any, worker: int | None, stream: TextIO | None
     deadline = time.monotonic() + max(record.max_duration_s, 60.0) + 60.0
     try:
         while True:
-            status = run_status(settings, _fresh(settings, record), client)
+            fresh = _fresh(settings, record)
+            status = run_status(settings, fresh, client, flow_run=flow_run_end(fresh))
             # An ended run's workers shipped their last pieces before it ended (the supervisor
             # releases the slice, and so stops them, before it writes the outcome): one last read.
             waiting = status.state in (STARTING, PROVISIONING)

@@ -74,13 +74,14 @@ def table(rows: list[Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from flows.commands._common import shell_settings
-    from flows.commands._runs import find, gcs
+    from flows.commands._runs import find, flow_run_end, gcs
     from tpu_ops.train import launches
     from tpu_ops.train.status import run_status
 
     settings = shell_settings()
     if args.run_id:
-        s = run_status(settings, find(settings, args.run_id), gcs(settings))
+        record = find(settings, args.run_id)
+        s = run_status(settings, record, gcs(settings), flow_run=flow_run_end(record))
         print(json.dumps(s.to_json(), indent=2) if args.json else detail(s))
         return 0
     records = launches.every(settings)
@@ -97,10 +98,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _status(settings: Any, record: Any, client: Any) -> Any:
     """The run's status; when its state cannot be read (a stack long gone), a row saying so."""
+    from flows.commands._runs import flow_run_end
     from tpu_ops.errors import TpuOpsError
     from tpu_ops.train.status import RunStatus, run_status
 
     try:
-        return run_status(settings, record, client)
+        return run_status(settings, record, client, flow_run=flow_run_end(record))
     except TpuOpsError as exc:
         return RunStatus(record.run_id, record.kind, record.mode, "unknown", record.launched_at, error=str(exc))

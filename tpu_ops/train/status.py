@@ -91,8 +91,14 @@ def _alive(beats: list[dict[str, Any]], now: float, interval_s: float) -> int:
     return sum(1 for b in beats if b.get("state") != "exited" and now - float(b.get("time") or 0) <= window)
 
 
-def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | None = None) -> RunStatus:
-    """The status of the launched run ``record`` (``gcs``: a storage client for its run state)."""
+def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | None = None,
+               flow_run: tuple[str, str] | None = None) -> RunStatus:  # fmt: skip
+    """The status of the launched run ``record`` (``gcs``: a storage client for its run state).
+
+    ``flow_run``: how its Prefect flow run ended (``done`` | ``failed`` | ``cancelled``, and why) when
+    it did; it stands for the run's own outcome when the run state has none (a flow run that crashed
+    before its supervisor wrote any).
+    """
     now = time.time() if now is None else now
     out = RunStatus(record.run_id, record.kind, record.mode, STARTING, record.launched_at,
                     supervisor_pid=record.pid, flow_run_id=record.flow_run_id, ui_url=record.ui_url,
@@ -119,6 +125,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     if state is not None:
         _from_state(out, state, gcs, record, now, cost.to_json())
     ended = out.state in ENDED
+    if not ended and flow_run is not None:
+        out.state, out.error = flow_run[0], out.error or flow_run[1]
+        ended = True
     if ended and record.kind == PIPELINE and alive is True:
         out.state = FINISHING  # its process goes on after training: teardown, export, the audit digest
     elif out.state == "failed" and record.cancelled_at is not None:
