@@ -1,14 +1,13 @@
 """The training supervisor: provision, watch, recover from preemption, tear down, account.
 
-``supervise(job, run)`` gets a slice through the ladder (the agent on every worker),
-polls every ``poll_interval`` (SIGTERM notices in between): a notice, a lost slice or a stall is a
-preemption (delete once the workers saved, a new slice, resume from the newest complete step, up to
-``max_recoveries`` within ``max_duration``); a trainer exiting non-zero on a healthy slice is a
-``TrainingError``. Whatever happens: teardown, and the report.
+``supervise(job, run)`` gets a slice through the ladder (the agent on every worker) and polls every
+``poll_interval`` (SIGTERM notices in between): a notice, a lost slice or a stall is a preemption
+(delete once the workers saved, a new slice, resume from the newest complete step, up to
+``max_recoveries`` within ``max_duration``); a trainer exiting non-zero is a ``TrainingError``; a
+cancel marker (``train.cancel``) ends the run. Always: teardown, and the report.
 
-Run state: ``RUN/_tpu_ops/state.json`` (``train.runstate``), written only by the lease holder; a
-supervisor started after its predecessor died adopts the live slice or records the preemption
-meanwhile. The report (``train.goodput``) derives from it; once done, never rewritten.
+Run state (``train.runstate``) is written by the lease holder only; a successor adopts the live
+slice or records the preemption meanwhile. The report (``train.goodput``) derives from it.
 """
 
 from __future__ import annotations
@@ -180,8 +179,8 @@ class Supervisor:
                 preemption = self._recover(inc, p.reason)
 
     def _resume(self) -> PreemptionState | None:
-        """Take over the incarnation an earlier supervisor left live: adopt its slice if it is healthy,
-        else record the preemption that happened while no supervisor ran."""
+        """Take over a live incarnation left by a predecessor: adopt a healthy slice, else record the
+        preemption that happened meanwhile."""
         live = self.state.live
         if live is None:  # a predecessor died between deleting a slice and asking anew
             last = self.state.preemptions[-1] if self.state.preemptions else None
@@ -287,8 +286,8 @@ class Supervisor:
         return None
 
     def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
-        """Every sign that the slice is being taken away, in one place: the agents' SIGTERM notices under
-        ``RUN/_tpu_ops/notices/`` (a preemption at once), the slice's state, terminated workers; the reason, or None."""
+        """Why the slice is being taken away (None: it is not): the agents' SIGTERM notices (at once),
+        the slice's state, terminated workers."""
         self._notices = notices.notices(self.gcs, self.layout, inc.id, inc.ready_at or 0.0)
         if self._notices:
             return notices.reason(self._notices)
