@@ -117,6 +117,7 @@ def retraining_pipeline(
     spec: PipelineSpec,
     aws_credentials_block: str | None = None,
     gcp_credentials_block: str | None = None,
+    inject_preemption: bool = False,
 ) -> dict[str, Any] | State:
     """Mirror the dataset, train on a slice through preemptions from the pinned snapshot, tear down.
 
@@ -126,6 +127,7 @@ def retraining_pipeline(
             empty: a new run id from the pipeline name and the time.
         aws_credentials_block: Name of a Prefect AwsCredentials block; empty: the environment's credentials.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
+        inject_preemption: Local stack only: preempt the slice once after the first checkpoint, to watch the recovery.
     """
     try:
         spec = spec if isinstance(spec, PipelineSpec) else parse_spec(PipelineSpec, spec, what="spec")
@@ -133,8 +135,16 @@ def retraining_pipeline(
         get_run_logger().error("%s", exc)
         problems = "; ".join(f"spec.{e['field']}: {e['message']}" for e in exc.errors) or str(exc)
         return Failed(message=f"invalid spec: {problems}")
-    with one_run_at_a_time(spec.name):
-        return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
+    from flows.chaos import injected_preemption
+    from flows.settings import resolve_settings
+    from tpu_ops.layout import RunLayout
+
+    run_id = spec.run_id or new_run_id(spec.name)
+    layout = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir)
+    with one_run_at_a_time(spec.name), injected_preemption(
+        inject_preemption, resolve_settings(), spec.provision, layout, run_id, get_run_logger().info
+    ):
+        return _run(spec, run_id, aws_credentials_block, gcp_credentials_block)
 
 
 def _run(

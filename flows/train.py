@@ -78,7 +78,7 @@ def supervise_task(job: TrainJobSpec, run: Run) -> dict[str, Any]:
 @flow(name="train", log_prints=True, **HOOKS)
 def train(
     spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None = None,
-    aws_credentials_block: str | None = None,
+    aws_credentials_block: str | None = None, inject_preemption: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down.
 
@@ -87,13 +87,17 @@ def train(
         run_id: The run's id (lowercase letters, digits, '-', ≤ 40); the same id adopts or resumes that run.
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
         aws_credentials_block: Name of a Prefect AwsCredentials block (the audit trail's); empty: the environment's.
+        inject_preemption: Local stack only: preempt the slice once after the first checkpoint, to watch the recovery.
     """
+    from flows.chaos import injected_preemption
+
     t = spec.train
     run = open_run(run_id, aws_credentials_block, gcp_credentials_block, checkpoint_dir=t.checkpoint_dir,
                    checkpoint_subdir=t.checkpoint_subdir)  # fmt: skip
     _tag_current_run(run.id)
     try:
-        with _quota(spec.provision):
+        with injected_preemption(inject_preemption, run.settings, spec.provision, run.layout, run.id,
+                                 get_run_logger().info), _quota(spec.provision):  # fmt: skip
             return supervise_task(spec, run)
     finally:
         run.audit.digest()

@@ -112,6 +112,16 @@ class RunLayout:
         return self.state("notices")
 
     @property
+    def cancel(self) -> ObjectUri:
+        """Written by ``tpu-ops cancel``: the supervisor stops the run and tears it down."""
+        return self.state("CANCEL")
+
+    @property
+    def logs(self) -> ObjectUri:
+        """The trainers' output, shipped by the agents: ``logs/<incarnation>/worker-N/<offset>-<ms>.log``."""
+        return self.state("logs")
+
+    @property
     def preflight(self) -> ObjectUri:
         """The workers' pre-flight reports of the pinned snapshot (``preflight/worker-N.json``)."""
         return self.state("preflight")

@@ -42,6 +42,46 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--ladder-demo", action="store_true", help="also set the fake TPU capacity the dry run uses (spot in zone c)"
     )
     seed.set_defaults(handler=run_seed)
+    preempt = local_sub.add_parser(
+        "preempt",
+        help="Preempt a launched run's slice on the local stack, as spot capacity would (to watch the recovery).",
+        description="Run in a shell that sourced the file `local up --env-file` wrote. The run's supervisor sees "
+        "the SIGTERM notices or the lost slice, asks for a new one and resumes from the newest complete "
+        "checkpoint: watch it with `tpu-ops status RUN` and `tpu-ops logs RUN --follow`.",
+    )
+    preempt.add_argument("run_id", metavar="RUN", help="a run id `tpu-ops launch` printed")
+    preempt.add_argument("--slice", type=_index, default=0, metavar="N", help="which of the run's slices (0)")
+    preempt.set_defaults(handler=run_preempt)
+
+
+def _index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: a slice number, 0 or more")
+    return int(text)
+
+
+def run_preempt(args: argparse.Namespace) -> int:
+    import json
+
+    from flows.commands._runs import find
+    from infra.local.chaos import preempt, require_local, running_slices
+    from tpu_ops.errors import SpecError
+    from tpu_ops.settings import Settings
+    from tpu_ops.specs import ProvisionSpec
+    from tpu_ops.train.launches import launch_dir
+
+    settings = Settings()
+    require_local(settings)  # before anything is read or called
+    record = find(settings, args.run_id)
+    doc = json.loads((launch_dir(settings, record.run_id) / "spec.json").read_text(encoding="utf-8"))
+    spec = ProvisionSpec.model_validate(doc if record.kind == "provision" else doc["provision"])
+    slices = running_slices(settings, spec, record.run_id, record.zones)
+    if args.slice >= len(slices):
+        held = f"slices 0-{len(slices) - 1}" if slices else "no running slice now"
+        raise SpecError(f"--slice {args.slice} is not allowed: run {record.run_id} has {held}")
+    what = preempt(settings, slices[args.slice])
+    print(f"preempted {what} (run {record.run_id}); watch the recovery: tpu-ops status {record.run_id}")
+    return 0
 
 
 def env_lines(env: dict[str, str]) -> str:

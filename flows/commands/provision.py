@@ -28,11 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from flows.commands._specs import expect_kind
     from tpu_ops.layout import check_run_id
     from tpu_ops.provision.cost import check_budget
     from tpu_ops.provision.prices import load
     from tpu_ops.specs import ProvisionSpec, load_spec
 
+    expect_kind(args.spec, "provision", "tpu-ops provision --spec")
     spec = load_spec(args.spec, ProvisionSpec)
     run_id = check_run_id(args.run_id)
     settings = shell_settings()

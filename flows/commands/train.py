@@ -48,12 +48,14 @@ def format_report(doc: dict[str, Any]) -> str:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from flows.commands._specs import expect_kind
     from flows.settings import resolve_settings
     from tpu_ops.layout import check_run_id
     from tpu_ops.provision.cost import check_budget
     from tpu_ops.provision.prices import load
     from tpu_ops.specs import TrainJobSpec, load_spec
 
+    expect_kind(args.spec, "train-job", "tpu-ops train --spec")
     spec = load_spec(args.spec, TrainJobSpec)
     run_id = check_run_id(args.run_id)
     settings = resolve_settings()

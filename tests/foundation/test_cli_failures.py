@@ -36,6 +36,7 @@ TABLE: dict[str, list[list[str]]] = {
     "deploy": [["deploy", ARN, "--endpoint", "fraud", "--no-flow"]],
     "doctor": [["doctor"]],
     "export": [["export", "--spec", str(EX / "pipeline.yaml"), "--run-id", "run-1", "--no-flow"]],
+    "launch": [["launch", str(EX / "train.yaml"), "--run-id", "run-1", "--detach"]],
     "local": [["local", "seed"]],
     "mirror": [["mirror", "s3://acme-src/data", "gs://acme-dst/data", "--no-progress"]],
     "provision": [["provision", "--spec", str(EX / "provision.yaml"), "--run-id", "run-1", "--no-flow"]],
@@ -47,10 +48,15 @@ TABLE: dict[str, list[list[str]]] = {
 NO_CLOUD = {
     "dry-run": "starts its own emulated clouds (tests/flows/test_dryrun.py)",
     "validate": "reads files only (test_validate_*)",
+    # these find the run in the local state directory first, and refuse an unknown one before any call
+    # (tests/flows/test_operate_args.py); on a launched run, tests/flows/test_operate.py
+    "status": "reads the local launch records first",
+    "logs": "reads the local launch records first",
+    "cancel": "reads the local launch records first",
 }
 # `audit flush` sends only what a failed run spooled (nothing here); `local up` starts its own clouds.
 # What each row's line must name, when it is not the scenario's usual reason.
-PREFECT_FIRST = {"serve"}  # needs the Prefect API before any cloud
+PREFECT_FIRST = {"serve", "launch"}  # needs the Prefect API (when one is configured) before any cloud
 LOCAL_ONLY = {"local seed"}  # refuses a non-local environment before any call
 
 

@@ -112,6 +112,10 @@ class RunPaths:
     def worker_report(self, worker: int) -> str:
         return self.state(f"workers/worker-{worker}.json")
 
+    def log_chunk(self, incarnation: str, worker: int, offset: int, at_ms: int) -> str:
+        """One piece of a trainer's output (``RunLayout.logs``): its byte offset, then when it was shipped."""
+        return self.state(f"logs/{incarnation}/worker-{worker}/{offset:012d}-{at_ms}.log")
+
     def notice(self, worker: int) -> str:
         return self.state(f"notices/worker-{worker}.json")
 

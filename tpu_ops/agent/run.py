@@ -38,6 +38,7 @@ from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
 from tpu_ops.agent.job import Job as Job
 from tpu_ops.agent.job import contract_env
+from tpu_ops.agent.logship import LogShipper
 from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
 from tpu_ops.agent.metadata import Metadata
 from tpu_ops.agent.warm import release
@@ -97,6 +98,7 @@ class Agent:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "trainer.log"
         self.setup_log = self.workdir / "setup.log"
+        self.shipper = LogShipper(self.gcs, self.paths, self.incarnation, self.who.worker_number, self.log)
         self.goodput = GoodputHooks(  # the trainer's step log; worker 0's Cloud Logging entries
             self.workdir,
             self.who.worker_number,
@@ -139,6 +141,7 @@ class Agent:
                "log_bytes": _size(self.log) + _size(self.setup_log), "incarnation": self.incarnation,
                "state": state, "first_step_at": self.first_step_at, "setup_s": self.setup_s,
                **self.goodput.heartbeat_fields(state)}  # fmt: skip
+        self.shipper.ship()  # the trainer's output so far, for `tpu-ops logs`
         try:
             self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number), doc)
         except GcsError as exc:  # a missed heartbeat must not kill training

@@ -30,6 +30,7 @@ class AuditEvent(StrEnum):
     MODEL_REJECTED = "model.rejected"
     MODEL_DEPLOYED = "model.deployed"
     RUN_ENDED = "run.ended"
+    RUN_CANCELLED = "run.cancelled"  # tpu-ops cancel: who asked, what was torn down
     RUN_REAPED = "run.reaped"
     AUDIT_DIGEST = "audit.digest"
     AUDIT_SEAL = "audit.seal"  # a scheduled digest naming every chain's head

@@ -1,14 +1,13 @@
 """The training supervisor: provision, watch, recover from preemption, tear down, account.
 
-``supervise(job, run)`` gets a slice through the ladder (the agent on every worker),
-polls every ``poll_interval`` (SIGTERM notices in between): a notice, a lost slice or a stall is a
-preemption (delete once the workers saved, a new slice, resume from the newest complete step, up to
-``max_recoveries`` within ``max_duration``); a trainer exiting non-zero on a healthy slice is a
-``TrainingError``. Whatever happens: teardown, and the report.
+``supervise(job, run)`` gets a slice through the ladder (the agent on every worker) and polls every
+``poll_interval`` (SIGTERM notices in between): a notice, a lost slice or a stall is a preemption
+(delete once the workers saved, a new slice, resume from the newest complete step, up to
+``max_recoveries`` within ``max_duration``); a trainer exiting non-zero is a ``TrainingError``; a
+cancel marker (``train.cancel``) ends the run. Always: teardown, and the report.
 
-Run state: ``RUN/_tpu_ops/state.json`` (``train.runstate``), written only by the lease holder; a
-supervisor started after its predecessor died adopts the live slice or records the preemption
-meanwhile. The report (``train.goodput``) derives from it; once done, never rewritten.
+Run state (``train.runstate``) is written by the lease holder only; a successor adopts the live
+slice or records the preemption meanwhile. The report (``train.goodput``) derives from it.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Slice
 from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.train import choice, notices
+from tpu_ops.train import cancel, choice, notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.efficiency import efficiency
 from tpu_ops.train.goodput import GoodputReport
@@ -122,7 +121,7 @@ class Supervisor:
             lost = True  # another supervisor took the run over: slice and state are its
             raise
         except BaseException as exc:
-            self.state.outcome, self.state.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.state.outcome, self.state.error = cancel.outcome(exc), f"{type(exc).__name__}: {exc}"
             raise
         finally:
             try:
@@ -181,8 +180,8 @@ class Supervisor:
                 preemption = self._recover(inc, p.reason)
 
     def _resume(self) -> PreemptionState | None:
-        """Take over the incarnation an earlier supervisor left live: adopt its slice if it is healthy,
-        else record the preemption that happened while no supervisor ran."""
+        """Take over a live incarnation left by a predecessor: adopt a healthy slice, else record the
+        preemption that happened meanwhile."""
         live = self.state.live
         if live is None:  # a predecessor died between deleting a slice and asking anew
             last = self.state.preemptions[-1] if self.state.preemptions else None
@@ -264,6 +263,7 @@ class Supervisor:
     def _check(self, inc: IncarnationState, preemption: PreemptionState | None) -> bool | None:
         self.lease.check()
         try:
+            cancel.check(self.gcs, self.layout, self.run_id)
             reports = mine(inc, list_json(self.gcs, self.layout.workers))
             self._heartbeats(inc, preemption)
             done = self._done()
@@ -287,8 +287,8 @@ class Supervisor:
         return None
 
     def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
-        """Every sign that the slice is being taken away, in one place: the agents' SIGTERM notices under
-        ``RUN/_tpu_ops/notices/`` (a preemption at once), the slice's state, terminated workers; the reason, or None."""
+        """Why the slice is being taken away (None: it is not): the agents' SIGTERM notices (at once),
+        the slice's state, terminated workers."""
         self._notices = notices.notices(self.gcs, self.layout, inc.id, inc.ready_at or 0.0)
         if self._notices:
             return notices.reason(self._notices)
@@ -363,11 +363,11 @@ class Supervisor:
         if self.state.final_step is None:
             with contextlib.suppress(TpuOpsError):
                 self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
-        live = self.state.live
-        if live is not None and self.state.outcome == "failed":
-            live.end, live.ended_at = "failed", time.time()
+        live, ended = self.state.live, self.state.outcome in ("failed", cancel.CANCELLED)
+        if live is not None and ended:
+            live.end, live.ended_at = self.state.outcome, time.time()
             live.kept_until = self.state.final_step
-        if self.state.outcome == "failed" and self.state.finished_at is None:
+        if ended and self.state.finished_at is None:
             self.state.finished_at = time.time()
         try:
             cost = self.ledger.summary(load_prices(self.settings)).to_json()

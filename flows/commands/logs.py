@@ -1,0 +1,104 @@
+"""``tpu-ops logs RUN [--worker N] [--follow]``: the trainers' output from every worker, labelled ``[wN]``.
+
+Read from what the agents ship to ``RUN/_tpu_ops/logs/`` (:mod:`tpu_ops.train.logs`), so it works
+wherever the run goes on. ``--follow`` polls until the run ends (bounded by its ``max_duration``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, TextIO
+
+POLL_S = 1.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("logs", help="Print a run's trainer output from every worker, interleaved and labelled.")
+    p.add_argument("run_id", metavar="RUN", help="the run id `tpu-ops launch` printed")
+    p.add_argument("--worker", type=_worker, metavar="N", help="only worker N (0 is the first host)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
+    p.set_defaults(handler=run)
+
+
+def _worker(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: a worker number, 0 or more")
+    return int(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    from flows.commands._common import shell_settings
+    from flows.commands._runs import find
+
+    settings = shell_settings()
+    record = find(settings, args.run_id)
+    if record.layout is None:
+        from tpu_ops.errors import SpecError
+
+        raise SpecError(f"run {args.run_id} is a slice (provision spec): no trainer runs on it, so no logs")
+    if args.worker is not None and record.hosts and args.worker >= record.hosts:
+        from tpu_ops.errors import SpecError
+
+        raise SpecError(f"--worker {args.worker} is not allowed: run {args.run_id} has workers 0-{record.hosts - 1}")
+    if args.follow:
+        return follow(settings, record, args.worker)
+    from flows.commands._runs import gcs
+    from tpu_ops.train.logs import LogReader
+
+    for line in LogReader(gcs(settings), record.layout, args.worker).read(final=True):
+        print(line)
+    return 0
+
+
+def follow(settings: Any, record: Any, worker: int | None, stream: TextIO | None = None,
+           announce: bool = False) -> int:  # fmt: skip
+    """Print the run's new lines every second until it ends; 0 if it ended done, 1 otherwise.
+
+    Ctrl-C stops following (exit 130), never the run.
+    """
+    from flows.commands._runs import flow_run_end, gcs
+    from tpu_ops.train.logs import LogReader
+    from tpu_ops.train.status import ENDED, LOST, PROVISIONING, STARTING, run_status
+
+    out = stream or sys.stdout
+    client = gcs(settings)
+    reader = LogReader(client, record.layout, worker) if record.layout is not None else None
+    deadline = time.monotonic() + max(record.max_duration_s, 60.0) + 60.0
+    try:
+        while True:
+            fresh = _fresh(settings, record)
+            status = run_status(settings, fresh, client, flow_run=flow_run_end(fresh))
+            # An ended run's workers shipped their last pieces before it ended (the supervisor
+            # releases the slice, and so stops them, before it writes the outcome): one last read.
+            waiting = status.state in (STARTING, PROVISIONING)
+            ended = status.state in ENDED or status.state == LOST or (reader is None and not waiting)
+            for line in reader.read(final=ended) if reader is not None else []:
+                print(line, file=out, flush=True)
+            if ended:
+                break
+            if time.monotonic() > deadline:
+                print(f"stopped following run {record.run_id}: past its max_duration", file=sys.stderr)
+                return 1
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        print(f"\nstopped following; run {record.run_id} goes on: tpu-ops status {record.run_id}", file=sys.stderr)
+        return 130
+    if announce or status.state in ENDED:
+        print(summary(status), file=out)
+    return 0 if status.state in ("done", "up") else 1
+
+
+def _fresh(settings: Any, record: Any) -> Any:
+    from tpu_ops.train import launches
+
+    return launches.load(settings, record.run_id) or record
+
+
+def summary(status: Any) -> str:
+    """One line: how the run ended (or where it is), its cost and goodput."""
+    at = f" at step {status.step}/{status.steps}" if status.steps else ""
+    good = f", goodput {status.goodput:.1%}" if status.goodput is not None else ""
+    why = f" ({status.error})" if status.error else ""
+    return f"run {status.run_id}: {status.state}{at}; cost ${status.cost_usd:,.4f}{good}{why}"

@@ -1,0 +1,108 @@
+"""``tpu-ops status [RUN] [--json]``: launched runs with their state, step, slices and hosts alive,
+cost and goodput so far (from the run state in GCS and the cost ledger: :mod:`tpu_ops.train.status`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "status",
+        help="Show launched runs: state, step, slices and hosts alive, cost and goodput so far.",
+        description="Without RUN: one line per run launched with this state directory (TPU_OPS_STATE_DIR, "
+        "default .tpu-ops), newest first. With RUN: that run in detail.",
+    )
+    p.add_argument("run_id", nargs="?", metavar="RUN", help="a run id `tpu-ops launch` printed")
+    p.add_argument("--json", action="store_true", help="print JSON (an object for RUN, else a list)")
+    p.set_defaults(handler=run)
+
+
+def _money(usd: float) -> str:
+    return f"${usd:,.4f}" if usd < 1 else f"${usd:,.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _step(s: Any) -> str:
+    if s.steps is None:
+        return "-"
+    return f"{s.step if s.step is not None else '-'}/{s.steps}"
+
+
+def detail(s: Any) -> str:
+    """One run's status as text."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.launched_at))
+    lines = [f"run {s.run_id} ({s.kind}, launched {when}): {s.state}" + (f" at step {_step(s)}" if s.steps else "")]
+    for sl in s.slices:
+        hosts = f"{sl.hosts} hosts" if s.kind == "provision" else f"{sl.hosts_alive}/{sl.hosts} hosts alive"
+        lines.append(f"  slice {sl.slice_id}: {sl.tier} in {sl.zone}, {hosts}")
+    if not s.slices and s.state in ("starting", "provisioning", "recovering"):
+        lines.append("  slice: none yet" if s.state != "recovering" else "  slice: being replaced")
+    if s.preemptions:
+        lines.append(f"  preemptions {s.preemptions}, recovered {s.recoveries}")
+    lines.append(f"  cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing); goodput {_pct(s.goodput)}"
+                 + (f" of {s.wall_s:.0f} s" if s.wall_s else ""))  # fmt: skip
+    if s.usd_per_million_tokens is not None:
+        lines.append(f"  ${s.usd_per_million_tokens:,.2f} per million tokens; MFU {_pct(s.mfu)}")
+    if s.ui_url:
+        lines.append(f"  UI: {s.ui_url}")
+    elif s.supervisor_pid:
+        where = {True: ", running on this machine", False: ", exited"}.get(s.supervisor_alive, "")
+        lines.append(f"  supervisor: pid {s.supervisor_pid}{where}")
+    if s.state == "cancelled" and s.cancelled_by:
+        lines.append(f"  cancelled by {s.cancelled_by}")
+    if s.error:
+        lines.append(f"  error: {s.error}")
+    return "\n".join(lines)
+
+
+def table(rows: list[Any]) -> str:
+    """One line per run."""
+    head = ("RUN", "KIND", "STATE", "STEP", "SLICES", "HOSTS", "COST", "GOODPUT")
+    body = [(s.run_id, s.kind, s.state, _step(s), str(len(s.slices)),
+             f"{s.hosts_alive}/{sum(sl.hosts for sl in s.slices)}" if s.slices else "-",
+             _money(s.cost_usd), _pct(s.goodput)) for s in rows]  # fmt: skip
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body])
+
+
+def run(args: argparse.Namespace) -> int:
+    from flows.commands._common import shell_settings
+    from flows.commands._runs import find, flow_run_end, gcs
+    from tpu_ops.train import launches
+    from tpu_ops.train.status import run_status
+
+    settings = shell_settings()
+    if args.run_id:
+        record = find(settings, args.run_id)
+        s = run_status(settings, record, gcs(settings), flow_run=flow_run_end(record))
+        print(json.dumps(s.to_json(), indent=2) if args.json else detail(s))
+        return 0
+    records = launches.every(settings)
+    client = gcs(settings) if records else None
+    rows = [_status(settings, r, client) for r in records]
+    if args.json:
+        print(json.dumps([s.to_json() for s in rows], indent=2))
+    elif not rows:
+        print(f"no runs launched with state directory {settings.state_dir} (tpu-ops launch SPEC starts one)")
+    else:
+        print(table(rows))
+    return 0
+
+
+def _status(settings: Any, record: Any, client: Any) -> Any:
+    """The run's status; when its state cannot be read (a stack long gone), a row saying so."""
+    from flows.commands._runs import flow_run_end
+    from tpu_ops.errors import TpuOpsError
+    from tpu_ops.train.status import RunStatus, run_status
+
+    try:
+        return run_status(settings, record, client, flow_run=flow_run_end(record))
+    except TpuOpsError as exc:
+        return RunStatus(record.run_id, record.kind, record.mode, "unknown", record.launched_at, error=str(exc))

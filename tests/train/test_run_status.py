@@ -1,0 +1,44 @@
+"""``tpu_ops.train.status`` on runs that never wrote run state: what the launch record and Prefect say."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tpu_ops.train.launches import PREFECT, PROCESS, LaunchRecord
+from tpu_ops.train.status import run_status
+
+
+def _record(**kw: Any) -> LaunchRecord:
+    return LaunchRecord("never-wrote", "train-job", kw.pop("mode", PROCESS), checkpoint_dir="gs://no-such-ckpt/runs",
+                        zones=["us-central2-b"], hosts=2, **kw)  # fmt: skip
+
+
+def test_a_run_without_state_is_starting_then_lost_when_its_process_is_gone(local_stack: Any, tmp_path: Path) -> None:
+    from tpu_ops.cloud.clients import storage_client
+
+    settings = local_stack.settings(state_dir=tmp_path)
+    gcs = storage_client(settings)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert run_status(settings, _record(pid=live.pid), gcs).state == "starting"
+    finally:
+        live.kill()
+        live.wait()
+    gone = run_status(settings, _record(pid=live.pid, error="RuntimeError: boom"), gcs)
+    assert gone.state == "lost" and gone.error == "RuntimeError: boom" and gone.supervisor_alive is False
+
+
+def test_a_flow_run_that_ended_before_any_run_state_stands_for_the_run(local_stack: Any, tmp_path: Path) -> None:
+    from tpu_ops.cloud.clients import storage_client
+
+    settings = local_stack.settings(state_dir=tmp_path)
+    record = _record(mode=PREFECT, flow_run_id="0e6f3c1e-0000-4000-8000-000000000000")
+    gcs = storage_client(settings)
+    assert run_status(settings, record, gcs).state == "starting"
+    crashed = run_status(settings, record, gcs, flow_run=("failed", "Flow run crashed: worker lost"))
+    assert crashed.state == "failed" and crashed.error == "Flow run crashed: worker lost"
+    record.cancelled_at = 1.0
+    assert run_status(settings, record, gcs, flow_run=("cancelled", "")).state == "cancelled"

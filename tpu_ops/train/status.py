@@ -1,0 +1,176 @@
+"""A run's status as ``tpu-ops status`` shows it: state, step, slices and hosts alive, cost and goodput so far.
+
+Read from what the run leaves anyway, never from the supervisor's memory: the run state in GCS
+(``RUN/_tpu_ops/state.json``, the live incarnation's heartbeats, the cancel marker), the cost ledger
+(``<state_dir>/ledger/<run_id>.jsonl``) and the launch record (:mod:`tpu_ops.train.launches`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from tpu_ops.errors import NotFoundError, TpuOpsError
+from tpu_ops.provision.ledger import Ledger
+from tpu_ops.provision.prices import load as load_prices
+from tpu_ops.settings import Settings
+from tpu_ops.train import cancel
+from tpu_ops.train.checkpoints import latest_complete_step
+from tpu_ops.train.goodput import GoodputReport
+from tpu_ops.train.incarnations import absorb_heartbeats, mine
+from tpu_ops.train.launches import PIPELINE, PROVISION, LaunchRecord
+from tpu_ops.train.layout import list_json
+from tpu_ops.train.runstate import RunState, StateStore
+
+# The states a run shows. ENDED: nothing of it runs any more.
+STARTING: Final = "starting"  # launched; no run state yet (a pipeline mirrors first)
+PROVISIONING: Final = "provisioning"  # asking the ladder for a slice
+RUNNING: Final = "running"
+RECOVERING: Final = "recovering"  # a slice was lost: a new one is being asked for, or is restoring
+CANCELLING: Final = "cancelling"
+FINISHING: Final = "finishing"  # a pipeline whose training ended: export and the audit digest go on
+LOST: Final = "lost"  # the run state says running, but its supervisor is gone (launch it again to resume)
+UP: Final = "up"  # a provisioned slice handed to the user (a provision spec)
+ENDED: Final = frozenset({"done", "failed", cancel.CANCELLED, "gone"})
+ALIVE_BEATS: Final = 3  # a host is alive while its last heartbeat is at most 3 intervals old
+
+
+@dataclass
+class SliceStatus:
+    """One slice the run holds now."""
+
+    slice_id: str
+    zone: str
+    tier: str
+    hosts: int
+    hosts_alive: int
+
+
+@dataclass
+class RunStatus:
+    """What ``tpu-ops status RUN --json`` prints."""
+
+    run_id: str
+    kind: str
+    mode: str
+    state: str
+    launched_at: float
+    step: int | None = None
+    steps: int | None = None
+    slices: list[SliceStatus] = field(default_factory=list)
+    hosts_alive: int = 0
+    preemptions: int = 0
+    recoveries: int = 0
+    cost_usd: float = 0.0
+    open_slices: int = 0
+    goodput: float | None = None
+    wall_s: float | None = None
+    error: str = ""
+    supervisor_pid: int | None = None
+    supervisor_alive: bool | None = None  # the detached process, on this machine (None: not knowable here)
+    cancelled_by: str = ""
+    flow_run_id: str = ""
+    ui_url: str = ""
+    # Filled when the trainer reports tokens and model FLOPs in its heartbeats (the job contract's
+    # optional fields); None until then.
+    tokens: int | None = None
+    mfu: float | None = None
+    usd_per_million_tokens: float | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _alive(beats: list[dict[str, Any]], now: float, interval_s: float) -> int:
+    window = ALIVE_BEATS * max(interval_s, 1.0)
+    return sum(1 for b in beats if b.get("state") != "exited" and now - float(b.get("time") or 0) <= window)
+
+
+def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | None = None,
+               flow_run: tuple[str, str] | None = None) -> RunStatus:  # fmt: skip
+    """The status of the launched run ``record`` (``gcs``: a storage client for its run state).
+
+    ``flow_run``: how its Prefect flow run ended (``done`` | ``failed`` | ``cancelled``, and why) when
+    it did; it stands for the run's own outcome when the run state has none (a flow run that crashed
+    before its supervisor wrote any).
+    """
+    now = time.time() if now is None else now
+    out = RunStatus(record.run_id, record.kind, record.mode, STARTING, record.launched_at,
+                    supervisor_pid=record.pid, flow_run_id=record.flow_run_id, ui_url=record.ui_url,
+                    cancelled_by=record.cancelled_by)  # fmt: skip
+    cost = Ledger(settings, record.run_id).summary(load_prices(settings), now)
+    out.cost_usd, out.open_slices = round(cost.usd_total, 4), cost.open_slices
+    alive = out.supervisor_alive = record.supervisor_alive()
+    if record.kind == PROVISION:  # no training: the slice is the run
+        out.state = UP if cost.open_slices else ("gone" if cost.slices else (record.outcome or STARTING))
+        for s in cost.slices:
+            if s.open:
+                out.slices.append(SliceStatus(s.resource_id, s.zone, s.tier, record.hosts, record.hosts))
+        if record.cancelled_at is not None and not cost.open_slices:
+            out.state = cancel.CANCELLED
+        elif out.state == STARTING and alive is False:
+            out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
+        return out
+    layout = record.layout
+    assert layout is not None  # a pipeline or a train job always has a checkpoint location
+    try:
+        state = StateStore(gcs, layout.run_state).load()
+    except NotFoundError:  # the checkpoint bucket itself is not there (yet)
+        state = None
+    if state is not None:
+        _from_state(out, state, gcs, record, now, cost.to_json())
+    ended = out.state in ENDED
+    if not ended and flow_run is not None:
+        out.state, out.error = flow_run[0], out.error or flow_run[1]
+        ended = True
+    if ended and record.kind == PIPELINE and alive is True:
+        out.state = FINISHING  # its process goes on after training: teardown, export, the audit digest
+    elif out.state == "failed" and record.cancelled_at is not None:
+        # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process).
+        out.state, out.error = cancel.CANCELLED, ""
+    elif not ended and record.cancelled_at is not None:
+        out.state = CANCELLING if alive is not False else cancel.CANCELLED
+    elif not ended and alive is False:
+        out.state = record.outcome if record.outcome in ENDED else LOST
+        out.error = out.error or record.error
+    return out
+
+
+def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord, now: float,
+                cost: dict[str, Any]) -> None:  # fmt: skip
+    out.steps, out.error = state.steps, state.error
+    out.preemptions = len(state.preemptions)
+    out.recoveries = sum(1 for p in state.preemptions if p.resume_step is not None)
+    live = state.live if state.outcome == "running" else None
+    beats: list[dict[str, Any]] = []
+    if live is not None and live.queued_resource and record.layout is not None:
+        # The supervisor saves the run state every few seconds; its workers' heartbeats are newer.
+        beats = [b for b in list_json(gcs, record.layout.heartbeats) if isinstance(b, dict)]
+        absorb_heartbeats(live, mine(live, beats))
+        # So far, a live incarnation keeps the steps its newest committed checkpoint holds.
+        live.kept_until = latest_complete_step(gcs, record.layout.steps_uri)
+    steps = [i.last_step for i in state.incarnations if i.last_step is not None]
+    out.step = state.final_step if state.outcome == "done" else max(steps, default=None)
+    try:
+        report = GoodputReport.derive(state, now, cost)
+        out.goodput, out.wall_s = round(report.goodput, 4), round(report.wall_s, 1)
+    except TpuOpsError:  # a state written half-way through an event: no figure rather than a wrong one
+        pass
+    if state.outcome != "running":
+        out.state = state.outcome
+        if state.outcome == cancel.CANCELLED:
+            out.error = ""  # asked for, not an error: ``cancelled_by`` says who
+        return
+    if live is None or not live.queued_resource:  # between a lost slice and the next one
+        out.state = RECOVERING if state.preemptions else PROVISIONING
+        return
+    alive = _alive(mine(live, beats), now, record.heartbeat_s)
+    out.slices.append(SliceStatus(live.queued_resource, live.zone, live.tier, record.hosts, alive))
+    out.hosts_alive = alive
+    restoring = bool(state.preemptions) and live.first_step_at is None  # no new step since the restore
+    out.state = RECOVERING if restoring else RUNNING
