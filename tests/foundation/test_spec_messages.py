@@ -1,9 +1,11 @@
 """How spec errors read: a misspelt field gets "did you mean", a model's own check does not dump the
-input back."""
+input back, and Google's other name for a v5e slice is accepted and said."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +77,21 @@ def test_a_scalar_value_is_shown_once() -> None:
     doc = json.loads(json.dumps(PROVISION))
     doc["slice"]["accelerator_type"] = "v4-33"
     assert str(_error(ProvisionSpec, doc)).count("'v4-33'") == 1
+
+
+def test_v5e_names_are_read_as_v5litepod() -> None:
+    doc = json.loads(json.dumps(PROVISION))
+    doc["slice"]["accelerator_type"] = "v5e-16"
+    spec = parse_spec(ProvisionSpec, doc)
+    assert spec.slice.accelerator_type == "v5litepod-16"
+    assert spec.slice.accelerator.hosts == 2
+    doc["slice"]["accelerator_type"] = "v5e-3"
+    assert "unknown accelerator type 'v5e-3'" in str(_error(ProvisionSpec, doc))
+
+
+def test_validate_says_the_alias_was_read(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text((ROOT / "examples" / "provision.yaml").read_text().replace("v5litepod-16", "v5e-16"))
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "validate", str(path)], capture_output=True, text=True,
+                         cwd=ROOT, check=True)  # fmt: skip
+    assert "slice.accelerator_type: 'v5e-16' is read as 'v5litepod-16'" in out.stdout, out.stdout

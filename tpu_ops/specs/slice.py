@@ -13,6 +13,7 @@ from tpu_ops.accelerators import (
     COMPUTE_IMAGES,
     RUNTIME_VERSIONS,
     AcceleratorType,
+    canonical,
     known_names,
     lookup,
 )
@@ -33,7 +34,16 @@ def _check_accelerator(value: str) -> str:
     return value
 
 
-AcceleratorName = Annotated[str, AfterValidator(_check_accelerator), Field(json_schema_extra={"enum": known_names()})]
+def _normalise_accelerator(value: Any) -> Any:
+    return canonical(value) if isinstance(value, str) else value  # v5e-16 → v5litepod-16 (validate says so)
+
+
+AcceleratorName = Annotated[
+    str,
+    BeforeValidator(_normalise_accelerator),
+    AfterValidator(_check_accelerator),
+    Field(json_schema_extra={"enum": known_names()}),
+]
 
 
 def _check_region(value: str) -> str:
@@ -185,7 +195,9 @@ CapacityLadder = Annotated[
 class SliceSpec(StrictModel):
     """A TPU slice: its shape, software, and where it may run."""
 
-    accelerator_type: AcceleratorName = Field(description="e.g. v4-32, v5litepod-16, v5p-128, v6e-8, tpu7x-128")
+    accelerator_type: AcceleratorName = Field(
+        description="e.g. v4-32, v5litepod-16 (v5e-16 is read as v5litepod-16), v5p-128, v6e-8, tpu7x-128"
+    )
     backend: Literal["auto", "compute", "tpu-api"] = Field(
         "auto",
         description="Control plane: 'compute' (Compute Engine instances / instance groups), 'tpu-api' (Cloud "
