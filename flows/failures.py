@@ -84,8 +84,24 @@ def one_line(exc: BaseException, debug: bool = False) -> str:
     if isinstance(why, CredentialsError) or why.fix:
         return f"error: {_flat(str(why))} — fix: {why.fix}"
     if why is exc and isinstance(exc, TpuOpsError):  # our own message, as written (a log tail has lines)
-        return f"error: {type(exc).__name__}: {exc}"
-    text = f"error: {type(why).__name__}: {_flat(str(why), 600)}"
+        return f"error: {exc}"
+    if type(why) is TpuOpsError and not isinstance(exc, TpuOpsError):  # no SDK's: a builtin reached the edge
+        return _foreign(exc, debug)
+    text = f"error: {_flat(str(why), 600)}"  # a cloud's answer, translated: its message names the service
+    return text if debug else text + " (run with --debug for the traceback)"
+
+
+# Raised with a message meant for a person (a bad argument, a file that cannot be read); any other
+# builtin reaching the edge (KeyError, TypeError, ...) is a bug, and says so.
+_MEANT_FOR_PEOPLE = (ValueError, OSError, RuntimeError, TimeoutError)
+
+
+def _foreign(exc: BaseException, debug: bool) -> str:
+    message = _flat(str(exc), 600)
+    if isinstance(exc, _MEANT_FOR_PEOPLE) and message:
+        text = f"error: {message}"
+    else:
+        text = f"error: unexpected {type(exc).__name__}: {message} (a bug in tpu-ops, please report it)"
     return text if debug else text + " (run with --debug for the traceback)"
 
 
