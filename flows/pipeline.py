@@ -22,6 +22,7 @@ from prefect.states import Failed
 
 from flows import report
 from flows.export import export_and_seal
+from flows.failures import missing_buckets_named
 from flows.mirror import mirror_dataset
 from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
 from flows.settings import open_run
@@ -133,7 +134,7 @@ def retraining_pipeline(
         get_run_logger().error("%s", exc)
         problems = "; ".join(f"spec.{e['field']}: {e['message']}" for e in exc.errors) or str(exc)
         return Failed(message=f"invalid spec: {problems}")
-    with one_run_at_a_time(spec.name):
+    with one_run_at_a_time(spec.name), missing_buckets_named():
         return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
 
 
