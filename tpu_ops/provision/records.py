@@ -18,6 +18,14 @@ class Outcome:
     SUSPENDED: Final = "suspended"
     ERROR: Final = "error"  # a non-capacity API error (bad request, permission, retries used up)
     MOVED_ON: Final = frozenset({FAILED, STOCKOUT, QUOTA, TIMEOUT, SUSPENDED, ERROR})
+    REFUSED: Final = frozenset({STOCKOUT, QUOTA})  # the cloud said no: no capacity, or no quota left
+
+    @staticmethod
+    def audit_outcome(outcome: str) -> str:
+        """The audit trail's word for an attempt's outcome: success (it got the slice), refused, failure."""
+        if outcome in (Outcome.ACTIVE, Outcome.ADOPTED):
+            return "success"
+        return "refused" if outcome in Outcome.REFUSED else "failure"
 
 
 @dataclass(frozen=True)

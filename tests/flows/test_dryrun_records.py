@@ -1,0 +1,46 @@
+"""One dry run, read the way its user reads it: the trail calls a stock-out refused, the log does not
+claim "0 resources deleted", and `audit verify`, `audit lineage` and the run page count the same records."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXE = Path(sys.executable).with_name("tpu-ops")
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("dry")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "AWS_", "PREFECT_API"))}
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"  # a loaded 2-core machine starts it slowly
+    out = subprocess.run([str(EXE), "dry-run", "--json", "--workdir", str(tmp / "work")], capture_output=True,
+                         text=True, cwd=tmp, env=env, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout[out.stdout.index("{\n") :])
+    trail = Path(summary["files"]["audit_trail"])
+    records = [json.loads(line) for line in trail.read_text().splitlines()]
+
+    def tpu_ops(*argv: str) -> str:
+        done = subprocess.run([str(EXE), *argv], capture_output=True, text=True, cwd=tmp, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    return {"summary": summary, "log": out.stdout + out.stderr, "records": records, "tpu_ops": tpu_ops, "trail": trail}
+
+
+@pytest.mark.slow
+def test_a_stockout_is_audited_as_refused(dry_run: dict[str, Any]) -> None:
+    attempts = [r for r in dry_run["records"] if r["event"] == "slice.provision_attempt"]
+    by_outcome = [(r["params"]["outcome"], r["outcome"]) for r in attempts]
+    assert ("stockout", "refused") in by_outcome and ("active", "success") in by_outcome, by_outcome
+    assert all(audit == ("success" if ladder == "active" else "refused") for ladder, audit in by_outcome), by_outcome
+    refused = next(r for r in attempts if r["outcome"] == "refused")
+    assert "RESOURCE_POOL_EXHAUSTED" in refused["error"]
