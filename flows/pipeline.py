@@ -161,7 +161,7 @@ def _run(
     finally:
         progress.unwatch()
         gone = teardown_task(run, list(spec.provision.slice.zones))
-        logger.info("teardown: %d resources deleted, confirmed gone", len(gone.deleted))
+        logger.info("teardown: %s", gone.describe())
     last = training["incarnations"][-1] if training["incarnations"] else {}
     summary: dict[str, Any] = {
         "run_id": run_id,

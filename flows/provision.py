@@ -285,7 +285,7 @@ def run_on_slice(
             result = s.to_json()
     finally:
         report = teardown_task(run, zones)
-        print(f"teardown of run {run.id}: {len(report.deleted)} resources deleted, confirmed gone")
+        print(f"teardown of run {run.id}: {report.describe()}")
         run.audit.digest()
     return result
 

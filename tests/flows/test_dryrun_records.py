@@ -44,3 +44,9 @@ def test_a_stockout_is_audited_as_refused(dry_run: dict[str, Any]) -> None:
     assert all(audit == ("success" if ladder == "active" else "refused") for ladder, audit in by_outcome), by_outcome
     refused = next(r for r in attempts if r["outcome"] == "refused")
     assert "RESOURCE_POOL_EXHAUSTED" in refused["error"]
+
+
+@pytest.mark.slow
+def test_teardown_claims_no_deletions_it_did_not_make(dry_run: dict[str, Any]) -> None:
+    assert "0 resources deleted" not in dry_run["log"]
+    assert "teardown: nothing of the run was left to delete" in dry_run["log"]

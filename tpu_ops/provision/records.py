@@ -112,6 +112,13 @@ class TeardownReport:
     confirmed_gone: bool = False
     seconds: float = 0.0
 
+    def describe(self) -> str:
+        """What teardown did, in words that stay true when there was nothing left to delete."""
+        if not self.deleted:
+            return "nothing of the run was left to delete" if self.confirmed_gone else "nothing deleted"
+        gone = ", confirmed gone" if self.confirmed_gone else ", not yet confirmed gone"
+        return f"{len(self.deleted)} resource{'s' if len(self.deleted) != 1 else ''} deleted{gone}"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
