@@ -190,7 +190,7 @@ def _run(
     progress.stage("export and audit digest", 90, 99)
     summary["export"] = export_and_seal(spec.export, run, snapshot.manifest_uri)
     # the same rows as the dry run's table: the trail verified, and what teardown left (it confirms)
-    summary["audit"] = report.verify_trail(run.clients)
+    summary["audit"] = report.verify_trail(run.clients, run_id)
     summary["left_behind"] = {"tpu_resources": 0} if gone.confirmed_gone else {"unconfirmed": True}
     report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage
     progress.done()

@@ -50,3 +50,21 @@ def test_a_stockout_is_audited_as_refused(dry_run: dict[str, Any]) -> None:
 def test_teardown_claims_no_deletions_it_did_not_make(dry_run: dict[str, Any]) -> None:
     assert "0 resources deleted" not in dry_run["log"]
     assert "teardown: nothing of the run was left to delete" in dry_run["log"]
+
+
+@pytest.mark.slow
+def test_verify_lineage_and_the_run_page_count_the_same_records(dry_run: dict[str, Any]) -> None:
+    from flows.report import lineage_markdown
+
+    run_id, trail = dry_run["summary"]["run_id"], str(dry_run["trail"])
+    in_chain = sum(r["chain"] == run_id for r in dry_run["records"])
+    verify = dry_run["tpu_ops"]("audit", "verify", trail, "--no-signatures")
+    lineage = dry_run["tpu_ops"]("audit", "lineage", run_id, "--trail", trail)
+    page = lineage_markdown(dry_run["summary"])
+    counted = {
+        "verify": re.search(r"intact: (\d+) records in 1 chain, and 1 digest", verify),
+        "lineage": re.search(rf"audit chain {run_id}: (\d+) records", lineage),
+        "run page": re.search(r"OK, signatures checked: (\d+) records in this run's chain", page),
+    }
+    assert all(counted.values()), (verify, lineage, page)
+    assert {k: int(m.group(1)) for k, m in counted.items() if m} == dict.fromkeys(counted, in_chain)
