@@ -60,7 +60,8 @@ def _incarnation(n: int) -> str:
 
 
 def ladder_rows(attempts: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
-    """One row per queued-resource attempt, in order, with the incarnation it was for: the ladder table."""
+    """One row per slice request (an instance or group on Compute Engine, a queued resource on the TPU API),
+    in order, with the incarnation it was for: the ladder table."""
     attempts = list(attempts)
     return [
         {
@@ -68,7 +69,7 @@ def ladder_rows(attempts: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
             "#": str(a.get("number", "")),
             "rung": rung_of(a),
             "zone": str(a.get("zone", "")),
-            "queued resource": str(a.get("resource_id", "")),
+            "slice request": str(a.get("resource_id", "")),
             "outcome": str(a.get("outcome", "")),
             "waited (s)": _f(a.get("seconds_waited"), 1),
             "detail": str(a.get("detail", ""))[:160],

@@ -80,7 +80,11 @@ class Rung(StrictModel):
     name and zone)."""
 
     model_config = ConfigDict(title="Rung", use_enum_values=False)
-    kind: Tier = Field(Tier.SPOT, description="The capacity tier this rung asks for.")
+    kind: Tier = Field(
+        Tier.SPOT,
+        description="The capacity tier this rung asks for: reservation, spot, on-demand, or flex-start "
+        "(Compute Engine only: queued capacity for a bounded run).",
+    )
     name: str | None = Field(
         None,
         description="Reservation rungs only: the reservation's name, or its full path "
@@ -273,11 +277,15 @@ class ProvisionSpec(StrictModel):
     """Provision one slice through the capacity ladder, within a budget."""
 
     slice: SliceSpec
-    ladder: CapacityLadder = Field(description="Rungs tried in order, e.g. reservation, spot, on-demand.")
+    ladder: CapacityLadder = Field(
+        description="Rungs tried in order, e.g. reservation, spot, flex-start (Compute Engine only), on-demand."
+    )
     budget_usd: Usd = Field(description="Refuse to provision if the cost estimate exceeds this.")
     hours: float = Field(gt=0, le=24 * 90, description="Expected hours of use, for the estimate.")
     queue_timeout: Duration(timedelta(seconds=1), timedelta(days=7)) = Field(  # type: ignore[valid-type]
-        timedelta(minutes=30), description="How long one queued request may wait (validUntilDuration)."
+        timedelta(minutes=30),
+        description="How long one rung's request may wait for capacity before the ladder moves on (on the "
+        "Cloud TPU API, the queued resource's validUntilDuration).",
     )
     overall_timeout: Duration(timedelta(seconds=1), timedelta(days=14)) = Field(  # type: ignore[valid-type]
         timedelta(hours=2), description="How long the whole ladder may take."
