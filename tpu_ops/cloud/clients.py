@@ -105,7 +105,7 @@ def _LoopbackCredentials() -> Any:  # a class, made on first use (google-auth is
     if not _loopback_class:
         from google.oauth2 import service_account
 
-        class LoopbackCredentials(service_account.Credentials):  # type: ignore[misc]
+        class LoopbackCredentials(service_account.Credentials):
             """Service-account credentials that never look up a regional access boundary at Google."""
 
             def _is_regional_access_boundary_lookup_required(self) -> bool:
