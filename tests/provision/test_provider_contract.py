@@ -247,6 +247,7 @@ def test_kill_9_mid_create_is_reaped_templates_and_policies_included(
         "TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCP_PROJECT": "tpu-ops-local",
         f"TPU_OPS_{cp.endpoint_field.upper()}": cp.url, "TPU_OPS_STATE_DIR": str(cp.settings.state_dir),
         "TPU_OPS_POLL_INTERVAL_S": "0.05", "NO_GCE_CHECK": "true", "PYTHONPATH": str(ROOT),
+        "TPU_OPS_GCP_CREDENTIALS_FILE": str(cp.settings.gcp_credentials_file),
     })  # fmt: skip
     cmd = [sys.executable, "-m", "flows.cli", "provision", "--no-flow", "--spec", str(spec_file), "--run-id", "run-k9"]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
