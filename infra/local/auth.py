@@ -15,6 +15,7 @@ endpoint) and writes it to ``key_file``. Everything that talks to our fakes gets
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -45,10 +46,12 @@ class StackAuth:
         self._dir: Path | None = None
         self.key: dict[str, Any] = {}
         self._vm: tuple[str, float] | None = None
+        self._file_until = 0.0  # when the token in token_file expires
         self._lock = threading.Lock()
 
     def start(self) -> StackAuth:
-        self._server = _TokenServer(self.authority.app).start()
+        # the ticker keeps token_file live for a long-running stack (`tpu-ops local up`): gcloud reads it per call
+        self._server = _TokenServer(self.authority.app, tick=self._renew_file, tick_s=30.0).start()
         self.authority.token_uri = self._server.url + TOKEN_PATH
         self.key = self.authority.new_key(self.email, self.project)
         self._dir = Path(tempfile.mkdtemp(prefix="tpu-ops-auth-"))
@@ -78,8 +81,8 @@ class StackAuth:
 
     @property
     def token_file(self) -> Path:
-        """A file holding a token the stack's key obtained (``mint_token`` renews it): gcloud reads it
-        through ``auth/access_token_file``."""
+        """A file holding a token the stack's key obtained (renewed 10 min before it expires, and by
+        ``mint_token``): gcloud reads it through ``auth/access_token_file``."""
         assert self._dir is not None, "StackAuth is not started"
         return self._dir / "access-token"
 
@@ -111,8 +114,16 @@ class StackAuth:
 
         creds = self.credentials()
         creds.refresh(Request())
-        self.token_file.write_text(str(creds.token))
+        tmp = self.token_file.with_suffix(".tmp")
+        tmp.write_text(str(creds.token))
+        tmp.replace(self.token_file)  # gcloud never reads half a token
+        self._file_until = time.time() + LIFETIME_S
         return str(creds.token)
+
+    def _renew_file(self) -> None:
+        if self._dir is not None and self._file_until - time.time() < 600:
+            with contextlib.suppress(Exception):  # stopping, or a busy machine: the next tick tries again
+                self.mint_token()
 
     def vm_token(self) -> str:
         """The metadata server's answer for the VM's service account: a current token the endpoint issued."""

@@ -158,3 +158,15 @@ def test_a_vms_metadata_token_is_one_the_endpoint_issued(local_stack: Any) -> No
     assert doc["access_token"] in auth.authority.tokens_of(subject=auth.vm_email)
     method, url, body = _paths(local_stack)["logging"]
     assert _call(method, url, body, doc["access_token"])[0] == 200
+
+
+def test_the_gcloud_token_file_is_renewed_before_it_expires(local_stack: Any) -> None:
+    auth = local_stack.google_auth
+    before = auth.token_file.read_text()
+    auth._renew_file()  # live for an hour: left alone
+    assert auth.token_file.read_text() == before
+    auth._file_until = time.time() + 60  # a minute left: the ticker's next call renews it
+    auth._renew_file()
+    after = auth.token_file.read_text()
+    assert after != before and after in auth.authority.tokens_of(key_id=auth.key_id)
+    assert local_stack.env()["CLOUDSDK_AUTH_ACCESS_TOKEN_FILE"] == str(auth.token_file)
