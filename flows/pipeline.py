@@ -180,7 +180,8 @@ def _run(
         "training": {
             k: training[k]
             for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "recoveries")
-        },
+        }
+        | {"efficiency": training.get("efficiency") or {}},  # $/M tokens and MFU, when the trainer reports them
         "preemptions": training["preemptions"],
         "checkpoints": run.run_uri,
         "cost": run.ledger.summary(load_prices(run.settings)).to_json(),

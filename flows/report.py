@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tpu_ops.text import usd_by
+from tpu_ops.train.goodput import efficiency_line
 
 ACTIVE = ("active", "adopted")  # attempt outcomes that gave the run its slice
 
@@ -229,6 +230,7 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("steps lost", str(sum(int(p.get("steps_lost") or 0) for p in preemptions))),
         ("training", f"step {training.get('final_step')}/{training.get('steps')}, {training.get('outcome', '-')}"),
         ("goodput", f"{float(training.get('goodput') or 0):.1%}" if training else "-"),
+        ("$/M tokens, MFU", efficiency_line(training.get("efficiency") or {}) or "-"),
         ("cost by tier", f"{by_tier} (total ${float(cost.get('usd_total') or 0):.4f})"),
         ("model package", str(export.get("package_arn", "-"))),
         ("audit verify", _audit_cell(audit, export)),

@@ -7,6 +7,9 @@ slice, which is what ``len(node.networkEndpoints)`` reports at run time.
 ``machine_type`` is the Compute Engine machine type of each host (empty where Compute Engine does
 not offer the generation: v4, v5e). A multi-host slice uses the 4-chip type, hosts = chips / 4,
 and its ``topology`` is the workload policy's ``acceleratorTopology``.
+
+``peak_tflops_per_chip`` is Google's published bf16 peak of one chip (``PEAK_BF16_TFLOPS``, with
+its sources); a slice's peak (``peak_flops``) is what model FLOPs utilisation (MFU) divides by.
 """
 
 from __future__ import annotations
@@ -26,10 +29,23 @@ class AcceleratorType:
     topology: str
     cores_per_chip: int
     machine_type: str = ""
+    peak_tflops_per_chip: float = 0.0  # bf16, Google's published figure (PEAK_BF16_TFLOPS)
 
     @property
     def chips_per_host(self) -> int:
         return self.chips // self.hosts
+
+    @property
+    def peak_flops(self) -> float:
+        """The slice's bf16 peak in FLOP/s: chips * the per-chip peak."""
+        return self.chips * self.peak_tflops_per_chip * 1e12
+
+
+# Peak compute per chip (bf16), in TFLOP/s, as Google publishes it in the Cloud TPU documentation's
+# system-architecture tables: "TPU v4" (275), "TPU v5e" and "TPU v6e" (197 and 918, v6e's table
+# compares both), "TPU v5p" (459), "TPU7x (Ironwood)" (2307 bf16; its 4614 is FP8). Checked 2026-11.
+PEAK_BF16_TFLOPS: Final[dict[str, float]] = {"v4": 275.0, "v5e": 197.0, "v5p": 459.0, "v6e": 918.0, "tpu7x": 2307.0}
+PEAK_SOURCE: Final = "Google Cloud TPU docs, per-chip bf16 peak (pages: TPU v4, TPU v5e, TPU v5p, TPU v6e, TPU7x)"
 
 
 def _rows() -> dict[str, AcceleratorType]:
@@ -37,7 +53,7 @@ def _rows() -> dict[str, AcceleratorType]:
 
     def add(gen: str, prefix: str, suffix: int, chips: int, hosts: int, topo: str, cores: int, mt: str = "") -> None:
         name = f"{prefix}-{suffix}"
-        rows[name] = AcceleratorType(name, gen, chips, hosts, topo, cores, mt)
+        rows[name] = AcceleratorType(name, gen, chips, hosts, topo, cores, mt, PEAK_BF16_TFLOPS[gen])
 
     # v4, v5p and TPU7x: 4 chips per host, 2 TensorCores per chip, 3-D torus.
     cube = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8"}

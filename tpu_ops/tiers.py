@@ -14,10 +14,13 @@ class Tier(StrEnum):
     ON_DEMAND = "on-demand"  # the last resort
     # Compute Engine's queued capacity for a bounded run time (provisioningModel FLEX_START).
     FLEX_START = "flex-start"
+    # A calendar-mode (future) reservation on Compute Engine: capacity for a fixed window, consumed
+    # through a resize request on a group over a RESERVATION_BOUND template (docs/calendar.md).
+    CALENDAR = "calendar"
 
     @classmethod
     def names(cls) -> str:
-        """``'reservation', 'spot', 'on-demand' or 'flex-start'``, for error messages."""
+        """``'reservation', 'spot', 'on-demand', 'flex-start' or 'calendar'``, for error messages."""
         quoted = [f"'{t.value}'" for t in cls]
         return ", ".join(quoted[:-1]) + " or " + quoted[-1]
 

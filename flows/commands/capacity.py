@@ -5,6 +5,8 @@
   steps lost, folded from the run records under that checkpoint dir.
 - ``capacity plan --spec FILE``: the ladder's order for a provision, training or pipeline spec, each
   rung's expected $ per kept step, completion time, deadline miss probability and why it won or lost.
+- ``capacity calendar --spec FILE``: the calendar-mode reservations a spec could use, and their windows
+  (:mod:`flows.commands._capacity_calendar`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--steps-done", type=int, default=0, help="steps already kept (re-ranking mid-run)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=plan)
+    from flows.commands import _capacity_calendar
+
+    _capacity_calendar.register(what)
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

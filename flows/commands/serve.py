@@ -67,11 +67,38 @@ def check_api() -> None:
         raise err
 
 
+def check_auth() -> None:
+    """Raise ``ConfigError`` if the Prefect API refuses this client (401): a server started with
+    ``PREFECT_SERVER_API_AUTH_STRING`` answers its health probe to anyone, everything else only to
+    clients with the same ``PREFECT_API_AUTH_STRING`` (docs/production-server.md)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
+
+    from tpu_ops.errors import ConfigError
+
+    async def hello() -> int:
+        async with get_client() as client:
+            try:
+                return (await client.hello()).status_code
+            except Exception as exc:  # Prefect's client raises on 4xx; the status is on the response
+                return int(getattr(getattr(exc, "response", None), "status_code", 0))
+
+    if asyncio.run(hello()) == 401:
+        given = "a different" if PREFECT_API_AUTH_STRING.value() else "no"
+        url = PREFECT_API_URL.value()
+        err = ConfigError(f"the Prefect API at {url} refuses this client (401): {given} auth string")
+        err.fix = "set PREFECT_API_AUTH_STRING to the server's auth string, read from your secret store"
+        raise err
+
+
 def run(args: argparse.Namespace) -> int:
     from tpu_ops.specs import PipelineSpec, load_spec
 
     pipeline = load_spec(args.spec, PipelineSpec) if args.spec else None
     check_api()
+    check_auth()
     from flows.deployments import REAP_INTERVAL, main
 
     main(pipeline, grace_s=args.shutdown_grace, reap_interval=args.reap_every or REAP_INTERVAL)

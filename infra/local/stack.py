@@ -249,6 +249,8 @@ class LocalStack:
             env["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] = self.tpu_endpoint + "/"  # gcloud needs the slash
         if self.compute is not None:
             env["TPU_OPS_COMPUTE_ENDPOINT"] = self.compute_endpoint
+            # gcloud compute goes to the fake (with the prefix, or the links gcloud writes lose it)
+            env["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"] = self.compute_endpoint + "/compute/v1/"
         return env
 
     def settings(self, **overrides: Any) -> Settings:

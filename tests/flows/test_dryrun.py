@@ -35,7 +35,7 @@ def _dry_run(tmp_path: Path, *args: str) -> tuple[dict[str, Any], subprocess.Com
 def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
     summary, out, env = _dry_run(tmp_path)
     assert summary["backend"] == "compute"
-    # reservation too small (2 of 4 hosts), spot stocked out in b, a BULK group of 4 from spot in c; again
+    # reservation too small (2 of 4 hosts), spot stocked out in b, a (spot: not BULK) group of 4 in c; again
     # after the injected preemption, which deleted the whole group and made a new one
     assert (summary["slice"]["tier"], summary["slice"]["zone"], summary["slice"]["hosts"]) == ("spot", "us-east5-c", 4)
     assert [a.split(" in ")[0] for a in summary["attempts"]] == [
@@ -102,6 +102,10 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
     glance = dict(glance_rows(summary))
     assert glance["winning rung"].startswith("spot in us-central2-c")
     assert glance["preemptions / recoveries"] == "1 / 1" and glance["left behind"] == "nothing"
+    # the reference trainer reports tokens and model FLOPs per step: $/M tokens and MFU beside goodput
+    eff = summary["training"]["efficiency"]
+    assert eff["steps_kept"] == 60 and eff["tokens"] > 0 and eff["usd_per_million_tokens"] > 0 and eff["mfu"] > 0
+    assert glance["$/M tokens, MFU"].startswith("$") and "MFU" in glance["$/M tokens, MFU"]
     assert glance["model package"].startswith("arn:aws:sagemaker:") and "model-package/" in glance["model package"]
     assert summary["audit"]["ok"] and glance["audit verify"].startswith("OK") and summary["audit"]["records"] > 0
     assert [r["outcome"] for r in summary["ladder"][:3]] == ["stockout", "stockout", "active"]

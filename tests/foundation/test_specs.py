@@ -82,7 +82,7 @@ BAD: list[tuple[str, str, Any, str, str]] = [
     ),
     ("empty ladder", "provision.ladder", [], "provision.ladder", "at least 1"),
     ("duplicate rung", "provision.ladder", ["spot", "spot"], "provision.ladder", "duplicate rung spot"),
-    ("unknown rung", "provision.ladder", ["cheap"], "provision.ladder[0]", "'on-demand' or 'flex-start'"),
+    ("unknown rung", "provision.ladder", ["cheap"], "provision.ladder[0]", "'flex-start' or 'calendar'"),
     ("unknown rung kind", "provision.ladder", [{"kind": "preemptible"}], "provision.ladder[0].kind", "'on-demand'"),
     ("bucket uppercase", "mirror.source", "s3://Acme-Data/x", "mirror.source", "invalid S3 bucket name"),
     ("bucket with ..", "mirror.destination", "gs://acme..data/x", "mirror.destination", "no '..'"),

@@ -92,6 +92,7 @@ def test_tpu_endpoint_and_control_helpers(local_stack):
     client.delete_node(name=f"{parent}/nodes/stack-node").result(timeout=30)
     assert f"{parent}/nodes/stack-node" not in local_stack.state()["node_states"]
     assert local_stack.env()["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] == local_stack.tpu_endpoint + "/"
+    assert local_stack.env()["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"] == local_stack.compute_endpoint + "/compute/v1/"
     assert local_stack.settings().tpu_endpoint == local_stack.tpu_endpoint
 
 

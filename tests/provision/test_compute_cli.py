@@ -1,4 +1,4 @@
-"""``tpu-ops provision`` with backend compute makes a BULK group of 4 labelled hosts for v5p-32, as
+"""``tpu-ops provision`` with backend compute makes a group of 4 labelled hosts for v5p-32, as
 google-cloud-compute lists them; ``tpu-ops teardown`` leaves no instance, group, template or policy."""
 
 from __future__ import annotations

@@ -82,6 +82,18 @@ def test_ledger_skips_a_torn_line(tmp_path: Path) -> None:
     assert led.owner() is not None and L.owner_alive(led.owner()) is True
 
 
+def test_a_torn_line_in_the_middle_drops_nothing_after_it(tmp_path: Path) -> None:
+    """A writer killed mid-line, then a new writer appending after it (the file has no newline fix-up):
+    every event after the torn line still counts, so the cost is not undercounted."""
+    led = L.Ledger(Settings(state_dir=tmp_path), "run-1")
+    led.append("claim", t=0.0)
+    with led.path.open("a") as f:
+        f.write('{"kind": "act\n')  # cut short, then the next writer's first line
+    led.append("later", t=5.0)
+    led.append("later", t=6.0)
+    assert [e["kind"] for e in led.events()] == ["claim", "later", "later"]
+
+
 def test_plan_numbers_attempts_consecutively() -> None:
     from tpu_ops.provision import plan
     from tpu_ops.specs.slice import ProvisionSpec

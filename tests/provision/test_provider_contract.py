@@ -4,7 +4,7 @@ teardown and run-id checks behave the same on the Cloud TPU API and on Compute E
 Each provider runs against its fake over HTTP through Google's own client (google-cloud-tpu,
 google-cloud-compute), with a socket guard that fails the test if any request leaves loopback.
 The slice is 4 hosts on both: v4-32 (TPU API) and v5p-32 (Compute Engine: workload policy +
-template + a BULK group of 4 instances).
+template + a group of 4 instances; BULK only for reservation-bound and flex-start).
 """
 
 from __future__ import annotations
@@ -287,6 +287,7 @@ def test_every_compute_client_stays_on_loopback_and_result_would_not(
     api = ComputeApi(h.settings)
     with loopback_only() as blocked:
         ref = api.insert_policy(h.region, "guard-wp", "2x2x4", "guard")
+        assert api.operation(ref) == (False, None)  # RUNNING first, as Google's
         assert api.operation(ref) == (True, None)
         assert api.delete_policy(h.region, "guard-wp")
     assert blocked == []

@@ -13,6 +13,7 @@ from train_helpers import Run, blob_exists, job_spec, live_node, params_bytes, r
 from tpu_ops.audit.events import AuditEvent
 from tpu_ops.errors import TrainingError
 from tpu_ops.train.checkpoints import latest_complete_step
+from tpu_ops.train.reference import step_work
 from tpu_ops.train.wheel import agent_wheel
 
 pytestmark = pytest.mark.usefixtures("nothing_left")
@@ -58,6 +59,13 @@ def test_two_preemptions_one_mid_checkpoint_resume_bit_identical(
     assert 0 < doc["goodput"] < 1 and doc["steps_kept"] == steps
     assert abs(doc["productive_s"] + sum(doc["badput_s"].values()) - doc["wall_s"]) <= 0.01 * doc["wall_s"]
     assert doc["badput_s"]["wasted_progress_from_disruption"] > 0  # the steps after the last commit, twice
+    # the reference trainer's own figures (16 features, batch 64), over the kept steps only: $/M tokens and MFU
+    tokens, flops = step_work(16, 64)
+    eff = doc["efficiency"]
+    assert (eff["steps_kept"], eff["tokens"], eff["model_flops"]) == (steps, steps * tokens, steps * flops)
+    assert eff["usd_per_million_tokens"] == pytest.approx(eff["usd"] / (steps * tokens / 1e6), rel=1e-4)
+    assert eff["accelerator"] == job.provision.slice.accelerator_type and 0 < eff["effective_mfu"] < eff["mfu"] < 1
+    assert "per million tokens, MFU" in report.summary()
 
 
 def test_v4_32_four_agents_restore_the_same_step_and_only_worker_0_commits(

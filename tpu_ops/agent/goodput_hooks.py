@@ -6,6 +6,13 @@ seconds). Worker 0's agent reads the new lines at every heartbeat and carries th
 ``timeline: [[kind, step, start, end], ...]`` (the newest ``HEARTBEAT_RECORDS``), in its heartbeat (a
 field added beside the others); the supervisor merges them into the run's state and derives productive
 time from them.
+
+A ``step`` line may also say what one step does across the whole slice: ``"tokens"`` (tokens it
+trains on) and ``"flops"`` (model FLOPs: forward and backward, without rematerialisation, e.g.
+6 * parameters * tokens for a transformer). Worker 0's agent carries the newest figures as the
+heartbeat fields ``tokens_per_step`` and ``model_flops_per_step`` (``job.WORK_FIELDS``); the run
+summary turns them into dollars per million tokens and MFU. MaxText's metrics carry both, per
+device: ``perf/per_device_tokens`` and ``perf/per_device_tflops`` * 1e12, times the device count.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tpu_ops.agent.job import WORK_FIELDS
+
 STEP_LOG_ENV = "TPU_OPS_STEP_LOG"
 KINDS = frozenset({"step", "save", "restore", "data", "prep", "init"})
 MAX_RECORDS = 1_000_000  # kept in memory (the Cloud Logging writer reads them all)
@@ -34,6 +43,7 @@ class StepTimeline:
         self.path = workdir / "steps.jsonl"
         self.worker = worker
         self.records: list[list[Any]] = []
+        self.work: dict[str, float] = {}  # tokens_per_step, model_flops_per_step: the newest a step line gave
         self._offset = 0
         self._partial = b""
         self.path.unlink(missing_ok=True)  # a fresh incarnation on a reused disk starts a fresh log
@@ -62,18 +72,33 @@ class StepTimeline:
                 continue  # not ours to judge: a malformed line is skipped
             if kind in KINDS and end >= start and len(self.records) < MAX_RECORDS:
                 self.records.append([kind, step, start, end])
+            if kind == "step":
+                self._work(r)
+
+    def _work(self, r: dict[str, Any]) -> None:
+        """The newest per-step figures a step line gives (positive finite numbers only)."""
+        for key, name in (("tokens", WORK_FIELDS[0]), ("flops", WORK_FIELDS[1])):
+            value = r.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+                self.work[name] = float(value)
 
     def heartbeat_fields(self) -> dict[str, Any]:
-        """Fields added to this worker's heartbeat (only worker 0 carries the timeline)."""
+        """Fields added to this worker's heartbeat (only worker 0 carries the timeline and the per-step figures)."""
         self.read()
-        return {"timeline": self.records[-HEARTBEAT_RECORDS:]} if self.worker == 0 else {}
+        return {"timeline": self.records[-HEARTBEAT_RECORDS:], **self.work} if self.worker == 0 else {}
 
 
-def record(path: Path | str | None, kind: str, step: int | None, start: float, end: float) -> None:
-    """For trainers: append one record to the step log at ``path`` (``TPU_OPS_STEP_LOG``; no-op without one)."""
+def record(
+    path: Path | str | None, kind: str, step: int | None, start: float, end: float,
+    tokens: float | None = None, flops: float | None = None,
+) -> None:  # fmt: skip
+    """For trainers: append one record to the step log at ``path`` (``TPU_OPS_STEP_LOG``; no-op without one);
+    a step may say the tokens and model FLOPs it does across the slice."""
     if not path:
         return
-    line = json.dumps({"kind": kind, "step": step, "start": start, "end": end}) + "\n"
+    doc: dict[str, Any] = {"kind": kind, "step": step, "start": start, "end": end}
+    doc.update({k: v for k, v in (("tokens", tokens), ("flops", flops)) if v is not None})
+    line = json.dumps(doc) + "\n"
     with open(path, "a", encoding="utf-8") as f:
         f.write(line)
 

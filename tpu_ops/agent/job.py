@@ -20,6 +20,10 @@ from tpu_ops.agent.gcs import join, split_gs
 from tpu_ops.agent.metadata import WorkerIdentity
 
 COMMIT_MARKER = "commit_success.txt"
+# Optional fields of worker 0's heartbeat (``RUN/_tpu_ops/heartbeats/worker-0.json``): what one training
+# step does across the whole slice, as the trainer's step records say (``agent.goodput_hooks``).
+# Absent when the trainer does not say; the run summary then shows no $/M tokens and no MFU.
+WORK_FIELDS = ("tokens_per_step", "model_flops_per_step")
 # Runs ``module:function`` (or ``module`` as __main__) without putting either into code text.
 ENTRY = (
     "import importlib, runpy, sys\n"

@@ -150,14 +150,14 @@ class ComputeApi:
                 timeout=self.call_timeout_s)  # fmt: skip
         return OpRef("zone", zone, op.name, zone, tier)
 
-    def delete_instance(self, zone: str, name: str) -> bool:
-        """Ask for deletion; False if it was already gone."""
+    def delete_instance(self, zone: str, name: str) -> OpRef | None:
+        """Ask for deletion: its operation, or None if it was already gone."""
         try:
-            self._call(lambda: self.client("InstancesClient").delete_unary(
+            op = self._call(lambda: self.client("InstancesClient").delete_unary(
                 project=self.project, zone=zone, instance=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("zone", zone, op.name, zone)
 
     def preempted(self, zone: str) -> set[str]:
         """Ids of instances in ``zone`` with a ``compute.instances.preempted`` operation (ids, not
@@ -193,13 +193,13 @@ class ComputeApi:
         return [TemplateRecord(t.name, t.description, dict(t.properties.labels), _ts(t.creation_timestamp))
                 for t in items]  # fmt: skip
 
-    def delete_template(self, name: str) -> bool:
+    def delete_template(self, name: str) -> OpRef | None:
         try:
-            self._call(lambda: self.client("InstanceTemplatesClient").delete_unary(
+            op = self._call(lambda: self.client("InstanceTemplatesClient").delete_unary(
                 project=self.project, instance_template=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("global", "", op.name)
 
     # -- workload policies (regional) --------------------------------------------------------
     def insert_policy(self, region: str, name: str, topology: str, description: str) -> OpRef:
@@ -237,27 +237,29 @@ class ComputeApi:
         items = self._call(lambda: list(c.list(project=self.project, region=region, timeout=self.call_timeout_s)))
         return [self._policy(p, region) for p in items]
 
-    def delete_policy(self, region: str, name: str) -> bool:
+    def delete_policy(self, region: str, name: str) -> OpRef | None:
         try:
-            self._call(lambda: self.client("ResourcePoliciesClient").delete_unary(
+            op = self._call(lambda: self.client("ResourcePoliciesClient").delete_unary(
                 project=self.project, region=region, resource_policy=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("region", region, op.name)
 
     # -- managed instance groups (zonal) -----------------------------------------------------
     def insert_group(self, zone: str, name: str, template: str, policy_region: str, policy: str, size: int,
-                     description: str, tier: str) -> OpRef:  # fmt: skip
-        """A BULK group of ``size`` hosts from ``template`` under the workload ``policy``.
+                     description: str, tier: str, *, bulk: bool) -> OpRef:  # fmt: skip
+        """A group of ``size`` hosts from ``template`` under the workload ``policy``.
 
-        BULK creates no VM until all can be created; DO_NOTHING leaves a failed VM for us to see
-        (a multi-host slice is recovered whole, never host by host)."""
+        ``bulk``: BULK creates no VM until all can be created (Google allows it only over
+        reservation-bound and flex-start templates); otherwise the group creates its VMs one by one.
+        DO_NOTHING leaves a failed VM for us to see (a multi-host slice is recovered whole)."""
         from google.cloud import compute_v1
 
+        mode = "BULK" if bulk else "INDIVIDUAL"
         igm = compute_v1.InstanceGroupManager(
             name=name, description=description, base_instance_name=name, target_size=size,
             instance_template=f"projects/{self.project}/global/instanceTemplates/{template}",
-            target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode="BULK"),
+            target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode=mode),
             instance_lifecycle_policy=compute_v1.InstanceGroupManagerInstanceLifecyclePolicy(
                 default_action_on_failure="DO_NOTHING"),
             resource_policies=compute_v1.InstanceGroupManagerResourcePolicies(
@@ -273,9 +275,10 @@ class ComputeApi:
     def _group(g: Any, zone: str) -> GroupRecord:
         st = g.status
         bulk = _error_lines(st.bulk_instance_operation.last_progress_check.error) if st else ()
+        creating = int(g.current_actions.creating) if g.current_actions else 0
         return GroupRecord(g.name, _leaf(g.zone) or zone, int(g.target_size), _leaf(g.instance_template),
                            g.description, _ts(g.creation_timestamp), bool(st.is_stable) if st else False,
-                           bulk)  # fmt: skip
+                           bulk, creating)  # fmt: skip
 
     def get_group(self, zone: str, name: str) -> GroupRecord | None:
         try:
@@ -302,13 +305,13 @@ class ComputeApi:
                                       _error_lines(m.last_attempt.errors) if m.last_attempt else ())
                 for m in items]  # fmt: skip
 
-    def delete_group(self, zone: str, name: str) -> bool:
+    def delete_group(self, zone: str, name: str) -> OpRef | None:
         try:
-            self._call(lambda: self.client("InstanceGroupManagersClient").delete_unary(
+            op = self._call(lambda: self.client("InstanceGroupManagersClient").delete_unary(
                 project=self.project, zone=zone, instance_group_manager=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        return OpRef("zone", zone, op.name, zone)
 
     # -- operations --------------------------------------------------------------------------
     def operation_error(self, ref: OpRef) -> TpuOpsError | None:

@@ -66,6 +66,7 @@ class GroupRecord:
     created_at: float | None
     stable: bool
     bulk_errors: tuple[str, ...] = ()  # status.bulkInstanceOperation.lastProgressCheck errors
+    creating: int = 0  # currentActions.creating: hosts the group has still to create
 
 
 @dataclass(frozen=True)

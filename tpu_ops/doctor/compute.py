@@ -1,4 +1,4 @@
-"""The doctor's Compute Engine checks: the API answers, the region's TPU quota, named reservations."""
+"""The doctor's Compute Engine checks: the API answers, the region's TPU quota, named (calendar) reservations."""
 
 from __future__ import annotations
 
@@ -68,4 +68,30 @@ def compute_checks(settings: Settings, spec: PipelineSpec) -> list[Check]:
                                 f"--machine-type={acc.machine_type} --vm-count={acc.hosts}")  # fmt: skip
 
             out += _guard(label, enable, res)
+        elif getattr(rung, "kind", "") == Tier.CALENDAR:
+            name, zone = str(rung.short_name), str(rung.zone)
+
+            def cal(n: str = name, z: str = zone) -> Check:
+                return _calendar(settings, n, z)
+
+            out += _guard(f"calendar reservation {name} in {zone}", enable, cal)
     return out
+
+
+def _calendar(settings: Settings, name: str, zone: str) -> Check:
+    """A calendar rung's future reservation exists, is in calendar mode, and its window has not ended."""
+    import time
+
+    from tpu_ops.cloud.compute_resize import ComputeResizeApi
+    from tpu_ops.provision.calendar import when
+
+    label = f"calendar reservation {name} in {zone}"
+    fr = ComputeResizeApi(settings).get_future_reservation(zone, name)
+    if fr is None or fr.mode != "CALENDAR":
+        why = "not found" if fr is None else f"a future reservation in {fr.mode} mode, not calendar"
+        return _missing(label, why, f"book one (it cannot be cancelled once submitted): gcloud compute "
+                        f"future-reservations create {name} --zone={zone} --reservation-mode=calendar ...")  # fmt: skip
+    window = f"window {when(fr.start)} - {when(fr.end)}, {fr.status}"
+    if fr.end is not None and fr.end <= time.time():
+        return _missing(label, f"{window}: ended", "name a calendar reservation whose window is still ahead")
+    return _ok(label, window)

@@ -60,6 +60,7 @@ PRIORS: Final[dict[str, Prior]] = {
     "reservation": Prior(0.01, 120.0, 300.0),
     "on-demand": Prior(0.02, 300.0, 300.0),
     "flex-start": Prior(0.01, 1800.0, 300.0),
+    "calendar": Prior(0.01, 120.0, 300.0),  # held for its window, like a reservation
     "spot": Prior(0.5, 300.0, 300.0),
 }
 UNKNOWN_TIER_PRIOR: Final = Prior(0.5, 600.0, 300.0)

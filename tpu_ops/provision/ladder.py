@@ -5,7 +5,8 @@ created for the same run id, and otherwise walks the plan: each attempt asks the
 (Cloud TPU API or Compute Engine, :mod:`tpu_ops.provision.providers`) for a slice named
 ``{run_id}-a{n}`` (checking first that it does not exist, so a retried create never makes a
 second one), waits for it to run with backoff within the queue timeout and the overall timeout,
-and moves on at failure, stockout, quota or timeout after deleting what it abandons.
+and moves on at failure, stockout, quota or timeout after deleting what it abandons. A slice that
+came up partly is not obtained: deleted whole, its hold in the ledger (:mod:`.partial`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from tpu_ops.errors import (
 )
 from tpu_ops.layout import check_run_id
 from tpu_ops.polling import poll
+from tpu_ops.provision import calendar, partial, ranking
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision import ranking
 from tpu_ops.provision.choose import Choice
 from tpu_ops.provision.cost import check_budget
 from tpu_ops.provision.naming import attempt_of, resource_id, run_labels
@@ -56,11 +57,11 @@ def plan(spec: ProvisionSpec) -> list[Step]:
     """The attempts in order: each rung over its zones (a reservation lives in one zone)."""
     steps: list[Step] = []
     for rung in spec.ladder:
-        if rung.kind == Tier.RESERVATION:
+        bound = int(rung.max_run_duration.total_seconds()) if rung.max_run_duration is not None else None
+        if rung.kind in (Tier.RESERVATION, Tier.CALENDAR):
             assert rung.zone is not None and rung.name is not None  # the rung checked both
-            steps.append(Step(len(steps) + 1, Tier.RESERVATION, rung.zone, rung.name))
+            steps.append(Step(len(steps) + 1, rung.kind, rung.zone, rung.name, bound))
         else:
-            bound = int(rung.max_run_duration.total_seconds()) if rung.max_run_duration is not None else None
             for zone in spec.slice.zones:
                 steps.append(Step(len(steps) + 1, rung.kind, zone, max_run_duration_s=bound))
     return steps
@@ -129,6 +130,7 @@ class _Ladder:
         # The choice (``choose``): called at each walk, it orders the steps and may say to try only
         # the first few, then wait and walk again (``choose.wait``).
         self.rank: Callable[[list[Step]], tuple[list[Step], Choice | None]] | None = None
+        self.hold = partial.Hold()  # the current attempt's hosts up while the slice is not whole
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self) -> Slice:
@@ -233,14 +235,25 @@ class _Ladder:
         rid = resource_id(self.run_id, step.number)
         t0 = time.monotonic()
         rec: SliceRecord | None = None
+        opens_in = 0.0  # a calendar window not open yet: how long the wait may add
+        self.hold = partial.Hold()
         try:
+            if step.tier == Tier.CALENDAR:
+                gate = calendar.step_gate(self.provider, self.spec, step.zone, step.reservation, step.number,
+                                          self.deadline, self.ledger)  # fmt: skip
+                if not gate.go:
+                    self._record(Attempt(step.number, step.tier, step.zone, rid,
+                                         Outcome.TIMEOUT if gate.late else Outcome.FAILED, 0.0, gate.reason,
+                                         step.reservation))  # fmt: skip
+                    return None
+                opens_in = gate.wait_s
             existing = self.provider.describe(step.zone, rid)
             if existing is not None and existing.state in SliceState.TERMINAL:
                 self.provider.delete_slice(step.zone, rid, self._remaining())
                 existing = None
             if existing is None:
                 self._create(step, rid)
-            outcome, detail, rec = self._wait(step, rid, t0)
+            outcome, detail, rec = self._wait(step, rid, t0 + opens_in)
         except QuotaError as exc:
             outcome, detail = Outcome.QUOTA, _short(exc)
         except CapacityError as exc:
@@ -248,10 +261,16 @@ class _Ladder:
         except (CloudError, TpuOpsError, TimeoutError) as exc:
             outcome, detail = Outcome.ERROR, f"{type(exc).__name__}: {_short(exc)}"
         waited = time.monotonic() - t0
+        if outcome != Outcome.ACTIVE and self.hold:  # some hosts came up, never all: not obtained
+            detail = partial.release(self.hold, ledger=self.ledger, provider=self.provider, zone=step.zone,
+                                     slice_id=rid, tier=step.tier, accelerator=self.spec.slice.accelerator,
+                                     why=detail, timeout_s=self._remaining())  # fmt: skip
+            outcome = Outcome.PARTIAL
         self._record(Attempt(step.number, step.tier, step.zone, rid, outcome, waited, detail, step.reservation))
         if outcome == Outcome.ACTIVE and rec is not None:
-            return self._slice(rec)
-        self._abandon(step.zone, rid)
+            return self._slice(rec, since=self.hold.since or None)
+        if outcome != Outcome.PARTIAL:
+            self._abandon(step.zone, rid)
         return None
 
     def request(self, step: Step, rid: str) -> SliceRequest:
@@ -289,6 +308,7 @@ class _Ladder:
                 rec = last[0] = self.provider.describe(step.zone, rid)
             except TransientError:
                 return None  # retries used up for this poll; the next poll tries again
+            self.hold.see(rec)
             return None if rec is None else self._settled(rec)
 
         try:
@@ -326,12 +346,13 @@ class _Ladder:
         if self.on_attempt is not None:
             self.on_attempt(attempt)
 
-    def _slice(self, rec: SliceRecord) -> Slice:
+    def _slice(self, rec: SliceRecord, since: float | None = None) -> Slice:
+        """The slice handed out; billed from ``since`` (its first host up, if it came up host by host)."""
         acc = self.spec.slice.accelerator
         if not self.ledger.is_open(rec.slice_id):
             self.ledger.append(L.ACTIVE, resource_id=rec.slice_id, zone=rec.zone, tier=rec.tier, chips=acc.chips,
                                generation=acc.generation, accelerator_type=acc.name,
-                               backend=self.provider.name)  # fmt: skip
+                               backend=self.provider.name, t=since or time.time())  # fmt: skip
         return Slice(
             run_id=self.run_id,
             queued_resource=rec.slice_id,

@@ -17,7 +17,8 @@ class Outcome:
     TIMEOUT: Final = "timeout"  # not ACTIVE within validUntilDuration (or the overall timeout)
     SUSPENDED: Final = "suspended"
     ERROR: Final = "error"  # a non-capacity API error (bad request, permission, retries used up)
-    MOVED_ON: Final = frozenset({FAILED, STOCKOUT, QUOTA, TIMEOUT, SUSPENDED, ERROR})
+    PARTIAL: Final = "partial"  # some hosts came up, never all within the queue timeout: deleted whole
+    MOVED_ON: Final = frozenset({FAILED, STOCKOUT, QUOTA, TIMEOUT, SUSPENDED, ERROR, PARTIAL})
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class Attempt:
     reservation: str = ""
 
     def describe(self) -> str:
-        rung = f"reservation {self.reservation}" if self.reservation else self.tier
+        named = "calendar reservation" if self.tier == "calendar" else "reservation"
+        rung = f"{named} {self.reservation}" if self.reservation else self.tier
         extra = f": {self.detail}" if self.detail else ""
         where = f"#{self.number} {rung} in {self.zone} ({self.resource_id})"
         return f"{where} {self.outcome} after {self.seconds_waited:.1f}s{extra}"

@@ -58,8 +58,10 @@ Zone = Annotated[str, AfterValidator(_check_zone)]
 TIER_FIELDS: dict[str, frozenset[str]] = {
     Tier.RESERVATION: frozenset({"name", "zone"}),
     Tier.FLEX_START: frozenset({"max_run_duration"}),
+    Tier.CALENDAR: frozenset({"name", "zone", "max_run_duration"}),
 }
-TIER_REQUIRES: dict[str, frozenset[str]] = {Tier.RESERVATION: frozenset({"name"})}
+TIER_REQUIRES: dict[str, frozenset[str]] = {Tier.RESERVATION: frozenset({"name"}), Tier.CALENDAR: frozenset({"name"})}
+NAMED_TIERS = (Tier.RESERVATION, Tier.CALENDAR)  # rungs that name a reservation in one zone
 # every optional field of a rung (a new tier's fields are added here too)
 RUNG_FIELDS = ("name", "zone", "max_run_duration")
 FLEX_START_DEFAULT_RUN = timedelta(days=1)
@@ -73,19 +75,20 @@ class Rung(StrictModel):
     kind: Tier = Field(Tier.SPOT, description="The capacity tier this rung asks for.")
     name: str | None = Field(
         None,
-        description="Reservation rungs only: the reservation's name, or its full path "
-        "(projects/PROJECT/zones/ZONE/reservations/NAME).",
+        description="Reservation rungs: the reservation's name, or its full path "
+        "(projects/PROJECT/zones/ZONE/reservations/NAME). Calendar rungs: the calendar-mode future reservation's "
+        "name (its window is read from Compute Engine).",
         json_schema_extra={"examples": ["fraud-v4-reservation"]},
     )
     zone: Zone | None = Field(
         None,
-        description="Reservation rungs only: the reservation's zone, e.g. us-central2-b (taken from a full path "
-        "if given).",
+        description="Reservation and calendar rungs: the reservation's zone, e.g. us-central2-b (taken from a "
+        "full path if given).",
     )
     max_run_duration: Duration(timedelta(minutes=10), timedelta(days=7)) | None = Field(  # type: ignore[valid-type]
         None,
-        description="Flex-start rungs only: how long the slice may run before Compute Engine deletes it "
-        "(maxRunDuration; default 1 day).",
+        description="Flex-start (and calendar) rungs: how long the slice may run before Compute Engine deletes "
+        "it (maxRunDuration, a resize request's requestedRunDuration; default 1 day).",
     )
 
     @model_validator(mode="after")
@@ -97,9 +100,9 @@ class Rung(StrictModel):
         for field in sorted(TIER_REQUIRES.get(self.kind, frozenset())):
             if getattr(self, field) is None:
                 raise ValueError(f"a {self.kind} rung needs its {field}")
-        if self.kind == Tier.RESERVATION:
+        if self.kind in NAMED_TIERS:
             self._check_reservation()
-        if self.kind == Tier.FLEX_START and self.max_run_duration is None:
+        if self.kind in (Tier.FLEX_START, Tier.CALENDAR) and self.max_run_duration is None:
             object.__setattr__(self, "max_run_duration", FLEX_START_DEFAULT_RUN)
         return self
 
@@ -127,12 +130,16 @@ class Rung(StrictModel):
 def _rung_shorthand(value: Any) -> Any:
     """Accept a tier's name (``"spot"``, ``"on-demand"``) and ``"reservation:NAME@ZONE"`` as well as objects."""
     if isinstance(value, str):
-        if value.startswith(f"{Tier.RESERVATION}:"):
-            name, _, zone = value.removeprefix(f"{Tier.RESERVATION}:").partition("@")
-            return {"kind": Tier.RESERVATION, "name": name, "zone": zone or None}
-        if value in {t.value for t in Tier} and value != Tier.RESERVATION:
+        for tier in NAMED_TIERS:
+            if value.startswith(f"{tier}:"):
+                name, _, zone = value.removeprefix(f"{tier}:").partition("@")
+                return {"kind": tier, "name": name, "zone": zone or None}
+        if value in {t.value for t in Tier} and value not in NAMED_TIERS:
             return {"kind": value}
-        raise ValueError(f"rung {value!r} is not allowed: '{Tier.RESERVATION}:NAME@ZONE' or one of {Tier.names()}")
+        raise ValueError(
+            f"rung {value!r} is not allowed: '{Tier.RESERVATION}:NAME@ZONE', '{Tier.CALENDAR}:NAME@ZONE' or one of "
+            f"{Tier.names()}"
+        )
     if isinstance(value, dict) and "kind" not in value:
         raise ValueError(f"a rung needs its kind: {Tier.names()}")
     return value
@@ -152,8 +159,9 @@ def _check_ladder(rungs: list[Any]) -> list[Any]:
 
 
 def _shorthand_pattern() -> str:
-    plain = "|".join(t.value for t in Tier if t != Tier.RESERVATION)  # [a-z-]: nothing to escape
-    return rf"^({plain}|{Tier.RESERVATION}:[a-z]([-a-z0-9]{{0,61}}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
+    plain = "|".join(t.value for t in Tier if t not in NAMED_TIERS)  # [a-z-]: nothing to escape
+    named = "|".join(t.value for t in NAMED_TIERS)
+    return rf"^({plain}|({named}):[a-z]([-a-z0-9]{{0,61}}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
 
 
 def _ladder_schema(schema: dict[str, Any]) -> None:
@@ -162,8 +170,8 @@ def _ladder_schema(schema: dict[str, Any]) -> None:
     items = schema.get("items")
     if isinstance(items, dict):
         shorthand = {"type": "string", "pattern": _shorthand_pattern(),
-                     "title": f"shorthand: {' | '.join(t.value for t in Tier if t != Tier.RESERVATION)} | "
-                     f"{Tier.RESERVATION}:NAME@ZONE"}  # fmt: skip
+                     "title": f"shorthand: {' | '.join(t.value for t in Tier if t not in NAMED_TIERS)} | "
+                     f"{Tier.RESERVATION}:NAME@ZONE | {Tier.CALENDAR}:NAME@ZONE"}  # fmt: skip
         bounds = {k: schema.pop(k) for k in ("minItems", "maxItems") if k in schema}
         schema.pop("type", None)
         # The form renders the first choice (rungs as typed fields; a union inside the items would be
@@ -294,7 +302,7 @@ class ProvisionSpec(StrictModel):
                     f"{', '.join(sorted(BACKEND_TIERS[backend]))}"
                 )
         for rung in self.ladder:
-            if rung.kind == Tier.RESERVATION and rung.zone not in self.slice.zones:
+            if rung.kind in NAMED_TIERS and rung.zone not in self.slice.zones:
                 raise ValueError(
                     f"reservation {rung.short_name!r} is in zone {rung.zone!r}, which is not one of the "
                     f"slice's zones {self.slice.zones}"

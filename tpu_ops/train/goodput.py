@@ -123,6 +123,7 @@ class GoodputReport:
     preemptions: list[PreemptionState] = field(default_factory=list)
     cost: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    efficiency: dict[str, Any] = field(default_factory=dict)  # train.efficiency's figures, when the trainer said
     stored: dict[str, Any] | None = None  # the report as read back from GCS (a finished run's, unchanged)
 
     @property
@@ -178,7 +179,7 @@ class GoodputReport:
         return cls(doc["run_id"], doc["outcome"], doc["steps"], doc.get("final_step"), doc.get("started_at", 0.0),
                    doc.get("wall_s", 0.0), dict(doc.get("badput_s", {}), productive=doc.get("productive_s", 0.0)),
                    doc.get("steps_kept", 0), doc.get("scheduling_goodput"), cost=doc.get("cost", {}),
-                   error=doc.get("error", ""), stored=doc)  # fmt: skip
+                   error=doc.get("error", ""), efficiency=doc.get("efficiency", {}), stored=doc)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         if self.stored is not None:
@@ -189,9 +190,10 @@ class GoodputReport:
         for i in self.incarnations:
             d = asdict(i)
             d.pop("timeline")
-            d["productive_s"] = round(categorise([s for s in intervals(_only(i), self.started_at + self.wall_s)
-                                                  if s[0] == PRODUCTIVE], self.started_at,
-                                                 self.started_at + self.wall_s)[PRODUCTIVE], 3)  # fmt: skip
+            # saves take their part of a step's record, as in the run's own figure, so the slices add up to it
+            end = self.started_at + self.wall_s
+            spans = [s for s in intervals(_only(i), end) if s[0] in (PRODUCTIVE, CHECKPOINT_SAVE)]
+            d["productive_s"] = round(categorise(spans, self.started_at, end)[PRODUCTIVE], 3)
             incs.append(d)
         return {
             "run_id": self.run_id,
@@ -210,6 +212,7 @@ class GoodputReport:
             "incarnations": incs,
             "cost": self.cost,
             "error": self.error,
+            **({"efficiency": self.efficiency} if self.efficiency else {}),
         }
 
     def rows(self) -> list[dict[str, Any]]:
@@ -244,7 +247,23 @@ class GoodputReport:
             f"wall {doc['wall_s']:.1f}s, "
             f"productive {doc['productive_s']:.1f}s, goodput {doc['goodput']:.1%}; {doc['recoveries']} preemption(s); "
             f"cost by tier {usd} (total ${float(doc['cost'].get('usd_total', 0)):,.4f})"
-        )
+        ) + (f"; {line}" if (line := efficiency_line(doc.get("efficiency") or {})) else "")
+
+
+def _percent(v: float) -> str:
+    return f"{v:.2%}" if v >= 1e-4 else f"{v * 100:.2g}%"  # a toy model's MFU is far below 0.01%
+
+
+def efficiency_line(doc: dict[str, Any]) -> str:
+    """One line for ``Efficiency.to_json()`` (train.efficiency); empty when the trainer reported neither figure."""
+    parts = []
+    if doc.get("usd_per_million_tokens") is not None:
+        parts.append(f"${doc['usd_per_million_tokens']:,.4f} per million tokens")
+    if doc.get("mfu") is not None:
+        parts.append(f"MFU {_percent(doc['mfu'])} of the {doc.get('accelerator', 'slice')} bf16 peak")
+        if doc.get("effective_mfu") is not None:
+            parts[-1] += f" ({_percent(doc['effective_mfu'])} over the wall time)"
+    return ", ".join(parts)
 
 
 def _overhead(p: PreemptionState) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tpu_ops.agent.job import Job
+from tpu_ops.agent.job import WORK_FIELDS, Job
 from tpu_ops.errors import NotFoundError, SpecError, TrainingError
 from tpu_ops.layout import RunLayout
 from tpu_ops.provision.providers import Phase, Provider, SliceState
@@ -55,6 +55,10 @@ def absorb_heartbeats(inc: IncarnationState, beats: list[dict[str, Any]]) -> tup
     for b in beats:  # worker 0 carries the trainer's newest step records: merge them in
         if b.get("worker") == 0 and b.get("timeline"):
             merge_timeline(inc, b["timeline"])
+        if b.get("worker") == 0:  # and, if the trainer says, what a step does (tokens, model FLOPs)
+            for name in WORK_FIELDS:
+                if isinstance(b.get(name), (int, float)) and b[name] > 0:
+                    setattr(inc, name, float(b[name]))
     steps = [int(b["step"]) for b in beats if b.get("step") is not None]
     top = max(steps) if steps else None
     if beats:

@@ -15,6 +15,13 @@ On a multi-host slice the workers first agree on the step to save (the highest a
 reached, through ``<checkpoint_dir>/_preemption/<incarnation>/``), as JAX's preemption sync point
 does for Orbax.
 
+Each step record says what the step does (the job contract's ``tokens`` and ``flops``, for $/M tokens
+and MFU): an example is a window of ``features + 1`` tokens (the inputs and the one token it
+predicts), so a step trains on ``batch_size * (features + 1)`` tokens; its model FLOPs follow the
+usual 6 * parameters per predicted token (2 forward, 4 backward), one prediction per example:
+``6 * (features + 1) * batch_size``. Every worker trains the same batch (the model is replicated),
+so these are the slice's figures, counted once.
+
 Hyperparameters (all optional): ``seed``, ``learning_rate``, ``batch_size``, ``features``,
 ``data_shards``, ``step_delay_s`` (make steps last longer in demos and tests), ``save_on_term``
 (default true), and fault hooks for tests: ``fail_at_step`` (exit 1 there), ``hang_at_step`` (hang
@@ -77,6 +84,12 @@ def load_data(gcs: Gcs, manifest_uri: str | None, hp: dict[str, Any]) -> tuple[n
         tokens = np.concatenate(chunks)
     data = tokens.astype(np.float64) / SEQ_SCALE
     return data[:, :features], data[:, features]
+
+
+def step_work(features: int, batch: int) -> tuple[int, int]:
+    """(tokens, model FLOPs) of one step of the linear model (the module docstring says why)."""
+    params = features + 1
+    return batch * (features + 1), 6 * params * batch
 
 
 def sgd_step(params: np.ndarray, x: np.ndarray, y: np.ndarray, step: int, lr: float, batch: int) -> np.ndarray:
@@ -191,6 +204,7 @@ def main() -> int:
         print(f"worker {env.worker}: fresh start", flush=True)
     lr, batch = float(hp.get("learning_rate", 0.1)), int(hp.get("batch_size", 64))
     delay = float(hp.get("step_delay_s", 0))
+    tokens, flops = step_work(x.shape[1], batch)
     saved, save_s = start, 0.0
     step = start
     t_mark = time.time()  # records back to back: the loop's own overhead belongs to the next step
@@ -210,7 +224,8 @@ def main() -> int:
         if delay:
             time.sleep(delay)
         t_mark = time.time()
-        record(env.step_log, "step", step, t0, t_mark)  # before the save: a committed step is always recorded
+        # before the save: a committed step is always recorded
+        record(env.step_log, "step", step, t0, t_mark, tokens, flops)
         if step % env.checkpoint_every == 0 or step == env.steps:
             t0 = time.monotonic()
             save(gcs, env, step, params, hp)

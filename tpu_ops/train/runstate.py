@@ -203,6 +203,8 @@ class IncarnationState:
     last_step: int | None = None
     last_seen_at: float | None = None  # the newest heartbeat of this incarnation
     timeline: list[list[Any]] = field(default_factory=list)  # worker 0's [kind, step, start, end] records
+    tokens_per_step: float | None = None  # what one step does across the slice, as the trainer said
+    model_flops_per_step: float | None = None  # (worker 0's heartbeat: agent.job.WORK_FIELDS)
 
 
 @dataclass

@@ -33,6 +33,7 @@ from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.train import choice, notices
 from tpu_ops.train.checkpoints import latest_complete_step
+from tpu_ops.train.efficiency import efficiency
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import (
     absorb_heartbeats,
@@ -371,6 +372,7 @@ class Supervisor:
         try:
             cost = self.ledger.summary(load_prices(self.settings)).to_json()
             self.report = GoodputReport.derive(self.state, time.time(), cost)
+            self.report.efficiency = efficiency(self.state, cost, self.job.provision.slice.accelerator).to_json()
             put_json(self.gcs, self.layout.goodput, self.report.to_json())
             if self.state.outcome == "failed":
                 self.state.finished_at = None  # a later supervisor resumes the run: its wall goes on

@@ -15,9 +15,10 @@ import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 from infra.local.compute import exceptions as cexc
+from infra.local.compute import geography
 from infra.local.compute.capacity import Capacity
 from infra.local.compute.filters import compile_filter
 from infra.local.compute.records import (
@@ -41,6 +42,7 @@ from infra.local.core.clock import Clock
 
 GOOGLE_BASE = "https://compute.googleapis.com/compute/v1/"
 API = "/compute/v1/"  # REST paths (what injected faults match) are API + a resource path
+T = TypeVar("T")
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -101,6 +103,7 @@ class ComputeBase(FakeBackend[NodeEvent]):
         self.link_base = link_base  # the server sets its own URL: links never point off loopback
         self.wait_s = 2.0  # longest an operations.wait call holds (wall seconds)
         self.capacity = Capacity()
+        self.created_at = self.clock.now()  # the project's and the reservations' creationTimestamp
         self._uids = itertools.count(4_000_000_000_000_000_001)
         self._ips = itertools.count(0)
         self._clear()
@@ -115,6 +118,18 @@ class ComputeBase(FakeBackend[NodeEvent]):
         self._hosted: set[tuple[str, int]] = set()  # (instance path, uid) whose host runs
         self._guest: dict[tuple[str, str, str], str] = {}  # (instance path, namespace, key) -> value
         self._requests: dict[str, Key] = {}  # requestId -> its operation's key
+        self.op_polls = 1  # reads of a new operation that answer RUNNING before it may be DONE
+        self.op_s = 10.0  # ... or fake seconds after it began, whichever comes first
+        self._op_faults: list[list[Any]] = []  # [collection, operationType, error code, count left]
+
+    def _call(self, method: str, path: str, fn: Callable[[], T]) -> T:
+        """Every API method: under a zone or region that does not exist, Compute Engine's 404."""
+
+        def checked() -> T:
+            geography.check_path(path, self.capacity.zones)
+            return fn()
+
+        return super()._call(method, path, checked)
 
     # -- records -------------------------------------------------------------------------------
     def _table(self, kind: Kind[R]) -> dict[Key, R]:
@@ -138,6 +153,12 @@ class ComputeBase(FakeBackend[NodeEvent]):
         """A record's JSON (a family whose JSON needs more than its record overrides this)."""
         return cast(dict[str, Any], rec.to_json(self.link_base))
 
+    def _group_of(self, inst: Instance) -> Group | None:
+        """The group managing ``inst`` (zonal or regional), if any."""
+        if not inst.group:
+            return None
+        return self._groups.get((inst.project, inst.group_where or inst.zone, inst.group))
+
     def _members(self, grp: Group) -> list[Instance]:
         found = (self._instances.get((grp.project, grp.zone, n)) for n in grp.instances)
         return [i for i in found if i is not None]
@@ -160,13 +181,45 @@ class ComputeBase(FakeBackend[NodeEvent]):
     def _new_op(self, project: str, scope: str, op_type: str, target: str, target_id: int) -> Operation:
         now = self.clock.now()
         op = Operation(project, scope, operation_id(now), next(self._uids), op_type, target, target_id, now)
+        op.polls_left = self.op_polls
         self._ops[(project, scope, op.name)] = op
         return op
 
     def _done_op(self, project: str, scope: str, op_type: str, target: str, target_id: int) -> dict[str, Any]:
-        op = self._new_op(project, scope, op_type, target, target_id)
-        op.finish(self.clock.now())
-        return op.to_json(self.link_base)
+        """The operation of a change already made: RUNNING now, DONE once read ``op_polls`` times."""
+        return self._new_op(project, scope, op_type, target, target_id).to_json(self.link_base)
+
+    # -- asynchronous failures (the control: the next operation of a kind fails after it ran) -----
+    def fail_operations(self, collection: str, op_type: str, error: str = "ZONE_RESOURCE_POOL_EXHAUSTED",
+                        count: int = 1) -> dict[str, Any]:  # fmt: skip
+        """The next ``count`` ``op_type`` (insert|delete) calls on ``collection`` are accepted, change
+        nothing, and their operation ends (RUNNING, then DONE) with ``error`` and its HTTP status."""
+        kinds = {k.collection for k in AGGREGATED.values()}
+        if collection not in kinds or op_type not in ("insert", "delete") or count < 1:
+            raise exc.InvalidArgument(
+                f"operations: collection in {sorted(kinds)}, operationType insert|delete, count >= 1; got "
+                f"{collection!r}, {op_type!r}, {count!r}"
+            )
+        cexc.async_error(error, "p", "z", "r")  # refuses an unknown code now, not at the call
+        with self._lock:
+            self._op_faults.append([collection, op_type, error, int(count)])
+            return {"operation_faults_pending": sum(f[3] for f in self._op_faults)}
+
+    def _failing(
+        self, kind: Kind[Any], op_type: str, project: str, where: str, path: str, uid: int
+    ) -> dict[str, Any] | None:
+        """If an asynchronous failure is set for this call, its RUNNING operation (nothing changed)."""
+        for f in self._op_faults:
+            if f[3] > 0 and f[0] == kind.collection and f[1] == op_type:
+                f[3] -= 1
+                scope = kind.scope(where)
+                zone = where if kind.where == "zone" else ""
+                region = zone.rsplit("-", 1)[0] if zone else where
+                err = cexc.async_error(f[2], project, zone, region)
+                op = self._new_op(project, scope, op_type, path, uid)
+                op.fail_with = (err, cexc.http_of(err))
+                return op.to_json(self.link_base)
+        return None
 
     # -- lists -----------------------------------------------------------------------------------
     def _list(
@@ -176,35 +229,48 @@ class ComputeBase(FakeBackend[NodeEvent]):
         flt: str | None = None,
         max_results: int | None = None,
         token: str | None = None,
+        path: str = "",
     ) -> dict[str, Any]:
-        """``{kind, id, items?, nextPageToken?}``: ``items`` filtered, then one page of them."""
+        """``{kind, id, selfLink, items?, nextPageToken?}``: ``items`` filtered, then one page of them
+        (``path``: the collection's, e.g. ``projects/<p>/zones/<z>/instances``)."""
         pred = compile_filter(flt)
         chunk, nxt = page([i for i in items if pred(i)], max_results, token)
-        out: dict[str, Any] = {"kind": kind, "id": kind}
+        out: dict[str, Any] = {"kind": kind, "id": path or kind}
+        if path:
+            out["selfLink"] = self.link_base + path
         if chunk:
             out["items"] = chunk
         if nxt:
             out["nextPageToken"] = nxt
         return out
 
+    def _scoped(self, project: str, collection: str) -> list[tuple[str, dict[str, Any]]] | None:
+        """(scope, JSON) of every ``collection`` resource of ``project`` (None: no aggregated list of it).
+        A family whose resources are not in a ``Kind`` table (reservations, machine types) adds to this."""
+        kind = AGGREGATED.get(collection)
+        if kind is None:
+            return None
+        recs = [(w, r) for (p, w, _), r in self._table(kind).items() if p == project]
+        return [(getattr(r, "scope", None) or kind.scope(w), self._render(r)) for w, r in recs]
+
     def aggregated_list(self, project: str, collection: str, flt: str | None = None) -> dict[str, Any]:
         """``{items: {"zones/<z>"|"regions/<r>"|"global": {<collection>: [...]}}}``; scopes with no match
         are left out; one page (the fake holds few resources). What a reaper walks."""
-        kind = AGGREGATED.get(collection)
-        if kind is None:
-            raise exc.NotFound(f"no aggregated list of {collection!r}")
+        path = f"projects/{project}/aggregated/{collection}"
 
         def run() -> dict[str, Any]:
+            scoped = self._scoped(project, collection)
+            if scoped is None:
+                raise cexc.not_found(path)
             pred = compile_filter(flt)
-            scoped = [(kind.scope(w), self._render(r)) for (p, w, _), r in self._table(kind).items() if p == project]
             items: dict[str, dict[str, list[dict[str, Any]]]] = {}
             for scope, res in sorted(scoped, key=lambda sr: (sr[0], sr[1]["name"])):
                 if pred(res):
                     items.setdefault(scope, {collection: []})[collection].append(res)
-            list_kind = kind.kind + "AggregatedList"
-            return {"kind": list_kind, "id": list_kind, "items": items}
+            list_kind = f"compute#{collection[:-1]}AggregatedList"
+            return {"kind": list_kind, "id": path, "items": items, "selfLink": self.link_base + path}
 
-        return self._call("GET", f"{API}projects/{project}/aggregated/{collection}", run)
+        return self._call("GET", API + path, run)
 
     # -- get / list / insert / delete, as every family serves them ------------------------------
     def _get_call(self, kind: Kind[Any], project: str, where: str, name: str) -> dict[str, Any]:
@@ -221,14 +287,31 @@ class ComputeBase(FakeBackend[NodeEvent]):
             recs = [r for (p, w, _), r in sorted(self._table(kind).items()) if p == project and w == where]
             if order is not None:
                 recs.sort(key=order)
-            return self._list(kind.kind + "List", [self._render(r) for r in recs], **page)
+            return self._list(kind.kind + "List", [self._render(r) for r in recs], **page,
+                              path=kind.path(project, where))  # fmt: skip
 
         return self._call("GET", API + kind.path(project, where), run)
 
     def _insert_call(
-        self, kind: Kind[Any], project: str, where: str, request_id: str | None, run: Callable[[], dict[str, Any]]
+        self,
+        kind: Kind[Any],
+        project: str,
+        where: str,
+        request_id: str | None,
+        run: Callable[[], dict[str, Any]],
+        body: dict[str, Any],
     ) -> dict[str, Any]:
-        return self._call("POST", API + kind.path(project, where), self._once(request_id, run))
+        def once() -> dict[str, Any]:
+            if any(f[3] > 0 and f[0] == kind.collection and f[1] == "insert" for f in self._op_faults):
+                name = self._new_name(kind, project, where, body)
+                failed = self._failing(
+                    kind, "insert", project, where, kind.path(project, where, name), next(self._uids)
+                )
+                if failed is not None:
+                    return failed
+            return run()
+
+        return self._call("POST", API + kind.path(project, where), self._once(request_id, once))
 
     def _delete_call(
         self,
@@ -240,11 +323,12 @@ class ComputeBase(FakeBackend[NodeEvent]):
         run: Callable[[R], dict[str, Any]],
     ) -> dict[str, Any]:
         """``run(record)`` on the record (404 if none) -> its delete operation."""
-        return self._call(
-            "DELETE",
-            API + kind.path(project, where, name),
-            self._once(request_id, lambda: run(self._get(kind, project, where, name))),
-        )
+
+        def once() -> dict[str, Any]:
+            rec = self._get(kind, project, where, name)
+            return self._failing(kind, "delete", project, where, rec.path, rec.uid) or run(rec)
+
+        return self._call("DELETE", API + kind.path(project, where, name), self._once(request_id, once))
 
     def _insert_now(
         self,
@@ -264,7 +348,7 @@ class ComputeBase(FakeBackend[NodeEvent]):
             self._table(kind)[(project, where, name)] = rec
             return self._done_op(project, kind.scope(where), "insert", rec.path, rec.uid)
 
-        return self._insert_call(kind, project, where, request_id, run)
+        return self._insert_call(kind, project, where, request_id, run, body)
 
     def _delete_unused(
         self, kind: Kind[R], key: Key, request_id: str | None, what: str, uses: Callable[[Group, R], bool]

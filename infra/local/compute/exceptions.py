@@ -53,3 +53,33 @@ def quota_exceeded(metric: str, limit: int, region: str) -> dict[str, Any]:
     info = {"metricName": f"compute.googleapis.com/{metric.lower()}", "limitName": metric, "limit": limit,
             "dimensions": {"region": region}}  # fmt: skip
     return {"errors": [{"code": "QUOTA_EXCEEDED", "message": msg, "errorDetails": [{"quotaInfo": info}]}]}
+
+
+# The HTTP status an operation's error carries beside ``error`` (``httpErrorStatusCode`` /
+# ``httpErrorMessage``): what the same error would have been as a synchronous answer.
+HTTP_OF: dict[str, tuple[int, str]] = {
+    "ZONE_RESOURCE_POOL_EXHAUSTED": (503, "SERVICE UNAVAILABLE"),
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": (503, "SERVICE UNAVAILABLE"),
+    "QUOTA_EXCEEDED": (403, "FORBIDDEN"),
+    "RESOURCE_NOT_FOUND": (404, "NOT FOUND"),
+    "INTERNAL_ERROR": (500, "INTERNAL SERVER ERROR"),
+}
+ASYNC_ERRORS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "QUOTA_EXCEEDED", "INTERNAL_ERROR")
+
+
+def http_of(error: dict[str, Any]) -> tuple[int, str]:
+    """``(httpErrorStatusCode, httpErrorMessage)`` of an operation ``error`` body."""
+    code = str(((error.get("errors") or [{}])[0]).get("code") or "")
+    return HTTP_OF.get(code, (400, "BAD REQUEST"))
+
+
+def async_error(code: str, project: str, zone: str, region: str) -> dict[str, Any]:
+    """The ``error`` body of an operation made to fail by the fake's control (``ASYNC_ERRORS``)."""
+    if code == "ZONE_RESOURCE_POOL_EXHAUSTED":
+        return zone_exhausted(project, zone or region, "", "")
+    if code == "QUOTA_EXCEEDED":
+        return quota_exceeded("TPU_PODSLICE_V5P", 0, region)
+    if code == "INTERNAL_ERROR":
+        return {"errors": [{"code": "INTERNAL_ERROR", "message": "Internal error. Please try again or contact "
+                            "Google Support. (Code: 'fake-0000')"}]}  # fmt: skip
+    raise exc.InvalidArgument(f"error: {code!r} is not one of {list(ASYNC_ERRORS)}")

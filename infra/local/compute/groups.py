@@ -1,6 +1,10 @@
-"""Managed instance groups (zonal): insert, get, list, listManagedInstances, delete; a group
-creates its VMs from its template (all together under ``targetSizePolicy.mode: BULK``) and, with
-``defaultActionOnFailure: REPAIR``, replaces the TERMINATED ones."""
+"""Managed instance groups: insert, get, list, listManagedInstances, delete; a group creates its VMs
+from its template (all together under ``targetSizePolicy.mode: BULK``, which Google allows only over
+a RESERVATION_BOUND or FLEX_START template; else one by one as capacity allows, so a group can come
+up partly) and, with
+``defaultActionOnFailure: REPAIR``, replaces the TERMINATED ones. Until a VM exists its managed
+instance is listed (named, ``currentAction: CREATING``), as Compute Engine lists it. Zonal here;
+regional groups (``regional_groups``) are the same records and mechanics."""
 
 from __future__ import annotations
 
@@ -11,9 +15,20 @@ from typing import Any, Unpack
 from infra.local.compute import exceptions as cexc
 from infra.local.compute.base import API, Paging
 from infra.local.compute.instances import InstancesMixin
-from infra.local.compute.records import GROUPS, OUTPUT_ONLY, Group, Instance, Status, region_of, timestamp
+from infra.local.compute.records import (
+    GROUPS,
+    OUTPUT_ONLY,
+    REGION_GROUPS,
+    Group,
+    Instance,
+    Status,
+    region_of,
+    timestamp,
+)
 from infra.local.core import exceptions as exc
 from infra.local.core.backend import page
+
+BULK_MODELS = ("RESERVATION_BOUND", "FLEX_START")
 
 
 class GroupsMixin(InstancesMixin):
@@ -28,8 +43,11 @@ class GroupsMixin(InstancesMixin):
         return m.group(1), m.group(4), m.group(3) or "", m.group(5)
 
     def insert_group(
-        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None
+        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None, region: str = ""
     ) -> dict[str, Any]:
+        """A zonal group in ``zone``; with ``region``, a regional group (``zone``: one of its zones, the
+        one its template and policy are checked in)."""
+
         def build(name: str) -> Group:
             _, kind, treg, tname = self._resolve(body.get("instanceTemplate"), "resource.instanceTemplate")
             if kind != "instanceTemplates" or (project, treg, tname) not in self._templates:
@@ -38,7 +56,12 @@ class GroupsMixin(InstancesMixin):
                     "The template does not exist."
                 )
             tpl = self._templates[(project, treg, tname)]
-            machine = self._placement(project, zone, dict(tpl.body.get("properties") or {}))[0]
+            props = dict(tpl.body.get("properties") or {})
+            try:
+                machine, model = self._placement(project, zone, props)[:2]
+            except exc.NotFound:  # its reservation does not exist yet (a calendar window to come): it waits
+                machine = self._machine(props.get("machineType"), "resource.instanceTemplate")
+                model = str((props.get("scheduling") or {}).get("provisioningModel") or "STANDARD")
             size = body.get("targetSize")
             if not isinstance(size, int) or size < 0:
                 raise cexc.Invalid(f"Invalid value for field 'resource.targetSize': {size!r}")
@@ -46,6 +69,14 @@ class GroupsMixin(InstancesMixin):
             if mode not in (None, "BULK", "INDIVIDUAL"):
                 raise cexc.Invalid(
                     f"Invalid value for field 'resource.targetSizePolicy.mode': {mode!r}; allowed: BULK, INDIVIDUAL"
+                )
+            if mode == "BULK" and model not in BULK_MODELS:
+                # "Create a MIG that uses the bulk mode": bulk mode "is only supported with instance
+                # templates that specify either a reservation-bound or flex-start provisioning model".
+                raise cexc.Invalid(
+                    "Invalid value for field 'resource.targetSizePolicy.mode': 'BULK'. Bulk mode is only supported "
+                    "with instance templates that specify either a reservation-bound or flex-start provisioning "
+                    f"model; instance template '{tpl.path}' specifies provisioningModel {model}."
                 )
             action = (body.get("instanceLifecyclePolicy") or {}).get("defaultActionOnFailure")
             if action not in (None, "REPAIR", "DO_NOTHING"):
@@ -55,6 +86,8 @@ class GroupsMixin(InstancesMixin):
                 )
             policy = None
             wp_link = (body.get("resourcePolicies") or {}).get("workloadPolicy")
+            if wp_link and "/" not in str(wp_link):  # a bare name (what gcloud sends): the group's region's
+                wp_link = f"projects/{project}/regions/{region_of(zone)}/resourcePolicies/{wp_link}"
             if wp_link:
                 _, pkind, preg, pname = self._resolve(wp_link, "resource.resourcePolicies.workloadPolicy")
                 if (
@@ -72,7 +105,7 @@ class GroupsMixin(InstancesMixin):
                     chips = 1
                     for d in str(topo).split("x"):
                         chips *= int(d)
-                    if chips != size * machine.chips:
+                    if size and chips != size * machine.chips:  # 0: grown by resize requests
                         raise cexc.Invalid(
                             f"Invalid value for field 'resource.targetSize': {size}. acceleratorTopology {topo} "
                             f"needs {chips // machine.chips} VMs of {machine.name} ({chips} chips)."
@@ -80,9 +113,15 @@ class GroupsMixin(InstancesMixin):
             kept = {k: v for k, v in body.items() if k not in OUTPUT_ONLY}
             kept.setdefault("baseInstanceName", name)
             # BULK: the insert ends before any VM exists; the group creates them as capacity allows.
-            return Group(project, zone, name, next(self._uids), kept, tpl, policy, self.clock.now())
+            return Group(project, zone, name, next(self._uids), kept, tpl, policy, self.clock.now(), region=region)
 
+        if region:
+            return self._insert_now(REGION_GROUPS, project, region, body, request_id, build)
         return self._insert_now(GROUPS, project, zone, body, request_id, build)
+
+    def _awaiting(self, grp: Group) -> int:
+        """Target-size VMs the group's resize requests will create, not the group (see ``resize``)."""
+        return 0
 
     def _action(self, inst: Instance) -> str:
         if inst.deleting:
@@ -107,11 +146,12 @@ class GroupsMixin(InstancesMixin):
         out.update(grp.body)
         out.update({
             "name": grp.name,
-            "zone": f"{base}projects/{grp.project}/zones/{grp.zone}",
+            grp.scope.split("/")[0][:-1]: f"{base}projects/{grp.project}/{grp.scope}",
             "selfLink": base + grp.path,
             "creationTimestamp": timestamp(grp.create_time),
             "instanceTemplate": base + grp.template.path,
-            "instanceGroup": f"{base}projects/{grp.project}/zones/{grp.zone}/instanceGroups/{grp.name}",
+            "versions": [{"instanceTemplate": base + grp.template.path, "targetSize": {"calculated": grp.target_size}}],
+            "instanceGroup": f"{base}projects/{grp.project}/{grp.scope}/instanceGroups/{grp.name}",
             "currentActions": actions,
             "fingerprint": "ZmFrZS1pZ20=",
         })  # fmt: skip
@@ -150,8 +190,17 @@ class GroupsMixin(InstancesMixin):
     def list_managed_instances(
         self, project: str, zone: str, name: str, max_results: int | None = None, token: str | None = None
     ) -> dict[str, Any]:
+        return self._list_managed(GROUPS, project, zone, name, max_results, token)
+
+    def _list_managed(
+        self, kind: Any, project: str, where: str, name: str, max_results: int | None, token: str | None
+    ) -> dict[str, Any]:
+        """The managed instances of a group: its VMs, then those not created yet (CREATING, no ``id`` or
+        ``instanceStatus``; ``lastAttempt`` says why while a BULK group waits)."""
+
         def run() -> dict[str, Any]:
-            grp = self._get(GROUPS, project, zone, name)
+            grp = self._get(kind, project, where, name)
+            version = {"instanceTemplate": self.link_base + grp.template.path}
             items = []
             for inst in self._members(grp):
                 mi: dict[str, Any] = {
@@ -161,9 +210,17 @@ class GroupsMixin(InstancesMixin):
                     "instanceStatus": inst.status,
                     "currentAction": self._action(inst),
                     "targetStatus": "RUNNING",
+                    "version": version,
                 }
                 if inst.status == Status.PENDING:
                     del mi["id"]
+                items.append(mi)
+            for pending in self._to_create(grp):
+                mi = {"instance": f"{self.link_base}projects/{project}/zones/{grp.zone}/instances/{pending}",
+                      "name": pending, "currentAction": "CREATING", "targetStatus": "RUNNING",
+                      "version": version}  # fmt: skip
+                if grp.bulk_error is not None:
+                    mi["lastAttempt"] = {"errors": grp.bulk_error}
                 items.append(mi)
             chunk, nxt = page(items, max_results, token)
             out: dict[str, Any] = {"managedInstances": chunk} if chunk else {}
@@ -171,28 +228,48 @@ class GroupsMixin(InstancesMixin):
                 out["nextPageToken"] = nxt
             return out
 
-        return self._call("POST", API + GROUPS.path(project, zone, name) + "/listManagedInstances", run)
+        return self._call("POST", API + kind.path(project, where, name) + "/listManagedInstances", run)
+
+    def _to_create(self, grp: Group) -> list[str]:
+        """Names of the managed instances the group has yet to create (stable until created)."""
+        missing = 0 if grp.deleting else max(grp.target_size - len(self._members(grp)), 0)
+        base = grp.body.get("baseInstanceName") or grp.name
+        taken = {n for (p, _, n) in self._instances if p == grp.project} | set(grp.pending)
+        while len(grp.pending) < missing:
+            name = f"{base}-{secrets.token_hex(2)}"
+            if name not in taken:
+                grp.pending.append(name)
+                taken.add(name)
+        del grp.pending[missing:]
+        return list(grp.pending)
 
     def delete_group(self, project: str, zone: str, name: str, request_id: str | None = None) -> dict[str, Any]:
+        return self._delete_group(GROUPS, project, zone, name, request_id)
+
+    def _delete_group(self, kind: Any, project: str, where: str, name: str, request_id: str | None) -> dict[str, Any]:
         def run(grp: Group) -> dict[str, Any]:
-            op = self._new_op(project, f"zones/{zone}", "delete", grp.path, grp.uid)
+            op = self._new_op(project, grp.scope, "delete", grp.path, grp.uid)
             grp.deleting = True
             for inst in self._members(grp):
                 if not inst.deleting:
                     self._start_delete(inst, "deleted")
             return op.to_json(self.link_base)
 
-        return self._delete_call(GROUPS, project, zone, name, request_id, run)
+        return self._delete_call(kind, project, where, name, request_id, run)
 
     # -- time ------------------------------------------------------------------------------------
+    def _choose_zone(self, grp: Group, props: dict[str, Any], count: int) -> None:
+        """Where a group's next VMs go: a zonal group's zone (a regional one chooses; ``regional_groups``)."""
+
     def _grow(self, grp: Group, now: float) -> bool:
         """Create the group's missing VMs: all at once under BULK (or none), else as many as fit."""
-        missing = grp.target_size - len(self._members(grp))
+        missing = grp.target_size - len(self._members(grp)) - self._awaiting(grp)
         if grp.deleting or missing <= 0:
             return False
         props = dict(grp.template.body.get("properties") or {})
         props.pop("name", None)
         grp.bulk_check = now
+        self._choose_zone(grp, props, missing if grp.bulk else 1)
         try:
             machine, model, reservation, _ = self._placement(grp.project, grp.zone, props)
         except exc.ApiError as e:  # e.g. its reservation was removed since: the group keeps trying
@@ -204,17 +281,16 @@ class GroupsMixin(InstancesMixin):
             grp.bulk_error = err
             return False
         grp.bulk_error = None
-        base = grp.body.get("baseInstanceName") or grp.name
-        for _ in range(count):
-            name = f"{base}-{secrets.token_hex(2)}"
-            while (grp.project, grp.zone, name) in self._instances:
-                name = f"{base}-{secrets.token_hex(2)}"
+        names = self._to_create(grp)
+        for name in names[:count]:
+            grp.pending.remove(name)
             md = dict(props.get("metadata") or {})
             # As Compute Engine does: a member names its group (how a reaper gets from a VM to its group).
             md["items"] = [*(md.get("items") or []), {"key": "created-by", "value": grp.path},
                            {"key": "instance-template", "value": grp.template.path}]  # fmt: skip
             body = {**props, "name": name, "metadata": md}
             inst = self._new_instance(grp.project, grp.zone, body, group=grp.name)
+            inst.group_where = grp.where
             inst.status, inst.ready_at = Status.PROVISIONING, now + self.latency.provision_s
             self._instances[(inst.project, inst.zone, inst.name)] = inst
             grp.instances.append(inst.name)
@@ -223,7 +299,7 @@ class GroupsMixin(InstancesMixin):
     def _advance_group(self, grp: Group, now: float) -> bool:
         if grp.deleting:
             if not self._members(grp):
-                del self._groups[(grp.project, grp.zone, grp.name)]
+                del self._groups[grp.key]
                 return True
             return False
         changed = False

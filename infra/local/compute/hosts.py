@@ -23,7 +23,7 @@ class HostsMixin(ComputeBase):
         """The hosts of ``inst``'s slice, in rank order, once all are RUNNING; else None."""
         if not inst.group:
             return [inst] if inst.status == Status.RUNNING else None
-        grp = self._groups.get((inst.project, inst.zone, inst.group))
+        grp = self._group_of(inst)
         if grp is None:
             return None
         members = sorted(self._members(grp), key=lambda i: i.name)
@@ -62,7 +62,7 @@ class HostsMixin(ComputeBase):
         }
 
     def _topology(self, inst: Instance) -> str:
-        grp = self._groups.get((inst.project, inst.zone, inst.group)) if inst.group else None
+        grp = self._group_of(inst)
         if grp is not None and grp.policy is not None:
             return str((grp.policy.body.get("workloadPolicy") or {}).get("acceleratorTopology") or "")
         return ""
@@ -96,7 +96,7 @@ class HostsMixin(ComputeBase):
             now = self.clock.now()
             # A multi-host slice (a group with a workload policy) is lost as a whole: every host gets
             # its notice and goes with it (Google: its instances are only ever rescheduled together).
-            grp = self._groups.get((inst.project, inst.zone, inst.group)) if inst.group else None
+            grp = self._group_of(inst)
             slice_ = [m for m in self._members(grp) if m.status == Status.RUNNING] if grp and grp.policy else [inst]
             for host in slice_:
                 host.status, host.preempted, host.kill_at = Status.STOPPING, True, now + self.preempt_notice_s

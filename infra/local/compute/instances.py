@@ -39,8 +39,8 @@ class InstancesMixin(HostsMixin, PlacementMixin):
             wait = seconds(inst.body["params"]["requestValidForDuration"], "resource.params.requestValidForDuration")
             inst.status, inst.wait_until = Status.PENDING, now + wait
         else:
-            if op is not None:
-                op.finish(now, err)
+            if op is not None:  # as Google's: the operation runs, then ends with the stock-out
+                op.fail_with = (err, cexc.http_of(err))
             return
         self._instances[(inst.project, inst.zone, inst.name)] = inst
 
@@ -53,7 +53,7 @@ class InstancesMixin(HostsMixin, PlacementMixin):
             self._place(inst, op)
             return op.to_json(self.link_base)
 
-        return self._insert_call(INSTANCES, project, zone, request_id, run)
+        return self._insert_call(INSTANCES, project, zone, request_id, run, body)
 
     def get_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
         return self._get_call(INSTANCES, project, zone, name)

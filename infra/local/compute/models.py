@@ -11,7 +11,11 @@ time later TERMINATED (or deleted, per ``instanceTerminationAction``), with a
 PENDING for up to ``params.requestValidForDuration``. An insert without capacity (per zone and
 provisioning model, or reservation count, or regional quota) ends in an operation error
 (``ZONE_RESOURCE_POOL_EXHAUSTED`` / ``QUOTA_EXCEEDED``) and leaves no instance.
-Managed instance group with ``targetSizePolicy.mode: BULK``: its insert operation ends at once; it
+Every operation answers RUNNING first and ends (DONE) once read ``op_polls`` times or ``op_s`` of fake
+time after it began; a failed one carries ``error`` and ``httpErrorStatusCode``/``httpErrorMessage``
+(a stock-out: 503). ``fail_operations`` makes the next insert/delete of a collection fail that way.
+Managed instance group with ``targetSizePolicy.mode: BULK`` (refused over a SPOT or STANDARD
+template, as Google refuses it): its insert operation ends at once; it
 creates no VM until all ``targetSize`` can be created (until then ``status.bulkInstanceOperation``
 carries the error), then creates them together. Listeners get ``NodeEvent``s for the host
 simulator: ``ready`` when a slice (an instance, or all of a group's) is RUNNING, ``terminating``
@@ -23,13 +27,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from infra.local.compute.autoscalers import AutoscalersMixin
 from infra.local.compute.base import GOOGLE_BASE, NAME_RE, ComputeBase, Latency
 from infra.local.compute.catalog import CatalogMixin
-from infra.local.compute.groups import GroupsMixin
+from infra.local.compute.futures import FutureReservationsMixin
 from infra.local.compute.hosts import PREEMPTED
+from infra.local.compute.images import ImagesMixin
+from infra.local.compute.instance_groups import InstanceGroupsMixin
 from infra.local.compute.operations import OperationsMixin
 from infra.local.compute.placement import PROVISIONING_MODELS, RESERVATION_KEY
 from infra.local.compute.policies import PoliciesMixin
+from infra.local.compute.regional_groups import RegionalGroupsMixin
 from infra.local.compute.templates import TemplatesMixin
 from infra.local.core import exceptions as exc
 
@@ -44,11 +52,23 @@ __all__ = [
 ]
 
 
-class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin, CatalogMixin, ComputeBase):
+class ComputeBackend(
+    FutureReservationsMixin,
+    RegionalGroupsMixin,
+    TemplatesMixin,
+    PoliciesMixin,
+    OperationsMixin,
+    AutoscalersMixin,
+    InstanceGroupsMixin,
+    ImagesMixin,
+    CatalogMixin,
+    ComputeBase,
+):
     """All projects and zones of the fake service. Thread-safe; see the module docstring.
 
-    One mixin a resource family (``instances``, ``groups``, ``templates``, ``policies``,
-    ``operations``, ``catalog``; ``hosts``: guests and preemption), on ``base.ComputeBase``.
+    One mixin a resource family (``instances``, ``groups`` and ``regional_groups``, ``templates``,
+    ``policies``, ``operations``, ``autoscalers``, ``instance_groups``, ``images``, ``catalog``;
+    ``hosts``: guests and preemption), on ``base.ComputeBase``.
     """
 
     # -- the time-driven state machine ------------------------------------------------------------
@@ -56,6 +76,7 @@ class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin
         now = self.clock.now()
         for _ in range(6):  # zero latency settles create -> running -> ready in one call
             changed = self._advance_instances(now)
+            changed |= self._advance_futures(now) | self._advance_resizes(now)  # before groups grow
             for grp in list(self._groups.values()):
                 changed |= self._advance_group(grp, now)
             changed |= self._start_hosts()
@@ -83,15 +104,21 @@ class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin
         return self._locked(run)
 
     def set_latency(self, provision_s: float | None = None, delete_s: float | None = None,
-                    preempt_notice_s: float | None = None) -> dict[str, float]:  # fmt: skip
+                    preempt_notice_s: float | None = None, op_polls: int | None = None,
+                    op_s: float | None = None) -> dict[str, float]:  # fmt: skip
         with self._lock:
+            if op_polls is not None:
+                self.op_polls = int(op_polls)
+            if op_s is not None:
+                self.op_s = float(op_s)
             if provision_s is not None:
                 self.latency.provision_s = float(provision_s)
             if delete_s is not None:
                 self.latency.delete_s = float(delete_s)
             if preempt_notice_s is not None:
                 self.preempt_notice_s = float(preempt_notice_s)
-            return {**vars(self.latency), "preempt_notice_s": self.preempt_notice_s}
+            return {**vars(self.latency), "preempt_notice_s": self.preempt_notice_s, "op_polls": self.op_polls,
+                    "op_s": self.op_s}  # fmt: skip
 
     def reset(self) -> None:
         """Forget everything (every running guest is stopped); capacity, quotas, latency to defaults."""
@@ -121,6 +148,8 @@ class ComputeBackend(GroupsMixin, TemplatesMixin, PoliciesMixin, OperationsMixin
                 "instance_templates": len(self._templates),
                 "resource_policies": len(self._policies),
                 "instance_group_managers": len(self._groups),
+                "resize_requests": len(self._resizes),
+                "future_reservations": len(self._futures),
                 "operations": len(self._ops),
                 "instance_states": {i.path: i.status for i in self._instances.values()},
                 "chips_in_use": chips,

@@ -92,6 +92,7 @@ class Instance:
     stop_time: float | None = None
     status_message: str = ""
     group: str = ""  # the managing instance group's name
+    group_where: str = ""  # its zone, or its region for a regional group ("" = this instance's zone)
     deleting: bool = False
     preempted: bool = False
 
@@ -188,7 +189,8 @@ class Policy(Regional):
 
 @dataclass
 class Group:
-    """A zonal managed instance group."""
+    """A managed instance group: zonal, or regional (``region`` set; its VMs in ``zone``, the one zone its
+    ``distributionPolicy`` allows or, for ``ANY_SINGLE_ZONE``, the zone chosen when they are created)."""
 
     project: str
     zone: str
@@ -202,10 +204,24 @@ class Group:
     bulk_error: dict[str, Any] | None = None
     bulk_check: float | None = None
     deleting: bool = False
+    region: str = ""
+    pending: list[str] = field(default_factory=list)  # names of the managed instances not created yet
+
+    @property
+    def where(self) -> str:
+        return self.region or self.zone
+
+    @property
+    def key(self) -> Key:
+        return (self.project, self.where, self.name)
+
+    @property
+    def scope(self) -> str:
+        return f"regions/{self.region}" if self.region else f"zones/{self.zone}"
 
     @property
     def path(self) -> str:
-        return GROUPS.path(self.project, self.zone, self.name)
+        return (REGION_GROUPS if self.region else GROUPS).path(self.project, self.where, self.name)
 
     @property
     def target_size(self) -> int:
@@ -235,6 +251,10 @@ class Operation:
     error: dict[str, Any] | None = None  # {"errors": [...]}
     http_error: tuple[int, str] | None = None
     status_message: str = ""
+    # As Google's: RUNNING when answered, DONE later. Reads of it that still answer RUNNING, and the
+    # asynchronous failure (error body, HTTP status and message) it ends with, if it fails.
+    polls_left: int = 0
+    fail_with: tuple[dict[str, Any], tuple[int, str]] | None = None
 
     @property
     def path(self) -> str:
@@ -284,4 +304,7 @@ INSTANCES: Kind[Instance] = Kind("instances", "_instances", "zone", "compute#ins
 TEMPLATES: Kind[Template] = Kind("instanceTemplates", "_templates", "region", "compute#instanceTemplate")
 POLICIES: Kind[Policy] = Kind("resourcePolicies", "_policies", "region", "compute#resourcePolicy")
 GROUPS: Kind[Group] = Kind("instanceGroupManagers", "_groups", "zone", "compute#instanceGroupManager")
-OPERATIONS: Kind[Operation] = Kind("operations", "_ops", "scope", "compute#operation", aggregated=False)
+# Regional groups share the table: a region's name never equals a zone's, so keys cannot collide.
+REGION_GROUPS: Kind[Group] = Kind("instanceGroupManagers", "_groups", "region", "compute#instanceGroupManager",
+                                  aggregated=False)  # fmt: skip
+OPERATIONS: Kind[Operation] = Kind("operations", "_ops", "scope", "compute#operation")

@@ -13,6 +13,7 @@ from werkzeug.wrappers import Request
 
 from infra.local.compute import urls
 from infra.local.compute.models import ComputeBackend
+from infra.local.compute.resize_responses import ResizeResponses
 from infra.local.core import exceptions as exc
 from infra.local.core.responses import ControlMixin, JsonApp
 
@@ -29,7 +30,7 @@ def _int(req: Request, key: str) -> int | None:
         raise exc.InvalidArgument(f"Invalid value for field '{key}': {raw!r}", reason="invalid") from None
 
 
-class ComputeResponses(ControlMixin, JsonApp):
+class ComputeResponses(ControlMixin, JsonApp, ResizeResponses):
     """A WSGI application serving ``backend`` with Compute Engine's URL scheme and JSON."""
 
     routes = urls.ROUTES
@@ -60,6 +61,9 @@ class ComputeResponses(ControlMixin, JsonApp):
     def get_machine_type(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return self.backend.get_machine_type(project, zone, name)
 
+    def list_machine_types(self, req: Request, project: str, zone: str) -> dict[str, Any]:
+        return self.backend.list_machine_types(project, zone, **self._page(req))
+
     def list_reservations(self, req: Request, project: str, zone: str) -> dict[str, Any]:
         return self.backend.list_reservations(project, zone, **self._page(req))
 
@@ -82,6 +86,40 @@ class ComputeResponses(ControlMixin, JsonApp):
     def list_managed_instances(self, req: Request, project: str, zone: str, name: str) -> dict[str, Any]:
         return self.backend.list_managed_instances(project, zone, name, _int(req, "maxResults"),
                                                    req.args.get("pageToken"))  # fmt: skip
+
+    def list_region_groups(self, req: Request, project: str, region: str) -> dict[str, Any]:
+        return self.backend.list_region_groups(project, region, **self._page(req))
+
+    def insert_region_group(self, req: Request, project: str, region: str) -> dict[str, Any]:
+        return self.backend.insert_region_group(project, region, self._body(req), req.args.get("requestId"))
+
+    def get_region_group(self, req: Request, project: str, region: str, name: str) -> dict[str, Any]:
+        return self.backend.get_region_group(project, region, name)
+
+    def delete_region_group(self, req: Request, project: str, region: str, name: str) -> dict[str, Any]:
+        return self.backend.delete_region_group(project, region, name, req.args.get("requestId"))
+
+    def list_region_managed_instances(self, req: Request, project: str, region: str, name: str) -> dict[str, Any]:
+        return self.backend.list_region_managed_instances(project, region, name, _int(req, "maxResults"),
+                                                          req.args.get("pageToken"))  # fmt: skip
+
+    def list_autoscalers(self, req: Request, project: str, scope: str) -> dict[str, Any]:
+        return self.backend.list_autoscalers(project, scope, **self._page(req))
+
+    def get_autoscaler(self, req: Request, project: str, scope: str, name: str) -> dict[str, Any]:
+        return self.backend.get_autoscaler(project, scope, name)
+
+    def list_instance_groups(self, req: Request, project: str, scope: str) -> dict[str, Any]:
+        return self.backend.list_instance_groups(project, scope, **self._page(req))
+
+    def get_instance_group(self, req: Request, project: str, scope: str, name: str) -> dict[str, Any]:
+        return self.backend.get_instance_group(project, scope, name)
+
+    def get_image_from_family(self, req: Request, project: str, name: str) -> dict[str, Any]:
+        return self.backend.get_image_from_family(project, name)
+
+    def get_image(self, req: Request, project: str, name: str) -> dict[str, Any]:
+        return self.backend.get_image(project, name)
 
     def list_templates(self, req: Request, project: str, region: str = "") -> dict[str, Any]:
         return self.backend.list_templates(project, region, **self._page(req))
@@ -144,7 +182,15 @@ class ComputeResponses(ControlMixin, JsonApp):
 
     def fake_latency(self, req: Request) -> dict[str, Any]:
         body = self._body(req)
-        return self.backend.set_latency(body.get("provision_s"), body.get("delete_s"), body.get("preempt_notice_s"))
+        return self.backend.set_latency(body.get("provision_s"), body.get("delete_s"), body.get("preempt_notice_s"),
+                                        body.get("op_polls"), body.get("op_s"))  # fmt: skip
+
+    def fake_fail_operations(self, req: Request) -> dict[str, Any]:
+        """``{collection, operationType, error?, count?}``: see ``ComputeBase.fail_operations``."""
+        b = self._body(req)
+        return self.backend.fail_operations(str(b.get("collection")), str(b.get("operationType")),
+                                            str(b.get("error") or "ZONE_RESOURCE_POOL_EXHAUSTED"),
+                                            int(b.get("count") or 1))  # fmt: skip
 
     def fake_tick(self, req: Request) -> dict[str, Any]:
         self.backend.tick()

@@ -1,4 +1,5 @@
-"""A fake Compute Engine on a manual clock, google-cloud-compute clients on it, and a loopback guard."""
+"""A fake Compute Engine on a manual clock, google-cloud-compute clients on it, and a loopback guard;
+``gcloud_fake``: a fake on the wall clock with every reply recorded, and ``gcloud`` pointed at it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from compute.gcloud_harness import Gcloud
 from compute.helpers import loopback_only
+from compute.recorder import Recorder
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
@@ -49,3 +52,15 @@ def fake(server: ComputeServer) -> Iterator[SimpleNamespace]:
             blocked=blocked,
         )
     assert blocked == [], f"requests left loopback: {blocked}"
+
+
+@pytest.fixture(scope="module")
+def gcloud_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """One fake per test module on the wall clock (gcloud waits on its operations), every reply it gives
+    recorded (``replies``, for ``compute.recorder.problems``), and ``gcloud`` (a ``Gcloud``) driving it."""
+    backend = ComputeBackend()
+    server = ComputeServer(backend)
+    server.app = recorder = Recorder(server.app)
+    with server:
+        gcloud = Gcloud(server.url, tmp_path_factory.mktemp("gcloud-config"))
+        yield SimpleNamespace(backend=backend, url=server.url, replies=recorder.replies, gcloud=gcloud)

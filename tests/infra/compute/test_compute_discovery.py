@@ -62,18 +62,22 @@ def url() -> Iterator[str]:
         b.insert_template(PROJECT, "", {"name": "tpl", "properties": {
             "machineType": "ct5p-hightpu-4t", "labels": {"tpu-ops-run": "r"},
             "scheduling": {"provisioningModel": "SPOT", "onHostMaintenance": "TERMINATE"}}})  # fmt: skip
+        b.insert_template(PROJECT, "", {"name": "ftpl", "properties": {
+            "machineType": "ct5p-hightpu-4t", "scheduling": {
+                "provisioningModel": "FLEX_START", "onHostMaintenance": "TERMINATE",
+                "maxRunDuration": {"seconds": "3600"}, "instanceTerminationAction": "DELETE"}}})  # fmt: skip
         b.insert_template(PROJECT, REGION, {"name": "rtpl", "properties": {"machineType": "ct6e-standard-8t"}})
         group = {
             "baseInstanceName": "g",
             "instanceTemplate": f"projects/{PROJECT}/global/instanceTemplates/tpl",
             "targetSize": 4,
-            "targetSizePolicy": {"mode": "BULK"},
             "instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"},
             "resourcePolicies": {"workloadPolicy": f"projects/{PROJECT}/regions/{REGION}/resourcePolicies/wp"},
         }
         b.insert_group(PROJECT, ZONE, {"name": "g", **group})
-        b.configure_capacity({ZONE: {"SPOT": 0}})
-        b.insert_group(PROJECT, ZONE, {"name": "waiting", **group})  # BULK, stocked out: status carries the error
+        bulk = {**group, "targetSizePolicy": {"mode": "BULK"},
+                "instanceTemplate": f"projects/{PROJECT}/global/instanceTemplates/ftpl"}  # fmt: skip
+        b.insert_group(PROJECT, ZONE, {"name": "waiting", **bulk})  # BULK, stocked out: status carries the error
         b.set_latency(provision_s=60)
         b.insert_instance(PROJECT, ZONE, _instance("provisioning", "RESERVATION_BOUND", reservationAffinity={
             "consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",

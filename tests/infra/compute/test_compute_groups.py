@@ -1,4 +1,4 @@
-"""A multi-host slice as Compute Engine builds it: workload policy + template + BULK group, via the client."""
+"""A multi-host slice as Compute Engine builds it: workload policy + template + group, via the client."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def _wait_zone(fake, op: Op) -> Op:
 
 
 def _create_slice(fake, name: str = "s32", model: str = "SPOT", action: str = "DO_NOTHING") -> None:
-    """v5p-32: 16 chips = 4 hosts of ct5p-hightpu-4t, topology 2x2x4."""
+    """v5p-32: 16 chips = 4 hosts of ct5p-hightpu-4t, topology 2x2x4; BULK where Google allows it
+    (flex-start, reservation-bound), else a group that creates its VMs one by one (spot, on-demand)."""
     policy = compute_v1.ResourcePolicy(
         name=f"{name}-wp",
         workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(type_="HIGH_THROUGHPUT", accelerator_topology="2x2x4"),
@@ -28,7 +29,9 @@ def _create_slice(fake, name: str = "s32", model: str = "SPOT", action: str = "D
         properties=compute_v1.InstanceProperties(
             machine_type="ct5p-hightpu-4t",
             labels={"tpu-ops-run": RUN},
-            scheduling=compute_v1.Scheduling(provisioning_model=model, on_host_maintenance="TERMINATE"),
+            scheduling=compute_v1.Scheduling(
+                provisioning_model=model, on_host_maintenance="TERMINATE", **_bounded(model)
+            ),
             metadata=compute_v1.Metadata(items=[compute_v1.Items(key="startup-script", value="true")]),
         ),
     )
@@ -39,7 +42,9 @@ def _create_slice(fake, name: str = "s32", model: str = "SPOT", action: str = "D
         base_instance_name=name,
         instance_template=f"projects/{PROJECT}/global/instanceTemplates/{name}-tpl",
         target_size=4,
-        target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode="BULK"),
+        target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(
+            mode="BULK" if model in ("FLEX_START", "RESERVATION_BOUND") else "INDIVIDUAL"
+        ),
         instance_lifecycle_policy=compute_v1.InstanceGroupManagerInstanceLifecyclePolicy(
             default_action_on_failure=action
         ),
@@ -50,6 +55,12 @@ def _create_slice(fake, name: str = "s32", model: str = "SPOT", action: str = "D
     op = fake.groups.insert_unary(project=PROJECT, zone=ZONE, instance_group_manager_resource=group)
     op = _wait_zone(fake, op)
     assert op.status == Op.Status.DONE and not op.error.errors
+
+
+def _bounded(model: str) -> dict:
+    if model != "FLEX_START":
+        return {}
+    return {"max_run_duration": compute_v1.Duration(seconds=3600), "instance_termination_action": "DELETE"}
 
 
 def _managed(fake, name: str = "s32") -> list[compute_v1.ManagedInstance]:
@@ -107,19 +118,25 @@ def test_bulk_group_of_four_hosts_preempt_and_teardown_in_order(fake):
 
 
 def test_bulk_creates_no_vm_until_all_fit(fake):
-    fake.backend.configure_capacity({ZONE: {"SPOT": 12}})  # 3 of the 4 hosts
-    _create_slice(fake)
-    assert _managed(fake) == []
+    fake.backend.configure_capacity({ZONE: {"FLEX_START": 12}})  # 3 of the 4 hosts
+    _create_slice(fake, model="FLEX_START")
+    # As Google lists them while a BULK group waits: named managed instances, CREATING, no VM behind them.
+    waiting = _managed(fake)
+    assert [(m.current_action, m.instance_status, m.id) for m in waiting] == [("CREATING", "", 0)] * 4
+    assert {m.version.instance_template.rsplit("/", 1)[1] for m in waiting} == {"s32-tpl"}
+    assert {m.last_attempt.errors.errors[0].code for m in waiting} == {"ZONE_RESOURCE_POOL_EXHAUSTED"}
+    assert [m.name for m in _managed(fake)] == [m.name for m in waiting]  # the names hold while it waits
     igm = fake.groups.get(project=PROJECT, zone=ZONE, instance_group_manager="s32")
     bulk = igm.status.bulk_instance_operation
     assert bulk.in_progress and not igm.status.is_stable and igm.current_actions.creating == 4
     assert [e.code for e in bulk.last_progress_check.error.errors] == ["ZONE_RESOURCE_POOL_EXHAUSTED"]
     assert fake.backend.state()["instances"] == 0
 
-    fake.backend.configure_capacity({ZONE: {"SPOT": 16}})
+    fake.backend.configure_capacity({ZONE: {"FLEX_START": 16}})
     igm = fake.groups.get(project=PROJECT, zone=ZONE, instance_group_manager="s32")
     assert igm.status.is_stable and not igm.status.bulk_instance_operation.in_progress
     assert {m.instance_status for m in _managed(fake)} == {"RUNNING"} and len(_managed(fake)) == 4
+    assert sorted(m.name for m in _managed(fake)) == sorted(m.name for m in waiting)  # the VMs get those names
 
 
 def test_repair_recreates_a_preempted_member(fake):
@@ -140,7 +157,6 @@ def test_group_input_is_checked(fake):
         name="s-bad",
         instance_template=f"projects/{PROJECT}/global/instanceTemplates/s32-tpl",
         target_size=3,
-        target_size_policy=compute_v1.InstanceGroupManagerTargetSizePolicy(mode="BULK"),
         resource_policies=compute_v1.InstanceGroupManagerResourcePolicies(
             workload_policy=f"projects/{PROJECT}/regions/{REGION}/resourcePolicies/s32-wp"
         ),

@@ -48,7 +48,7 @@ def _slice(backend: ComputeBackend) -> list[str]:
         "machineType": "ct5p-hightpu-4t", "scheduling": {"provisioningModel": "SPOT"},
         "metadata": {"items": [{"key": "startup-script", "value": SCRIPT}]}}})  # fmt: skip
     backend.insert_group(PROJECT, ZONE, {
-        "name": "s32", "targetSize": 4, "targetSizePolicy": {"mode": "BULK"},
+        "name": "s32", "targetSize": 4,
         "instanceTemplate": f"projects/{PROJECT}/global/instanceTemplates/tpl",
         "instanceLifecyclePolicy": {"defaultActionOnFailure": "DO_NOTHING"},
         "resourcePolicies": {"workloadPolicy": f"projects/{PROJECT}/regions/{REGION}/resourcePolicies/wp"},

@@ -46,10 +46,13 @@ def for_backend(backend: str, settings: Settings, clients: Clients | None = None
 
         return TpuApiProvider(settings, TpuApi(settings, clients.tpu()) if clients else None)
     if backend == Backend.COMPUTE:
-        from tpu_ops.cloud.compute import ComputeApi
-        from tpu_ops.provision.providers.compute import ComputeProvider
+        from tpu_ops.cloud.compute_resize import ComputeResizeApi
+        from tpu_ops.provision.providers.compute_resize import ComputeResizeProvider
 
-        return ComputeProvider(settings, ComputeApi(settings, clients.compute_options()) if clients else None)
+        # ComputeProvider plus slices through resize requests (flex-start multi-host, calendar)
+        return ComputeResizeProvider(
+            settings, ComputeResizeApi(settings, clients.compute_options()) if clients else None
+        )
     raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(repr(b.value) for b in Backend)}")
 
 

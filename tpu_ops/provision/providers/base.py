@@ -73,6 +73,8 @@ class SliceRecord:
     reservation: str = ""
     detail: str = ""  # why it failed or was lost
     stockout: bool = False  # a FAILED slice failed for lack of capacity
+    # Hosts up (and billed) while the slice is not whole yet: a group that is not BULK came up partly.
+    partial_hosts: int = 0
 
     @property
     def endpoints(self) -> tuple[str, ...]:

@@ -1,15 +1,15 @@
 """The Compute Engine provider: a slice is one instance, or a workload policy + template + group.
 
 - Single host (``hosts == 1``): one instance named after the slice (``{run_id}-a{n}``).
-- Multi-host: a regional workload policy ``{slice}-wp`` (``HIGH_THROUGHPUT``, the slice's
-  ``acceleratorTopology``), a global instance template ``{slice}-t{hash}`` (the hash of what the
-  hosts run, so a stale template of an earlier incarnation is never reused) and a zonal managed
-  instance group ``{slice}`` with ``targetSize`` = hosts, ``BULK`` and ``DO_NOTHING``.
+- Multi-host: :mod:`.compute_groups` (policy, template, group, each as Google documents it for the
+  tier: BULK for reservation-bound and flex-start only; spot and on-demand as a group that creates
+  its hosts one by one, so a partly created slice is reported and deleted whole by the ladder).
 - Tiers are ``scheduling.provisioningModel``: ``RESERVATION_BOUND`` (+ a ``SPECIFIC_RESERVATION``
-  affinity), ``SPOT``, ``STANDARD``, ``FLEX_START`` (with ``maxRunDuration``).
-- Only instances (and template properties) carry labels; groups, templates and policies carry a
-  ``tpu-ops run=... attempt=...`` marker in their description and the slice id as a name prefix,
-  so a re-run adopts and the reaper finds them.
+  affinity), ``SPOT`` (``instanceTerminationAction: STOP``), ``STANDARD``, ``FLEX_START`` (with
+  ``maxRunDuration``), always ``onHostMaintenance: TERMINATE``.
+- Every operation waited on (a prerequisite's insert, a slice's create) is polled with an operations
+  client of the same endpoint, never the SDK's ``.result()``; one that ends with an error raises
+  the project's error (``CapacityError`` for a stock-out, ``QuotaError``, ``CloudError``).
 - A slice is lost when a host is stopping, stopped, terminated, suspended or repairing, has a
   ``compute.instances.preempted`` operation, or a group has fewer hosts than it had; it is then
   deleted whole (group → instances → template → policy, each confirmed gone) and the ladder walks
@@ -19,18 +19,14 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import re
 import time
 from collections.abc import Sequence
 from typing import ClassVar, Final
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES, COMPUTE_IMAGE_PROJECT
-from tpu_ops.cloud.compute import ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec, classify, vm_body
+from tpu_ops.cloud.compute import ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec
 from tpu_ops.errors import (
-    AlreadyExistsError,
-    CapacityError,
     DeadlineError,
     NotFoundError,
     SpecError,
@@ -39,6 +35,7 @@ from tpu_ops.errors import (
 )
 from tpu_ops.provision.naming import RUN_LABEL, TIER_LABEL, attempt_of, created_at, run_of
 from tpu_ops.provision.providers.base import Host, Phase, Provider, SliceRecord, SliceRequest
+from tpu_ops.provision.providers.compute_groups import MARKER, create_group, describe_group, marker, part_of
 from tpu_ops.provision.records import Resource
 from tpu_ops.settings import Settings
 from tpu_ops.tiers import BACKEND_TIERS, Backend, Tier
@@ -54,19 +51,8 @@ MODELS: Final = {
     Tier.ON_DEMAND: "STANDARD",
     Tier.FLEX_START: "FLEX_START",
 }
-_MARKER: Final = re.compile(
-    r"tpu-ops run=(?P<run>[a-z][-a-z0-9]*) attempt=(?P<n>[0-9]+) tier=(?P<tier>[a-z-]+) "
-    r"accelerator=(?P<acc>[a-z0-9-]+) created=(?P<t>[0-9]+)"
-)
 # Deletion order: what uses a thing goes before it.
 ORDER: Final = (GROUP, INSTANCE, TEMPLATE, POLICY)
-
-
-def marker(req: SliceRequest, now: float | None = None) -> str:
-    """The description that names the run of a group, template or policy (they carry no labels)."""
-    t = int(time.time() if now is None else now)
-    acc = req.accelerator.name
-    return f"tpu-ops run={req.run_id} attempt={req.attempt} tier={req.tier} accelerator={acc} created={t}"
 
 
 def reservation_value(name: str) -> str:
@@ -76,19 +62,6 @@ def reservation_value(name: str) -> str:
     if len(parts) == 6 and parts[0] == "projects" and parts[2] == "zones":
         return f"projects/{parts[1]}/reservations/{parts[5]}"
     return name
-
-
-def policy_name(slice_id: str) -> str:
-    return f"{slice_id}-wp"
-
-
-def _template_prefix(slice_id: str) -> str:
-    return f"{slice_id}-t"
-
-
-def _part_of(slice_id: str, name: str) -> bool:
-    """True if ``name`` is the slice itself or one of its parts (template, policy, group member)."""
-    return name == slice_id or name.startswith(slice_id + "-")
 
 
 class ComputeProvider(Provider):
@@ -118,23 +91,11 @@ class ComputeProvider(Provider):
         )  # fmt: skip
 
     def create(self, req: SliceRequest) -> None:
-        desc = marker(req)
-        spec = self.vm_spec(req, desc)
+        spec = self.vm_spec(req, marker(req))
         if req.accelerator.hosts == 1:
             self._ops[(req.zone, req.slice_id)] = self.api.insert_instance(req.zone, req.slice_id, spec, req.tier)
             return
-        # Policy and template first, each confirmed before the group that names them.
-        pol = policy_name(req.slice_id)
-        # AlreadyExists: made by an earlier try of this attempt, the same topology by construction.
-        with contextlib.suppress(AlreadyExistsError):
-            self._settle(self.api.insert_policy(req.region, pol, req.accelerator.topology, desc))
-        digest = hashlib.sha256(json.dumps(vm_body(_no_time(spec), None), sort_keys=True).encode())
-        template = _template_prefix(req.slice_id) + digest.hexdigest()[:10]
-        with contextlib.suppress(AlreadyExistsError):  # the same name is the same content
-            self._settle(self.api.insert_template(template, spec))
-        ref = self.api.insert_group(req.zone, req.slice_id, template, req.region, pol, req.accelerator.hosts, desc,
-                                    req.tier)  # fmt: skip
-        self._ops[(req.zone, req.slice_id)] = ref
+        self._ops[(req.zone, req.slice_id)] = create_group(self.api, req, spec, self._settle)
 
     def _settle(self, ref: OpRef, timeout_s: float = 120.0) -> None:
         """Wait for a prerequisite's operation; raise its error."""
@@ -157,8 +118,7 @@ class ComputeProvider(Provider):
             return self._single(inst)
         group = self.api.get_group(zone, slice_id)
         if group is not None:
-            return self._multi(zone, slice_id, group.target_size, group.description, group.created_at,
-                               group.bulk_errors)  # fmt: skip
+            return describe_group(self.api, zone, group, self._preempted, self.name)
         ref = self._ops.get((zone, slice_id))
         if ref is not None:
             err = self.api.operation_error(ref)
@@ -185,46 +145,6 @@ class ComputeProvider(Provider):
             hosts=(Host(0, inst.hostname, inst.internal_ip, status),) if inst.internal_ip else (),
             labels=dict(inst.labels), created_at=created_at(dict(inst.labels)) or inst.created_at,
             detail=inst.status_message if state == Phase.LOST else "",
-        )  # fmt: skip
-
-    def _multi(self, zone: str, slice_id: str, target: int, description: str, created: float | None,
-               bulk_errors: Sequence[str]) -> SliceRecord:  # fmt: skip
-        m = _MARKER.search(description)
-        tier = m.group("tier") if m else ""
-        accel = m.group("acc") if m else ""
-        members = self.api.managed_instances(zone, slice_id)
-        instances = [i for i in (self.api.get_instance(zone, mi.name) for mi in members if mi.status) if i]
-        statuses = sorted({i.status for i in instances})
-        gone = self._preempted(zone) if members else set()
-        preempted = {i.name for i in instances if i.id and i.id in gone}
-        creating = any(mi.action in ("CREATING", "RECREATING", "VERIFYING") for mi in members)
-        detail, stockout = "", False
-        lost = [i for i in instances if i.status in InstanceStatus.LOST]
-        if lost or preempted:
-            state = Phase.LOST
-            names = sorted({*(i.name for i in lost), *preempted})
-            detail = f"host(s) {', '.join(names)} " + ("preempted" if preempted else "/".join(statuses))
-        elif not instances and bulk_errors and tier != Tier.FLEX_START:  # flex-start waits in the queue
-            err = classify(bulk_errors, zone=zone, tier=tier)
-            state, detail, stockout = Phase.FAILED, str(err), isinstance(err, CapacityError)
-        elif 0 < len(instances) < target and not creating:
-            state, detail = Phase.LOST, f"{len(instances)} of {target} hosts left"
-        elif len(instances) == target and all(i.status in InstanceStatus.RUNNING and i.internal_ip for i in instances):
-            state = Phase.RUNNING
-        elif instances:
-            state = Phase.BOOTING
-        else:
-            state = Phase.WAITING
-        ordered = sorted(instances, key=lambda i: (i.worker_id is None, i.worker_id or 0, i.name))
-        hosts = tuple(Host(n, i.hostname, i.internal_ip, i.status) for n, i in enumerate(ordered))
-        raw = f"group {len(instances)}/{target} hosts" + (f" {'/'.join(statuses)}" if statuses else "")
-        if state == Phase.LOST:
-            raw += f": {detail}"
-        labels = dict(instances[0].labels) if instances else {}
-        return SliceRecord(
-            backend=self.name, slice_id=slice_id, zone=zone, state=state, raw_state=raw, tier=tier,
-            accelerator_type=accel, hosts=hosts, labels=labels, created_at=created_at(labels) or created,
-            detail=detail, stockout=stockout,
         )  # fmt: skip
 
     def _preempted(self, zone: str) -> set[str]:
@@ -262,29 +182,29 @@ class ComputeProvider(Provider):
                                         created_at(labels) or inst.created_at, self.name,
                                         acc.chips_per_host if acc else None))  # fmt: skip
             for g in self.api.list_groups(zone):
-                m = _MARKER.search(g.description)
+                m = MARKER.search(g.description)
                 if mine(g.name, m.group("run") if m else None):
                     out.append(self._part(GROUP, g.zone, g.name, g.description, g.created_at, run_id))
         for t in self.api.list_templates():
-            m = _MARKER.search(t.description)
+            m = MARKER.search(t.description)
             owner = (m.group("run") if m else None) or (dict(t.labels).get(RUN_LABEL) if t.labels else None)
             if mine(t.name, owner):
                 out.append(self._part(TEMPLATE, "global", t.name, t.description, t.created_at, run_id))
         for region in regions:
             for p in self.api.list_policies(region):
-                m = _MARKER.search(p.description)
+                m = MARKER.search(p.description)
                 if mine(p.name, m.group("run") if m else None):
                     out.append(self._part(POLICY, p.region, p.name, p.description, p.created_at, run_id))
         return out
 
     def _part(self, kind: str, zone: str, name: str, desc: str, created: float | None, run_id: str | None) -> Resource:
-        m = _MARKER.search(desc)
+        m = MARKER.search(desc)
         return Resource(kind, zone, name, m.group("run") if m else run_id, "", m.group("tier") if m else "",
                         m.group("acc") if m else "", float(m.group("t")) if m else created, self.name)  # fmt: skip
 
     def slice_resources(self, zone: str, slice_id: str) -> list[Resource]:
         run = slice_id.rsplit("-a", 1)[0]
-        found = [r for r in self.resources([zone], run) if _part_of(slice_id, r.resource_id)]
+        found = [r for r in self.resources([zone], run) if part_of(slice_id, r.resource_id)]
         if not any(r.resource_id == slice_id for r in found):
             # Not listed (yet): ask for both forms by name anyway, as the TPU provider does.
             found += [Resource(GROUP, zone, slice_id, run, "", "", "", None, self.name),
@@ -292,8 +212,8 @@ class ComputeProvider(Provider):
         return found
 
     # -- delete ------------------------------------------------------------------------------
-    def _ask(self, r: Resource) -> bool:
-        """Ask for deletion of one resource; False if it is already gone."""
+    def _ask(self, r: Resource) -> OpRef | None:
+        """Ask for deletion of one resource: its operation, or None if it is already gone."""
         if r.kind == GROUP:
             return self.api.delete_group(r.zone, r.resource_id)
         if r.kind == INSTANCE:
@@ -327,19 +247,33 @@ class ComputeProvider(Provider):
                 self._delete_stage(stage, deadline)
 
     def _delete_stage(self, stage: Sequence[Resource], deadline: float) -> None:
+        """Ask, then wait until each is gone; a delete whose operation ends with an error (Google's
+        asynchronous failure) is asked again at once, and its error named if the deadline passes."""
         pending = {(r.zone, r.resource_id): r for r in stage}
         asked_at: dict[tuple[str, str], float] = {}
+        ops: dict[tuple[str, str], OpRef] = {}
+        failed: dict[tuple[str, str], str] = {}
         reask_s = max(1.0, 20 * self.settings.poll_interval_s)
         while pending:
             for key, r in list(pending.items()):
                 try:
                     if key not in asked_at or time.monotonic() - asked_at[key] > reask_s:
                         asked_at[key] = time.monotonic()
-                        if not self._ask(r):
+                        ref = self._ask(r)
+                        if ref is None:
                             del pending[key]
                             continue
+                        ops[key] = ref
                     if not self._exists(r):
                         del pending[key]
+                        continue
+                    if key in ops:
+                        done, err = self.api.operation(ops[key])
+                        if done:
+                            del ops[key]
+                        if err is not None:
+                            failed[key] = str(err)
+                            del asked_at[key]  # the delete failed: ask again now
                 except TransientError:
                     continue
                 except TpuOpsError:
@@ -347,7 +281,8 @@ class ComputeProvider(Provider):
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise DeadlineError(f"compute: still there after the deadline: {sorted(pending)}")
+                why = "".join(f"; {k[1]}: {failed[k]}" for k in sorted(pending) if k in failed)
+                raise DeadlineError(f"compute: still there after the deadline: {sorted(pending)}{why}")
             time.sleep(self.settings.poll_interval_s)
 
     def abandon(self, zone: str, slice_id: str) -> bool:
@@ -357,13 +292,3 @@ class ComputeProvider(Provider):
             return bool(self.delete_slice(zone, slice_id, timeout_s=max(30.0, 50 * self.settings.poll_interval_s)))
         except (TpuOpsError, TimeoutError):
             return False
-
-
-def _no_time(spec: VmSpec) -> VmSpec:
-    """``spec`` without the creation time in its labels and description (the template hash ignores it)."""
-    from dataclasses import replace
-
-    from tpu_ops.provision.naming import CREATED_LABEL
-
-    return replace(spec, labels={k: v for k, v in spec.labels.items() if k != CREATED_LABEL},
-                   description=re.sub(r" created=[0-9]+", "", spec.description))  # fmt: skip

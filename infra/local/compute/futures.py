@@ -1,0 +1,258 @@
+"""Future reservations (``futureReservations``), calendar mode included, as Google documents them.
+
+A request names capacity (``specificSkuProperties``: ``instanceProperties.machineType`` and
+``totalCount`` VMs, or for TPUs ``aggregateReservation``: ``vmFamily`` and accelerator counts) for a
+``timeWindow`` (``startTime`` and ``endTime`` or ``duration``). ``reservationMode: CALENDAR`` windows
+last 1 to 90 days and, once submitted, cannot be modified, cancelled or deleted ("About future
+reservation requests in calendar mode"). ``status.procurementStatus``: PENDING_APPROVAL on insert,
+APPROVED after (the fake approves every request), FULFILLED once the window opens: Compute Engine
+then auto-creates a reservation (``reservationName``, else ``<namePrefix|name>-<id>``) listed in
+``status.autoCreatedReservations``, and at the end of the window deletes it and every VM that
+consumes it. Resize requests consume it (:mod:`.resize`): one made before the window waits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Unpack
+
+from infra.local.compute import exceptions as cexc
+from infra.local.compute.base import AGGREGATED, API, Paging, last, seconds
+from infra.local.compute.capacity import Reservation
+from infra.local.compute.machines import MACHINE_TYPES
+from infra.local.compute.placement import RESERVATION_KEY
+from infra.local.compute.records import Kind, timestamp
+from infra.local.compute.resize import ResizeMixin
+from infra.local.core import exceptions as exc
+
+DAY = 86400.0
+# aggregateReservation.vmFamily -> the machine type its auto-created reservation holds
+VM_FAMILIES = {
+    "VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P": "ct5p-hightpu-4t",
+    "VM_FAMILY_CLOUD_TPU_LITE_POD_SLICE_CT6E": "ct6e-standard-4t",
+    "VM_FAMILY_CLOUD_TPU_POD_SLICE_TPU7X": "tpu7x-standard-4t",
+}
+
+
+@dataclass
+class FutureReservation:
+    project: str
+    zone: str
+    name: str
+    uid: int
+    body: dict[str, Any]
+    create_time: float
+    start: float
+    end: float
+    count: int  # VMs
+    machine_type: str
+    reservation: str  # the auto-created reservation's name
+    status: str = "PENDING_APPROVAL"
+    delivered: bool = False
+    ended: bool = False
+
+    @property
+    def path(self) -> str:
+        return FUTURES.path(self.project, self.zone, self.name)
+
+    @property
+    def calendar(self) -> bool:
+        return self.body.get("reservationMode") == "CALENDAR"
+
+
+FUTURES: Kind[FutureReservation] = Kind("futureReservations", "_futures", "zone", "compute#futureReservation")
+AGGREGATED[FUTURES.collection] = FUTURES
+
+
+def _time(value: Any, field: str) -> float:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise cexc.Invalid(f"Invalid value for field '{field}': {value!r}. Expected an RFC 3339 time.") from None
+
+
+class FutureReservationsMixin(ResizeMixin):
+    """``futureReservations.*`` of zones, and the auto-created reservations of their windows."""
+
+    def _clear(self) -> None:
+        super()._clear()
+        self._futures: dict[tuple[str, str, str], FutureReservation] = {}
+
+    def _sku(self, body: dict[str, Any]) -> tuple[int, str]:
+        """(VM count, machine type) the request reserves."""
+        sku: dict[str, Any] = body.get("specificSkuProperties") or {}
+        agg: dict[str, Any] = body.get("aggregateReservation") or {}
+        if bool(sku) == bool(agg):
+            raise cexc.Invalid("Invalid value for field 'resource': exactly one of specificSkuProperties and "
+                               "aggregateReservation is required.")  # fmt: skip
+        if sku:
+            machine = self._machine((sku.get("instanceProperties") or {}).get("machineType"),
+                                    "resource.specificSkuProperties.instanceProperties.machineType")  # fmt: skip
+            count = int(sku.get("totalCount") or 0)
+            if count < 1:
+                raise cexc.Invalid(f"Invalid value for field 'resource.specificSkuProperties.totalCount': "
+                                   f"{sku.get('totalCount')!r}. Must be at least 1.")  # fmt: skip
+            return count, machine.name
+        family = agg.get("vmFamily")
+        if family not in VM_FAMILIES:
+            raise cexc.Invalid(f"Invalid value for field 'resource.aggregateReservation.vmFamily': {family!r}; "
+                               f"allowed: {', '.join(sorted(VM_FAMILIES))}")  # fmt: skip
+        chips = sum(int((r.get("accelerator") or {}).get("acceleratorCount") or 0)
+                    for r in agg.get("reservedResources") or [])  # fmt: skip
+        mt = MACHINE_TYPES[VM_FAMILIES[family]]
+        if chips < 1 or chips % mt.chips:
+            raise cexc.Invalid(
+                f"Invalid value for field 'resource.aggregateReservation.reservedResources': {chips} chips is "
+                f"not a whole number of {mt.name} VMs ({mt.chips} chips each)."
+            )
+        return chips // mt.chips, mt.name
+
+    def insert_future_reservation(
+        self, project: str, zone: str, body: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
+        def build(name: str) -> FutureReservation:
+            mode = body.get("reservationMode") or "DEFAULT"
+            if mode not in ("CALENDAR", "DEFAULT"):
+                raise cexc.Invalid(f"Invalid value for field 'resource.reservationMode': {mode!r}; allowed: "
+                                   "CALENDAR, DEFAULT")  # fmt: skip
+            count, machine = self._sku(body)
+            win = body.get("timeWindow") or {}
+            if not win.get("startTime"):
+                raise cexc.Invalid("Required field 'resource.timeWindow.startTime' not specified")
+            start = _time(win["startTime"], "resource.timeWindow.startTime")
+            if win.get("endTime"):
+                end = _time(win["endTime"], "resource.timeWindow.endTime")
+            elif win.get("duration"):
+                end = start + seconds(win["duration"], "resource.timeWindow.duration")
+            else:
+                raise cexc.Invalid("Invalid value for field 'resource.timeWindow': endTime or duration is required")
+            if start < self.clock.now() - 60:
+                raise cexc.Invalid(f"Invalid value for field 'resource.timeWindow.startTime': {win['startTime']!r}. "
+                                   "The start time must be in the future.")  # fmt: skip
+            if mode == "CALENDAR" and not DAY <= end - start <= 90 * DAY:
+                raise cexc.Invalid("Invalid value for field 'resource.timeWindow': a future reservation in calendar "
+                                   f"mode lasts 1 to 90 days, not {(end - start) / DAY:.2f} days.")  # fmt: skip
+            if end <= start:
+                raise cexc.Invalid("Invalid value for field 'resource.timeWindow': endTime must be after startTime")
+            uid = next(self._uids)
+            res = str(body.get("reservationName") or f"{body.get('namePrefix') or name}-{uid % 10**6:06d}")
+            kept = {k: v for k, v in body.items() if k not in ("kind", "id", "selfLink", "status", "zone")}
+            return FutureReservation(project, zone, name, uid, kept, self.clock.now(), start, end, count, machine, res)
+
+        return self._insert_now(FUTURES, project, zone, body, request_id, build)
+
+    def _future_json(self, fr: FutureReservation) -> dict[str, Any]:
+        base = self.link_base
+        out: dict[str, Any] = {"kind": "compute#futureReservation", "id": str(fr.uid)}
+        out.update(fr.body)
+        out.update({
+            "name": fr.name, "zone": f"{base}projects/{fr.project}/zones/{fr.zone}", "selfLink": base + fr.path,
+            "selfLinkWithId": base + FUTURES.path(fr.project, fr.zone, str(fr.uid)),
+            "creationTimestamp": timestamp(fr.create_time), "planningStatus": "SUBMITTED",
+            "reservationMode": fr.body.get("reservationMode") or "DEFAULT",
+            "timeWindow": {"startTime": _rfc3339(fr.start), "endTime": _rfc3339(fr.end)},
+        })  # fmt: skip
+        status: dict[str, Any] = {"procurementStatus": fr.status}
+        if fr.delivered:
+            link = f"{base}projects/{fr.project}/zones/{fr.zone}/reservations/{fr.reservation}"
+            status["autoCreatedReservations"] = [link]
+            status["fulfilledCount"] = str(fr.count)
+        if fr.calendar:
+            out.setdefault("autoDeleteAutoCreatedReservations", True)
+            out.setdefault("autoCreatedReservationsDeleteTime", _rfc3339(fr.end))
+        out["status"] = status
+        return out
+
+    def _render(self, rec: Any) -> dict[str, Any]:
+        return self._future_json(rec) if isinstance(rec, FutureReservation) else super()._render(rec)
+
+    def get_future_reservation(self, project: str, zone: str, name: str) -> dict[str, Any]:
+        return self._get_call(FUTURES, project, zone, name)
+
+    def list_future_reservations(self, project: str, zone: str, **page: Unpack[Paging]) -> dict[str, Any]:
+        out = self._list_call(FUTURES, project, zone, page)
+        out["kind"] = "compute#futureReservationsListResponse"
+        return out
+
+    def aggregated_future_reservations(self, project: str, flt: str | None = None) -> dict[str, Any]:
+        out = self.aggregated_list(project, FUTURES.collection, flt)
+        out["kind"] = out["id"] = "compute#futureReservationsAggregatedListResponse"
+        return out
+
+    def _unsubmit(self, project: str, zone: str, name: str, request_id: str | None, verb: str) -> dict[str, Any]:
+        """Cancel or delete: refused in calendar mode, as Google refuses it."""
+
+        def run(fr: FutureReservation) -> dict[str, Any]:
+            if fr.calendar:
+                raise exc.InvalidArgument(
+                    f"The future reservation '{fr.path}' is in calendar mode: once submitted it cannot be "
+                    f"modified, cancelled or deleted.", reason="invalid",
+                )  # fmt: skip
+            if verb == "delete":
+                self._deliver(fr, False)
+                del self._futures[(project, zone, name)]
+            else:
+                fr.status = "CANCELLED"
+                self._deliver(fr, False)
+            return self._done_op(project, f"zones/{zone}", verb, fr.path, fr.uid)
+
+        if verb == "delete":
+            return self._delete_call(FUTURES, project, zone, name, request_id, run)
+        path = API + FUTURES.path(project, zone, name) + "/cancel"
+        return self._call("POST", path, self._once(request_id, lambda: run(self._get(FUTURES, project, zone, name))))
+
+    def cancel_future_reservation(self, project: str, zone: str, name: str, request_id: str | None = None
+                                  ) -> dict[str, Any]:  # fmt: skip
+        return self._unsubmit(project, zone, name, request_id, "cancel")
+
+    def delete_future_reservation(self, project: str, zone: str, name: str, request_id: str | None = None
+                                  ) -> dict[str, Any]:  # fmt: skip
+        return self._unsubmit(project, zone, name, request_id, "delete")
+
+    # -- time ------------------------------------------------------------------------------------
+    def _deliver(self, fr: FutureReservation, on: bool) -> None:
+        """Make (``on``) or remove the auto-created reservation in the zone's capacity."""
+        zc = self.capacity.zone(fr.zone)
+        if on:
+            zc.reservations[fr.reservation] = Reservation(fr.count, fr.machine_type)
+        else:
+            zc.reservations.pop(fr.reservation, None)
+        self.capacity.zones[fr.zone] = zc
+
+    def _advance_futures(self, now: float) -> bool:
+        changed = False
+        for fr in self._futures.values():
+            if fr.status in ("CANCELLED", "DECLINED"):
+                continue
+            if fr.status == "PENDING_APPROVAL":
+                fr.status, changed = "APPROVED", True
+            if fr.start <= now < fr.end:
+                if fr.reservation not in self.capacity.zone(fr.zone).reservations:
+                    self._deliver(fr, True)  # again if someone reconfigured the zone's reservations
+                    changed = True
+                if not fr.delivered:
+                    fr.status, fr.delivered = "FULFILLED", True
+            elif now >= fr.end and not fr.ended:
+                fr.ended, changed = True, True
+                self._deliver(fr, False)
+                for inst in list(self._instances.values()):  # and every VM that consumes it
+                    if inst.zone == fr.zone and inst.reservation == fr.reservation and not inst.deleting:
+                        self._start_delete(inst, "reservation-ended")
+        return changed
+
+    def _reservation_coming(self, project: str, zone: str, props: dict[str, Any]) -> bool:
+        aff = props.get("reservationAffinity") or {}
+        if aff.get("key") != RESERVATION_KEY or not aff.get("values"):
+            return False
+        name = last(str(aff["values"][0]))
+        now = self.clock.now()
+        return any(
+            fr.project == project and fr.zone == zone and fr.reservation == name and now < fr.start
+            and fr.status not in ("CANCELLED", "DECLINED")
+            for fr in self._futures.values()
+        )  # fmt: skip
+
+
+def _rfc3339(t: float) -> str:
+    return timestamp(t).replace("-00:00", "Z")
