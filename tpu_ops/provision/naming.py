@@ -27,7 +27,7 @@ def resource_id(run_id: str, attempt: int) -> str:
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, not {attempt}")
     rid = f"{run_id}-a{attempt}"
-    assert len(rid) <= 63 and _RESOURCE_ID.match(rid), rid
+    assert len(rid) <= 63 and _RESOURCE_ID.fullmatch(rid), rid
     return rid
 
 
