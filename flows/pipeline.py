@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
 from flows import report
+from flows.budget import refusal
 from flows.export import export_and_seal
 from flows.mirror import mirror_dataset
 from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
@@ -133,6 +134,10 @@ def retraining_pipeline(
         get_run_logger().error("%s", exc)
         problems = "; ".join(f"spec.{e['field']}: {e['message']}" for e in exc.errors) or str(exc)
         return Failed(message=f"invalid spec: {problems}")
+    over = refusal(spec.provision)  # before the mirror step: copying the dataset already pays S3 egress
+    if over:
+        get_run_logger().error("%s", over)
+        return Failed(message=over)
     with one_run_at_a_time(spec.name):
         return _run(spec, spec.run_id or new_run_id(spec.name), aws_credentials_block, gcp_credentials_block)
 

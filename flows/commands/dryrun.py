@@ -183,6 +183,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         doc = spec.model_dump(mode="json")
         doc["provision"]["slice"]["backend"] = args.backend
         spec = parse_spec(PipelineSpec, doc, what="--backend")
+    from flows.budget import refusal
+
+    over = refusal(spec.provision)  # like any run: refused before its first (emulated) cloud call
+    if over:
+        print(f"error: {over}", file=sys.stderr)
+        return 1
     # A temporary Prefect server must not try to phone home from a machine with no network.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # On a loaded machine the temporary server can take longer than Prefect's default 20 s to answer.
