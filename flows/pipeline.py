@@ -184,7 +184,8 @@ def _run(
         "workers_verified": len({r["worker_number"] for r in reports}),
         "training": {
             k: training[k]
-            for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "recoveries")
+            for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "badput_s", "recoveries")
+            if k in training
         },
         "preemptions": training["preemptions"],
         "checkpoints": run.run_uri,
