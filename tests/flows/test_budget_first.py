@@ -165,3 +165,18 @@ def test_a_dry_run_over_budget_starts_nothing(tmp_path: Path, capsys: Any) -> No
     assert main(["dry-run", "--spec", str(pipeline), "--workdir", str(tmp_path / "dr")]) == 1
     assert "over budget:" in capsys.readouterr().err
     assert not (tmp_path / "dr").exists()
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_the_provision_flows_over_budget_send_nothing_to_s3(counted_s3: CountingProxy) -> None:
+    from flows.provision import provision_slice, run_on_slice
+    from tpu_ops.specs import ProvisionSpec
+
+    doc = _over_budget(load_spec(ROOT / "flows" / "dryrun.yaml", PipelineSpec).model_dump(mode="json"))
+    spec = parse_spec(ProvisionSpec, doc["provision"], what="provision")
+    before = _the_counter_counts(counted_s3)
+    for flow in (provision_slice, run_on_slice):
+        state = flow(spec, "budget-slice", return_state=True)
+        assert state.is_failed() and (state.message or "").startswith("over budget:"), state.message
+        assert "fix: raise budget_usd to at least $" in (state.message or "")
+    assert counted_s3.bytes_sent == before
