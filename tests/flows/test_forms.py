@@ -50,15 +50,45 @@ def test_every_parameter_of_every_flow_has_a_description() -> None:
 
 def test_ladder_rungs_are_one_typed_model_with_a_kind_choice() -> None:
     schema = parameter_schema(all_flows()["retraining-pipeline"].fn).model_dump()
-    typed, either = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]["anyOf"]
-    # the form renders the first choice: one model per rung, typed fields (not a union of JSON objects)
-    assert typed["items"]["$ref"].rsplit("/", 1)[-1] == "Rung"
-    # the second keeps the shorthand valid for the server's check of parameters sent as JSON
-    assert [i.get("type") for i in either["items"]["anyOf"]] == [None, "string"]
+    ladder = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]
+    # one array of typed rungs: no list-level choice (the form's toggle between choices emptied the ladder)
+    assert "anyOf" not in ladder and ladder["type"] == "array"
+    assert ladder["items"]["$ref"].rsplit("/", 1)[-1] == "Rung"
+    assert '{"kind": "reservation", "name": "NAME", "zone": "ZONE"}' in ladder["description"]
     rung = schema["definitions"]["Rung"]
-    assert set(rung["properties"]) == {"kind", "name", "zone", "max_run_duration"} and not rung.get("required")
+    assert list(rung["properties"]) == ["kind", "name", "zone", "max_run_duration"] and not rung.get("required")
     kind_ref = rung["properties"]["kind"]["$ref"].rsplit("/", 1)[-1]
     assert schema["definitions"][kind_ref]["enum"] == [t.value for t in Tier]  # a choice, every tier in it
+    # the form shows every field whatever the kind: each title names the tiers that use it
+    titles = {k: v["title"] for k, v in rung["properties"].items() if k != "kind"}
+    assert titles == {
+        "name": "Reservation name (reservation, calendar rungs)",
+        "zone": "Reservation zone (reservation, calendar rungs)",
+        "max_run_duration": "Max run duration (flex-start, calendar rungs)",
+    }
+
+
+def test_field_titles_name_exactly_the_tiers_that_use_them() -> None:
+    """The titles follow TIER_FIELDS: a tier added to a field's row must be named in its title."""
+    from tpu_ops.specs.slice import RUNG_FIELDS, TIER_FIELDS, Rung
+
+    for field in RUNG_FIELDS:
+        title = Rung.model_fields[field].title or ""
+        tiers = [str(t.value) for t in Tier if field in TIER_FIELDS.get(t, frozenset())]
+        assert title.endswith(f"({', '.join(tiers)} rungs)"), (field, title)
+
+
+def test_the_shorthand_is_accepted_in_spec_files_and_sent_as_objects() -> None:
+    """Spec files keep `spot` and `reservation:NAME@ZONE`; what we send a Prefect server is the object form."""
+    from tpu_ops.specs import ProvisionSpec
+
+    doc = yaml.safe_load((ROOT / "examples" / "provision.yaml").read_text())
+    doc["ladder"] = ["reservation:res-a@" + doc["slice"]["zones"][0], "spot"]
+    sent = parse_spec(ProvisionSpec, doc).model_dump(mode="json")["ladder"]
+    assert [{k: v for k, v in r.items() if v is not None} for r in sent] == [
+        {"kind": "reservation", "name": "res-a", "zone": doc["slice"]["zones"][0]},
+        {"kind": "spot"},
+    ]
 
 
 def test_a_new_tier_is_one_enum_value_and_optional_fields() -> None:

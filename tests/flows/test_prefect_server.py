@@ -169,6 +169,25 @@ def test_scheduled_runs_of_the_reaper_and_the_pipeline_are_created_and_complete(
     assert (limit["limit"], limit["active_slots"]) == (1, 0)
 
 
+def test_shorthand_rungs_are_served_as_objects_and_refused_from_the_cli(served: dict[str, Any]) -> None:
+    """A spec file's `spot` rungs reach the server as objects (the form's one array of typed rungs);
+    the same shorthand sent straight to the server is refused before a run exists, naming the rung."""
+    env = served["env"]
+    doc = yaml.safe_load((ROOT / "flows" / "dryrun.yaml").read_text())
+    assert "spot" in doc["provision"]["ladder"]  # the served spec file writes the shorthand
+    deployment = api(env, "/deployments/name/retraining-pipeline/scheduled-dry-run")
+    ladder = deployment["parameters"]["spec"]["provision"]["ladder"]
+    assert all(isinstance(r, dict) for r in ladder) and {"kind": "spot"}.items() <= ladder[1].items(), ladder
+    before = len(runs_of(env, "retraining-pipeline/scheduled-dry-run"))
+    sent = json.dumps({"spec": doc})
+    proc = subprocess.run([PREFECT, "--no-prompt", "deployment", "run", "retraining-pipeline/scheduled-dry-run",
+                           "--params", sent], cwd=ROOT, env={**env, "COLUMNS": "250"}, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "spec.provision.ladder[" in said and "is not of type 'object'" in said, said
+    assert len(runs_of(env, "retraining-pipeline/scheduled-dry-run")) == before  # refused: no run was created
+
+
 def test_a_second_run_of_the_same_pipeline_is_refused_while_one_holds_its_slot(prefect_server: dict[str, str]) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

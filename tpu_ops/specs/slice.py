@@ -82,13 +82,17 @@ class Rung(StrictModel):
     name and zone)."""
 
     model_config = ConfigDict(title="Rung", use_enum_values=False)
+    # Prefect's form shows every field of a rung whatever its kind (a union per tier would make each
+    # rung a raw JSON editor), so each field's title names the tiers that use it; `_check` refuses the rest.
     kind: Tier = Field(
         Tier.SPOT,
+        title="Kind (capacity tier)",
         description="The capacity tier this rung asks for: reservation, spot, on-demand, or flex-start "
         "(Compute Engine only: queued capacity for a bounded run).",
     )
     name: str | None = Field(
         None,
+        title="Reservation name (reservation, calendar rungs)",
         description="Reservation rungs: the reservation's name, or its full path "
         "(projects/PROJECT/zones/ZONE/reservations/NAME). Calendar rungs: the calendar-mode future reservation's "
         "name (its window is read from Compute Engine).",
@@ -96,11 +100,13 @@ class Rung(StrictModel):
     )
     zone: Zone | None = Field(
         None,
+        title="Reservation zone (reservation, calendar rungs)",
         description="Reservation and calendar rungs: the reservation's zone, e.g. us-central2-b (taken from a "
         "full path if given).",
     )
     max_run_duration: Duration(timedelta(minutes=10), timedelta(days=7)) | None = Field(  # type: ignore[valid-type]
         None,
+        title="Max run duration (flex-start, calendar rungs)",
         description="Flex-start (and calendar) rungs: how long the slice may run before Compute Engine deletes "
         "it (maxRunDuration, a resize request's requestedRunDuration; default 1 day).",
     )
@@ -172,34 +178,9 @@ def _check_ladder(rungs: list[Any]) -> list[Any]:
     return rungs
 
 
-def _shorthand_pattern() -> str:
-    plain = "|".join(t.value for t in Tier if t not in NAMED_TIERS)  # [a-z-]: nothing to escape
-    named = "|".join(t.value for t in NAMED_TIERS)
-    return rf"^({plain}|({named}):[a-z]([-a-z0-9]{{0,61}}[a-z0-9])?(@[a-z]+-[a-z]+[0-9]+-[a-z])?)$"
-
-
-def _ladder_schema(schema: dict[str, Any]) -> None:
-    """Each rung is one model (a ``kind`` choice and its optional fields: typed fields in Prefect's form);
-    the string shorthand stays valid for the server's check of parameters sent as JSON."""
-    items = schema.get("items")
-    if isinstance(items, dict):
-        shorthand = {"type": "string", "pattern": _shorthand_pattern(),
-                     "title": f"shorthand: {' | '.join(t.value for t in Tier if t not in NAMED_TIERS)} | "
-                     f"{Tier.RESERVATION}:NAME@ZONE | {Tier.CALENDAR}:NAME@ZONE"}  # fmt: skip
-        bounds = {k: schema.pop(k) for k in ("minItems", "maxItems") if k in schema}
-        schema.pop("type", None)
-        # The form renders the first choice (rungs as typed fields; a union inside the items would be
-        # a raw JSON editor); the second keeps the shorthand valid for parameters sent as JSON.
-        schema["anyOf"] = [
-            {"type": "array", "items": items, "title": "Rungs", **bounds},
-            {"type": "array", "items": {"anyOf": [items, shorthand]}, "title": "Rungs or shorthand", **bounds},
-        ]
-        schema.pop("items")
-
-
 CapacityLadder = Annotated[
     list[RungOrShorthand],
-    Field(min_length=1, max_length=10, json_schema_extra=_ladder_schema),
+    Field(min_length=1, max_length=10),
     AfterValidator(_check_ladder),
 ]
 
@@ -286,7 +267,9 @@ class ProvisionSpec(StrictModel):
 
     slice: SliceSpec
     ladder: CapacityLadder = Field(
-        description="Rungs tried in order, e.g. reservation, spot, flex-start (Compute Engine only), on-demand."
+        description="Rungs tried in order, e.g. reservation, spot, flex-start (Compute Engine only), on-demand. "
+        'Each rung is an object: {"kind": "spot"}, {"kind": "reservation", "name": "NAME", '
+        '"zone": "ZONE"}; spec files may also write `spot` or `reservation:NAME@ZONE`.'
     )
     budget_usd: Usd = Field(description="Refuse to provision if the cost estimate exceeds this.")
     hours: float = Field(gt=0, le=24 * 90, description="Expected hours of use, for the estimate.")
