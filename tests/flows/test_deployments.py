@@ -33,7 +33,7 @@ def test_deployments_expose_typed_forms_and_the_pipeline_schedule() -> None:
     jsonschema.validate(pipeline.parameters, schema)
     assert "PipelineSpec" in schema["definitions"]
     ladder = schema["definitions"]["ProvisionSpec"]["properties"]["ladder"]
-    assert ladder["anyOf"][-1]["items"]["anyOf"][-1]["type"] == "string"  # the shorthand, after the typed rungs
+    assert ladder["items"]["$ref"].endswith("/Rung")  # one array of typed rungs: shorthand is sent as objects
     mirror = by_flow["mirror_dataset"]._parameter_openapi_schema.model_dump()
     assert "MirrorSpec" in mirror["definitions"]
     assert by_flow["reap-tpu-slices"].schedules[0].schedule.interval.total_seconds() == 900

@@ -189,17 +189,18 @@ def test_validate_command_rejects_bad_files(
     assert field in [e["field"] for e in errors]
 
 
-def test_json_schema_accepts_what_the_model_accepts() -> None:
-    """Prefect checks deployment parameters against the JSON schema: shorthand rungs must pass it."""
+def test_json_schema_accepts_what_the_model_sends() -> None:
+    """Prefect checks deployment parameters against the JSON schema: the model's dump of a spec with
+    shorthand rungs (what serve and launch send) passes it; the shorthand itself is for spec files."""
     import jsonschema
 
     schema = PipelineSpec.model_json_schema()
     doc = with_change("provision.ladder", ["reservation:fraud-v4-reservation@us-central2-b", "spot", "on-demand"])
-    jsonschema.validate(doc, schema)
-    parse_spec(PipelineSpec, doc)
-    jsonschema.validate(EXAMPLE, schema)
+    jsonschema.validate(parse_spec(PipelineSpec, doc).model_dump(mode="json"), schema)
+    with pytest.raises(jsonschema.ValidationError, match="'on-demand' is not of type 'object'"):
+        jsonschema.validate(doc, schema)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(with_change("provision.ladder", ["cheap"]), schema)
+        jsonschema.validate(with_change("provision.ladder", [{"kind": "cheap"}]), schema)
 
 
 def test_json_schema_of_durations_matches_the_validator() -> None:
@@ -208,8 +209,10 @@ def test_json_schema_of_durations_matches_the_validator() -> None:
     schema = PipelineSpec.model_json_schema()
     # one string type in the schema (a form field; seconds as "600"); the validator takes a number too
     parse_spec(PipelineSpec, with_change("provision.queue_timeout", 600))
+    objects = [{"kind": "reservation", "name": "fraud-v4-reservation", "zone": "us-central2-b"}, {"kind": "spot"}]
     for good in ("30m", "2h", "90s", "600"):
         doc = with_change("provision.queue_timeout", good)
+        doc["provision"]["ladder"] = objects  # what a Prefect server is sent (the shorthand is for spec files)
         jsonschema.validate(doc, schema)
         parse_spec(PipelineSpec, doc)
     with pytest.raises(jsonschema.ValidationError):

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,15 +160,58 @@ def _flow_runs(api: str) -> list[dict[str, Any]]:
 
 
 ADDED_RUNG = {"kind": "reservation", "name": "extra-reservation", "zone": "us-central2-c"}
+# A rung's fields, in order, each title naming the tiers that use it (the form shows them all, whatever the kind).
+RUNG_TITLES = (
+    "Kind (capacity tier)",
+    "Reservation name (reservation, calendar rungs)",
+    "Reservation zone (reservation, calendar rungs)",
+    "Max run duration (flex-start, calendar rungs)",
+)
+
+
+def _ladder(page: Any) -> Any:
+    label = page.locator(".schema-form-property__label", has_text=re.compile(r"^Ladder\b"))
+    return page.locator(".schema-form-property", has=label).last
+
+
+def _menu(page: Any, menu: Any, item: str) -> None:
+    menu.click()
+    page.get_by_text(item, exact=True).click()
+
+
+def _the_ladder_keeps_its_rungs(page: Any, shot: Callable[[str], None]) -> None:
+    """One array of typed rungs: adding, switching to JSON and back, deleting never empties the ladder;
+    a new rung is spot (the default kind) and its fields' titles say which tiers use them."""
+    from playwright.sync_api import expect
+
+    ladder = _ladder(page)
+    rungs = ladder.locator(".schema-form-property-array-item")
+    expect(rungs).to_have_count(3)  # the spec's reservation, spot, on-demand
+    expect(ladder.get_by_text("Rungs or shorthand")).to_have_count(0)  # no choice of list schemas to toggle
+    add = ladder.get_by_role("button", name=re.compile("Add item", re.I))
+    add.click()
+    add.click()
+    expect(rungs).to_have_count(5)
+    spot = rungs.nth(3)
+    expect(spot.locator(".p-select-button__control").first).to_have_text("spot")
+    titles = spot.locator(".schema-form-property__label")
+    expect(titles).to_have_text([re.compile(rf"^{re.escape(t)}") for t in RUNG_TITLES])
+    spot.scroll_into_view_if_needed()
+    shot("03b-spot-rung")
+    # the ladder as JSON, then as a form again: the same five rungs
+    _menu(page, ladder.locator(".schema-form-property-menu").first, "Use JSON input")
+    expect(rungs).to_have_count(0)
+    _menu(page, ladder.locator(".schema-form-property-menu").first, "Use form input")
+    expect(rungs).to_have_count(5)
+    expect(rungs.nth(0).locator(".p-select-button__control").first).to_have_text("reservation")
+    rungs.last.locator(".schema-form-property-array-item__control").first.locator(":scope > button").click()
+    expect(rungs).to_have_count(4)
 
 
 def _add_a_reservation_rung(page: Any) -> None:
-    """Ladder → Add item: a typed rung (a kind choice, then the reservation's name and zone), last in the
-    ladder, so spot in zone c still wins before it is tried."""
-    label = page.locator(".schema-form-property__label", has_text=re.compile(r"^Ladder\b"))
-    ladder = page.locator(".schema-form-property", has=label).last
-    ladder.get_by_role("button", name=re.compile("Add item", re.I)).click()
-    rung = ladder.locator(".schema-form-property-array-item").last
+    """The ladder's new last rung becomes a typed reservation rung (a kind choice, then the reservation's
+    name and zone), last in the ladder, so spot in zone c still wins before it is tried."""
+    rung = _ladder(page).locator(".schema-form-property-array-item").last
     kind = rung.locator(".p-select-button__control").first  # Kind: a select of the tiers
     kind.focus()
     kind.press(" ")  # opens its options (a click toggles it open and shut again here)
@@ -176,11 +219,11 @@ def _add_a_reservation_rung(page: Any) -> None:
     from playwright.sync_api import expect
 
     expect(kind).to_have_text(ADDED_RUNG["kind"])  # waits for the form to re-render the choice
-    for field in ("Name", "Zone"):
-        name = page.locator(".schema-form-property__label", has_text=re.compile(rf"^{field}\b"))
+    for field in ("name", "zone"):
+        name = page.locator(".schema-form-property__label", has_text=re.compile(rf"^Reservation {field}\b"))
         prop = rung.locator(".schema-form-property", has=name)
         prop.get_by_role("button", name="str", exact=True).click()  # optional: from None to a string
-        prop.locator("input, textarea").first.fill(ADDED_RUNG[field.lower()])
+        prop.locator("input, textarea").first.fill(ADDED_RUNG[field])
     rung.scroll_into_view_if_needed()
 
 
@@ -223,6 +266,7 @@ def _walk_through(page: Any, served: Served) -> None:
     # A description with angle brackets reads whole (the form renders descriptions as markdown).
     page.get_by_text("steps below <checkpoint_dir>/<run_id>: ").first.wait_for()
     shot("03-form")
+    _the_ladder_keeps_its_rungs(page, shot)
     _add_a_reservation_rung(page)
 
     # An invalid value is refused before a run exists, with the field's path and what is allowed.
@@ -247,8 +291,9 @@ def _walk_through(page: Any, served: Served) -> None:
     shot("05-run-completed")
     run = _api(served.api, f"/flow_runs/{run_id}")
     assert run["state_type"] == "COMPLETED", b"".join(served.serve_log).decode()[-3000:]
-    sent = run["parameters"]["spec"]["provision"]["ladder"][-1]
-    assert {k: v for k, v in sent.items() if v is not None} == ADDED_RUNG  # the rung typed into the form
+    sent = [{k: v for k, v in r.items() if v is not None} for r in run["parameters"]["spec"]["provision"]["ladder"]]
+    assert [r["kind"] for r in sent] == ["reservation", "spot", "on-demand", "reservation"]  # all kept, as objects
+    assert sent[-1] == ADDED_RUNG  # the rung typed into the form
 
     # Its artifacts, on the pipeline run's own page: summary, cost by tier, ladder, goodput, lineage.
     run_url = page.url
