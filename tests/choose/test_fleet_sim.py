@@ -89,7 +89,7 @@ def test_preemptions_follow_a_rate_that_changes(sim: ModuleType) -> None:
     assert sim.preempted_at(rates, "off", 0.0, random.Random(1)) == float("inf")
     assert sim.scenario_rates("stationary") == [(0.0, sim.SCENARIO["spot_preemptions_per_hour"])]
     drift = sim.scenario_rates("drift")
-    assert drift[1] == (72 * 3600.0, {"us-east5-a": 1.0, "us-east5-b": 0.6, "us-east5-c": 2.0})
+    assert drift[1] == (30 * 3600.0, {"us-east5-a": 1.0, "us-east5-b": 0.6, "us-east5-c": 2.0})
 
 
 def test_history_requests_and_the_fixed_ladder_cache(sim: ModuleType, tmp_path: Path) -> None:
