@@ -59,8 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra.local.compute.models import RESERVATION_KEY, ComputeBackend
 from infra.local.core.clock import ManualClock
+from tpu_ops.provision import fleet, forgetting, ranking
 from tpu_ops.provision import history as H
-from tpu_ops.provision import ranking
 from tpu_ops.provision.choose import History, RunModel
 from tpu_ops.provision.ladder import Step, plan
 from tpu_ops.provision.prices import PriceTable, shipped
@@ -296,8 +296,12 @@ class Fleet:
     def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | dict[str, list[int]] | None,
                  reservation_price: ranking.ReservationPrice = "prepaid", rates: Rates | None = None,
                  half_life_h: float | None = None, scarcity: bool = True,
-                 wait_s: float | None = None, sc: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 wait_s: float | None = None, sc: dict[str, Any] | None = None, forget: bool = True,
+                 view: bool = True) -> None:  # fmt: skip
         self.sc = sc or SCENARIO
+        self.forget, self.view = forget, view
+        self.changes: dict[H.Key, forgetting.Change] = {}  # rungs reset by a change, at the last ranking
+        self.recent_gains: list[float] = []  # the fleet's recent asks for the reservation (fleet.admit)
         self.runs, self.seed, self.fixed = runs, seed, order
         self.reservation_price, self.scarcity = reservation_price, scarcity
         self.rates = rates or scenario_rates(self.sc)
@@ -355,8 +359,16 @@ class Fleet:
         sps = self.sc["seconds_per_step"]
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
+        view = None
+        if self.view:  # the reservation's own count / inUseCount, as Compute Engine answers them
+            st.api_calls += 1
+            live = fleet.counts(lambda: self.api.get_reservation(PROJECT, ZONES[0], RESERVATION))
+            free = {RESERVATION: live.free} if live is not None else {}
+            view = ranking.View(free, tuple(self.recent_gains[-fleet.RECENT_ASKS :]))
         ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
-                                        self.reservation_price, self.scarcity)  # fmt: skip
+                                        self.reservation_price, self.scarcity, view)  # fmt: skip
+        if self.view and choice.method == "cost":
+            self.recent_gains.append(fleet.gain(choice))
         self.rankings += 1
         self.history_reads += 1
         self.history_scan_reads += 1 + 2 * len(self.recorded_runs)
@@ -497,7 +509,12 @@ class Fleet:
             self.api._ops = {k: op for k, op in self.api._ops.items() if not op.done}
 
     def aged_history(self) -> dict[H.Key, History]:
-        """The history as ``history.fold`` weighs it with ``choose.half_life`` (the sums, without one)."""
+        """The history as the ranking reads it: forgetting by default (:mod:`tpu_ops.provision.forgetting`,
+        ``choose.half_life`` or a day, change-point resets); the plain sums without (``forget=False``)."""
+        if self.forget:
+            entries = [(H.last_seen(rec), folded) for rec, folded in self.records]
+            weighed, self.changes = forgetting.weigh(entries, self.clock.now(), self.half_life_s)
+            return weighed
         if self.half_life_s is None:
             return self.history
         now = self.clock.now()
@@ -654,14 +671,13 @@ def fixed_orders(steps: list[Step], all_orders: bool) -> dict[str, list[int]]:
     return out
 
 
-# name: (reservation price, half-life, scarcity charge, choose.wait seconds)
-AUTOS: dict[str, tuple[ranking.ReservationPrice, bool, bool, float | None]] = {
-    "auto": ("prepaid", False, True, None),  # as shipped, defaults only: the README's figure
-    "auto with choose.wait 10 min": ("prepaid", False, True, 600.0),
-    "auto with choose.half_life 24 h": ("prepaid", True, True, None),
-    "auto without the scarcity charge, reservation at the spot price (the previous round)": (
-        "opportunity", False, False, None),
-    "auto without the scarcity charge, reservation at 0": ("prepaid", False, False, None),
+# name: the Fleet's keyword arguments for that variant of ``auto``
+AUTOS: dict[str, dict[str, Any]] = {
+    "auto": {},  # as shipped, defaults only: forgetting, the fleet view
+    "auto with choose.wait 10 min": {"wait_s": 600.0},  # patience, taken per run when it pays
+    "auto as last round (no forgetting, no fleet view)": {"forget": False, "view": False},
+    "auto without the scarcity charge, reservation at the spot price (two rounds ago)": {
+        "reservation_price": "opportunity", "scarcity": False, "forget": False, "view": False},
 }
 
 
@@ -699,8 +715,7 @@ def compare(runs: list[RunSpec], seed: int, name: str, orders: dict[str, list[in
     per_class = Fleet(runs, seed, {c: orders[k] for c, k in by_class.items()}, rates=rates, sc=sc).run()
     autos: dict[str, dict[str, Any]] = {}
     for v in variants:
-        price, aged, scarce, wait_s = AUTOS[v]
-        fleet = Fleet(runs, seed, None, price, rates, sc["half_life_h"] if aged else None, scarce, wait_s, sc=sc)
+        fleet = Fleet(runs, seed, None, rates=rates, sc=sc, **AUTOS[v])
         autos[v] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
     for a in autos.values():  # each variant against the best fixed ladder at its own hit rate
         pool_a = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= a["deadline_hit_rate"]} or results
