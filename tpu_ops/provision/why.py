@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from tpu_ops.provision.choose import Expectation
+# Expectations are duck-typed here (``tpu_ops.provision.choose.Expectation``): importing that module,
+# even for types, would make an import cycle.
+Expectation = Any
 
 
 def why(e: Expectation, ok: list[Expectation], near: list[Expectation], deadline: str, tie: float) -> str:
