@@ -225,3 +225,22 @@ def test_the_plan_carries_obtain_recovery_wait_and_eligibility() -> None:
     late = rank([SPOT, OD], RunModel(3600, 1.0, 3600, deadline_s=4000.0), {SPOT.key: h}).to_json()
     assert [(r["tier"], r["eligible"]) for r in late["rungs"]] == [("on-demand", True), ("spot", False)]
     assert late["wait_s"] is None and late["try_now"] is None
+
+
+def test_a_reservation_free_now_is_not_charged_for_the_scarcity_the_history_remembers() -> None:
+    from tpu_ops.provision.ranking import _free_is_free
+
+    hist = {**SEEN, RES.key: History(hours=10.0, obtained=2, stockouts=6)}
+    run = RunModel(7200, 1.0, 300)
+
+    def res_scarcity(h: dict[tuple[str, str, str, str], History]) -> float:
+        return next(
+            r.expectation.scarcity_usd for r in rank([RES, SPOT, OD], run, h).ranked if r.expectation.rung is RES
+        )
+
+    assert res_scarcity(hist) == pytest.approx(2.0 * 16.8 * 6 / 10, rel=1e-2)  # ~2 h held x 6/10 full x 16.8
+    free = _free_is_free([RES, SPOT, OD], hist, View({"team-res": 1}))
+    assert free[RES.key] == History(hours=10.0, obtained=2) and free[SPOT.key] is hist[SPOT.key]
+    assert res_scarcity(free) == 0.0
+    assert _free_is_free([RES, SPOT, OD], hist, View({"team-res": 0})) == hist  # full now: the history stands
+    assert _free_is_free([RES, SPOT, OD], hist, View({})) == hist  # no view of it
