@@ -244,3 +244,93 @@ def test_a_reservation_free_now_is_not_charged_for_the_scarcity_the_history_reme
     assert res_scarcity(free) == 0.0
     assert _free_is_free([RES, SPOT, OD], hist, View({"team-res": 0})) == hist  # full now: the history stands
     assert _free_is_free([RES, SPOT, OD], hist, View({})) == hist  # no view of it
+
+
+# -- what mutation testing of choose.py left (issue 30) --------------------------------------------
+def test_without_history_positions_and_note_are_the_written_order_s() -> None:
+    choice = rank([OD, SPOT], RunModel(3600, 1.0, 300), {})
+    assert [(r.position, r.expectation.rung) for r in choice.ranked] == [(1, SPOT), (2, OD)]  # by `order`
+    assert choice.note == "no history for any rung: keeping the written order (run once to record some)"
+
+
+def test_a_miss_probability_equal_to_max_miss_is_eligible() -> None:
+    run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0)
+    m = expect(SPOT, run, SEEN[SPOT.key]).miss_probability
+    assert 0 < m < 1
+    at = rank([SPOT, OD], run, SEEN, max_miss=m)
+    assert len(at.ranked) == 2 and all(r.eligible for r in at.ranked)
+    m0 = expect(SPOT, run).miss_probability  # no history: the prior's figure, the same rule
+    assert rank([SPOT, OD], run, {}, max_miss=m0).ranked[0].eligible is True
+    below = rank([SPOT, OD], run, SEEN, max_miss=m * 0.999)
+    assert [(r.expectation.rung, r.eligible) for r in below.ranked] == [(OD, True), (SPOT, False)]
+
+
+def test_the_notes_say_the_deadline_and_the_wait() -> None:
+    run = RunModel(3600, 1.0, 300, deadline_s=5400.0)
+    assert rank([SPOT, OD], run, SEEN).note == (
+        "ranked by expected $ per kept step over 3600 steps, deadline in 1.50 h at P(miss) ≤ 10%"
+    )
+    assert ", deadline in 18.01 h at" in rank([SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=18.006 * 3600), SEEN).note
+    hopeless = rank([SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=3000.0), SEEN)
+    assert hopeless.note == ("ranked by expected $ per kept step over 3600 steps, deadline in 0.83 h at P(miss) ≤ 10%"
+                             "; no rung is expected to make it, so the least likely to miss goes first")  # fmt: skip
+    patient = rank([RES, SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=6 * 3600.0), SEEN, wait_s=600.0)
+    assert patient.note == ("ranked by expected $ per kept step over 3600 steps, deadline in 6.00 h at P(miss) ≤ 10%"
+                            "; if the first 2 are refused, wait 600 s and ask again: on-demand would still make the "
+                            "deadline then")  # fmt: skip
+
+
+def test_patience_needs_an_on_demand_rung_and_finds_it_at_any_price() -> None:
+    run = RunModel(3600, 1.0, 300, deadline_s=6 * 3600.0)
+    assert rank([RES, SPOT], run, SEEN, wait_s=600.0).try_now is None  # nothing never-short: no waiting
+    cheap_spot = Rung("v5e-1", B, "spot", "compute", 0.25, "", 2, 0.5)
+    cheap_od = Rung("v5e-1", B, "on-demand", "compute", 0.5, "", 3, 0.5)
+    seen = {cheap_spot.key: History(hours=10.0, obtained=5), cheap_od.key: History(hours=10.0, obtained=5)}
+    assert rank([cheap_spot, cheap_od], run, seen, wait_s=600.0).try_now == 1  # on-demand at $0.50/h
+    # A rung without a fallback price (no scarcity charge) is not taken for the never-short one.
+    res_plain = Rung("v5p-8", A, "reservation", "compute", 0.0, "team-res", 1, 0.0)
+    assert rank([res_plain, SPOT, OD], run, SEEN, wait_s=600.0).try_now == 2
+
+
+def test_patience_skips_a_rung_cheaper_by_the_hour_but_not_per_kept_step() -> None:
+    run = RunModel(3600, 1.0, 3600, deadline_s=36000.0)
+    flaky = {SPOT.key: History(hours=1.0, preemptions=6), OD.key: History(hours=10.0, obtained=5)}
+    assert expect(SPOT, run, flaky[SPOT.key]).usd_per_step > 1.3 * expect(OD, run, flaky[OD.key]).usd_per_step
+    assert rank([SPOT, OD], run, flaky, wait_s=600.0).try_now is None
+    # Beside a reservation worth waiting for, the flaky spot is not among the rungs tried before waiting.
+    with_res = {**flaky, RES.key: History(hours=10.0, obtained=5)}
+    patient = rank([RES, SPOT, OD], run, with_res, wait_s=600.0)
+    assert patient.try_now == 1 and patient.ranked[0].expectation.rung is RES
+
+
+def test_patience_at_the_boundaries_of_the_deadline_and_of_its_worth() -> None:
+    run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0)
+    later = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 600.0)
+    m = expect(OD, later, SEEN[OD.key]).miss_probability
+    assert rank([RES, OD], run, SEEN, max_miss=m, wait_s=600.0).try_now == 1  # on-demand later misses at max_miss
+    assert rank([RES, OD], run, SEEN, max_miss=m * 0.999, wait_s=600.0).try_now is None
+    # A reservation nearly always full: tied with on-demand per step, but the wait is not worth its risk.
+    full = {**SEEN, RES.key: History(hours=10.0, obtained=2, stockouts=100)}
+    assert rank([RES, OD], run, full, max_miss=0.1, wait_s=600.0).try_now is None
+    res, od = expect(RES, run, full[RES.key]), expect(OD, run, SEEN[OD.key])
+    assert res.usd_per_step <= od.usd_per_step * 1.1 and not wait_pays([res], od, m, 3600)
+
+
+def test_the_wait_s_risk_is_the_miss_probability_it_adds() -> None:
+    from dataclasses import replace
+
+    run = RunModel(3600, 1.0, 300, deadline_s=3 * 3600.0)
+    cheap = expect(SPOT, run, History(hours=10.0, obtained=2, stockouts=40))
+    od = replace(expect(OD, run, SEEN[OD.key]), miss_probability=0.05)
+    s_per_usd = (1 - cheap.belief.full) * (od.usd_per_step - cheap.usd_per_step) * 3600 / od.usd
+    assert 0 < s_per_usd < 0.2
+    assert wait_pays([cheap], od, 0.05 + 0.9 * s_per_usd, 3600) is True  # adds 0.9 of the break-even
+    assert wait_pays([cheap], od, 0.05 + 1.1 * s_per_usd, 3600) is False
+
+
+def test_two_free_rungs_tie_at_zero_and_the_flakier_goes_first() -> None:
+    res_b = Rung("v5p-8", B, "reservation", "compute", 0.0, "other-res", 2, 16.8)
+    hist = {RES.key: History(hours=10.0, obtained=5), res_b.key: History(hours=10.0, preemptions=3, obtained=5)}
+    ranked = rank([RES, res_b], RunModel(3600, 1.0, 300), hist).ranked
+    assert [r.expectation.rung for r in ranked] == [res_b, RES]
+    assert ranked[0].why.startswith("within 10% of the cheapest per kept step")
