@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -171,3 +172,38 @@ def test_a_patient_fleet_waits_for_spot_instead_of_buying_on_demand(sim: ModuleT
     # The same runs and luck: on-demand falls to a fraction, every deadline still kept, nothing leaked.
     assert p["slice_hours"]["on-demand@a"] < h["slice_hours"]["on-demand@a"] / 2
     assert p["deadline_hit_rate"] == h["deadline_hit_rate"] == 1.0 and p["slices_leaked"] == 0
+
+
+def test_auto_sees_the_swap_within_two_hours_and_asks_the_reservation_for_its_counts(sim: ModuleType) -> None:
+    """Forgetting by default: the change-point reset fires on zone a's spot soon after the swap (hour 25);
+    the fleet view reads the reservation's count / inUseCount before each ranking."""
+    from tpu_ops.provision import forgetting
+
+    sc = sim.scenario("swap")
+    fleet = sim.Fleet(sim.make_runs(60, 7, sc), 7, None, sc=sc)
+    resets: list[tuple[float, str]] = []
+    weigh = forgetting.weigh
+
+    def spy(entries: Any, now: float, half_life_s: float | None = None) -> Any:
+        out, changes = weigh(entries, now, half_life_s)
+        resets.extend(((now - fleet.t0) / 3600, f"{k[2]}@{k[1][-1]}") for k in changes)
+        return out, changes
+
+    reads: list[int] = []
+    get = fleet.api.get_reservation
+
+    def counted(*a: Any) -> Any:
+        reads.append(1)
+        return get(*a)
+
+    fleet.api.get_reservation = counted
+    sim.forgetting.weigh = spy
+    try:
+        r = fleet.run()
+    finally:
+        sim.forgetting.weigh = weigh
+    first = min(t for t, k in resets if k == "spot@a")
+    assert 25.0 < first < 27.0
+    # A gain per ranking by cost (not the first ones, in the written order: no history yet).
+    assert r["slices_leaked"] == 0 and len(fleet.recent_gains) == fleet.why_counts["cost"] > 100
+    assert reads == [1] * fleet.rankings  # one reservations.get per ranking
