@@ -84,8 +84,14 @@ def stats(args: argparse.Namespace) -> int:
         }
         for r in rows
     ]
+    from tpu_ops.provision.fleet import holding
+
+    # The fleet view: which slice each run holds now, from its run state (tpu_ops.provision.fleet).
+    holds = {rid: h for rid, rec, _ in runs if (h := holding(rec)) is not None}
     text = f"{len(runs)} run(s) under {args.history}\n{_table(table)}"
-    show({"history": args.history, "runs": len(runs), "rungs": rows}, args.json, text)
+    if holds:
+        text += "\nholding now: " + ", ".join(f"{rid} {h['tier']} in {h['zone']}" for rid, h in sorted(holds.items()))
+    show({"history": args.history, "runs": len(runs), "rungs": rows, "holding": holds}, args.json, text)
     return 0
 
 

@@ -48,6 +48,7 @@ def test_who_holds_what_comes_from_run_state() -> None:
     assert fleet.holding(live) == {"zone": A, "tier": "reservation", "since": 9.0}
     assert fleet.holding({"incarnations": [{"zone": A, "tier": "spot", "ready_at": 1.0, "ended_at": 2.0}]}) is None
     assert fleet.holding({"incarnations": [{"zone": A, "tier": "spot", "requested_at": 1.0}]}) is None
+    assert fleet.holding({**live, "finished_at": 12.0}) is None and fleet.holding({**live, "wall_s": 3.0}) is None
     doc = {"runs": {"r2": {"holds": {"zone": A, "tier": "reservation"}}, "r1": {"holds": {"zone": A,
            "tier": "reservation"}}, "r3": {"holds": {"zone": B, "tier": "reservation"}}, "r4": {}}}  # fmt: skip
     assert fleet.holders(doc, A) == ["r1", "r2"]

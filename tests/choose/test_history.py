@@ -192,6 +192,7 @@ def test_capacity_stats_and_plan_from_a_bucket(
     assert (a["slices_obtained"], a["obtain_s_mean"], a["steps_lost_mean"]) == (1, 300.0, 40.0)
     # Forgetting by default: the hours as the ranking weighs them (no run newer than these: whole), no reset.
     assert a["change"] is None and 0 < a["weighted_hours"] <= a["hours"]
+    assert out["holding"] == {}  # both runs ended their slices
     assert main(["capacity", "stats", "--history", "gs://hist/ckpt"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("2 run(s) under gs://hist/ckpt") and "us-east5-b" in text

@@ -57,7 +57,8 @@ def counts(read: Callable[[], dict[str, Any]]) -> Counts | None:
 def holding(record: dict[str, Any]) -> dict[str, Any] | None:
     """The slice a run's state says it holds now (its last incarnation, ready and not ended), or None."""
     incs = [i for i in record.get("incarnations") or [] if isinstance(i, dict)]
-    if not incs:
+    # A finished run holds nothing; a goodput report (``wall_s``) is written when its run ends.
+    if not incs or record.get("finished_at") is not None or "wall_s" in record:
         return None
     last = incs[-1]
     if last.get("ready_at") is None or last.get("ended_at") is not None:
