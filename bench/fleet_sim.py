@@ -13,20 +13,27 @@ which ``auto`` learns from as the fleet runs (starting from no history at all, i
 order): the preemption rates and, from the stock-outs, how often each rung is full (its scarcity).
 
 What is modelled: when a spot VM is preempted (per-zone Poisson rates the ranking never sees,
-constant in the ``stationary`` scenario, zone a's rising on day 3 in ``drift``), how long a slice
-takes to boot and restore, and the training itself (steps of ``seconds_per_step``, a checkpoint every
-``checkpoint_every`` steps; a preemption loses the steps since the last one). Billing: a held slice by
-the second at its list price, from RUNNING to deleted; the reservation as Compute Engine bills it,
-every VM for the whole window whether used or not (the same sum for every policy), so an hour of it
-used costs nothing more. Traces are keyed by (run, rung, n-th use), so every policy meets the same
-luck on the same choice.
+changing at set hours in some scenarios), how long a slice takes to boot and restore, and the training
+itself (steps of ``seconds_per_step``, a checkpoint every ``checkpoint_every`` steps; a preemption
+loses the steps since the last one). Billing: a held slice by the second at its list price, from
+RUNNING to deleted; the reservation as Compute Engine bills it, every VM for the whole window whether
+used or not (the same sum for every policy), so an hour of it used costs nothing more. Traces are
+keyed by (run, rung, n-th use), so every policy meets the same luck on the same choice.
 
-The default (``--runs 300 --seed 7``) runs both scenarios; the figures and the scenario are printed,
-and the README quotes them, with a floor no policy can beat (:meth:`Fleet.floor`), which bounds what
-any ranking could save against the best fixed ladder on the same runs.
+**The suite** (``SUITE``, seeds ``SEEDS``, ``SUITE_RUNS`` runs per seed; fixed, and committed, before
+the policy it judges was measured on it): ``stationary`` and ``drift`` (the two scenarios of earlier
+rounds), ``cheap-flaky`` (spot at 30% of on-demand, the flakiest zone the most plentiful), ``due-soon``
+(no reservation, a third of the runs due half an hour after their work), ``big-reservation`` (6 VMs,
+more than half the demand, rare preemption), ``swap`` (zones a and c swap spot rates at hour 25) and
+``contended`` (a 2-VM reservation, little steady spot, many long-checkpoint runs). Each comment in
+``SUITE`` says what it tests. Baselines: the best of 261 fixed ladders chosen with hindsight (at a hit
+rate ≥ auto's), and per-class fixed ladders (one order per kind of run, each the cheapest for its class
+with hindsight). The floor (:meth:`Fleet.floor`) respects every run's window and the reservation's
+paid window; for each policy the gap to it is split into on-demand hours, idle reservation, lost time
+(:meth:`Fleet.gap`).
 
-    .venv/bin/python bench/fleet_sim.py [--runs 300] [--seed 7] [--scenario both|stationary|drift]
-        [--written-only] [--json] [--json-out FILE] [--fixed-cache DIR]
+    .venv/bin/python bench/fleet_sim.py [--runs 100] [--seeds 7,8] [--scenario NAME ...] [--jobs 2]
+        [--variants NAME ...] [--written-only] [--json] [--json-out FILE] [--fixed-cache DIR]
 
 History requests are counted as the capacity summary makes them (``history_gcs_reads_per_run``: one
 read per ranking, a read and a conditional write per slice recorded), beside what a full scan of the
@@ -44,7 +51,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +59,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra.local.compute.models import RESERVATION_KEY, ComputeBackend
 from infra.local.core.clock import ManualClock
+from tpu_ops.provision import fleet, forgetting, ranking
 from tpu_ops.provision import history as H
-from tpu_ops.provision import ranking
 from tpu_ops.provision.choose import History, RunModel
 from tpu_ops.provision.ladder import Step, plan
-from tpu_ops.provision.prices import shipped
+from tpu_ops.provision.prices import PriceTable, shipped
 from tpu_ops.specs.slice import ProvisionSpec
 
 PROJECT = "fleet-sim"
@@ -64,11 +71,14 @@ MACHINE = "ct5p-hightpu-4t"  # a v5p-8 slice: one 4-chip host
 ZONES = ("us-east5-a", "us-east5-b", "us-east5-c")
 RESERVATION = "team-res"
 
-# -- the default scenario ------------------------------------------------------------------------
+# -- the scenarios ---------------------------------------------------------------------------------
+# The base scenario (``stationary``); every other scenario of the suite (``SUITE``) changes a few keys.
 SCENARIO: dict[str, Any] = {
     "accelerator": "v5p-8 (one ct5p-hightpu-4t host, 4 chips) on Compute Engine",
     # Ground truth the ranking never sees: spot preemptions per hour of a held slice, by zone.
     "spot_preemptions_per_hour": {"us-east5-a": 0.1, "us-east5-b": 0.6, "us-east5-c": 2.0},
+    # When the ground truth changes: (from hour, spot preemptions/h of the zones that change).
+    "changes": [],
     # Capacity in chips (4 per slice) per zone and provisioning model; the reservation is 3 VMs in zone a.
     "capacity_chips": {
         "us-east5-a": {"SPOT": 16, "STANDARD": 24},
@@ -76,6 +86,8 @@ SCENARIO: dict[str, Any] = {
         "us-east5-c": {"SPOT": 48, "STANDARD": 24},
     },
     "reservation_vms": 3,
+    # Spot's price as a share of on-demand (None: the shipped price table's, 50% for v5p).
+    "spot_price_factor": None,
     # A reservation is billed whether used or not (Compute Engine: at the on-demand rate, for as long as
     # it exists): every policy pays for its VMs from the first arrival to the last deadline; using it
     # adds nothing (an hour used after that window is billed as held).
@@ -88,30 +100,96 @@ SCENARIO: dict[str, Any] = {
     "max_recoveries": 40,  # then the run fails (a miss), keeping the steps it checkpointed
     "arrivals_per_hour": 2.0,
     "seconds_per_step": 2.0,
-    # Run classes: share, hours of work (uniform range), minutes between checkpoints, deadline.
+    # Run classes: share, hours of work (uniform range), minutes between checkpoints, and the deadline
+    # as ``x_work`` x the work + ``plus_h`` hours after arrival.
     "classes": {
-        "experiment": {"share": 0.5, "hours": [1.0, 3.0], "checkpoint_min": 5, "deadline": "3 x work"},
-        "nightly": {"share": 0.3, "hours": [4.0, 6.0], "checkpoint_min": 20, "deadline": "work + 2 h"},
-        "long": {"share": 0.2, "hours": [10.0, 16.0], "checkpoint_min": 120, "deadline": "2 x work"},
+        "experiment": {"share": 0.5, "hours": [1.0, 3.0], "checkpoint_min": 5, "deadline": {"x_work": 3}},
+        "nightly": {"share": 0.3, "hours": [4.0, 6.0], "checkpoint_min": 20, "deadline": {"x_work": 1, "plus_h": 2}},
+        "long": {"share": 0.2, "hours": [10.0, 16.0], "checkpoint_min": 120, "deadline": {"x_work": 2}},
     },
     "written_ladder": ["reservation:team-res@us-east5-a", "spot", "on-demand"],
     "max_miss": 0.1,  # the default of choose.max_miss
     # ``choose.half_life`` of the variant that weighs history by age: yesterday's runs count half.
     "half_life_h": 24.0,
-    # The drifting variant: spot capacity in zone a degrades on day 3 (on-demand demand there grows,
-    # so Compute Engine reclaims spot VMs more often); the other zones stay as they are.
-    "drift": {"at_hour": 72.0, "spot_preemptions_per_hour": {"us-east5-a": 1.0}},
 }
+
+# The suite, fixed before the policy it judges was measured on it (issue 30; see docs/fleet.md):
+# seven scenarios of different kinds, each the base with these keys changed. Seeds: ``SEEDS``.
+SUITE: dict[str, dict[str, Any]] = {
+    # The base: constant rates, a 3-VM reservation, spot at half the on-demand price.
+    "stationary": {},
+    # Learning must follow a change: zone a's spot (the steadiest) degrades at hour 30 (of ~50 of arrivals).
+    "drift": {"changes": [(30.0, {"us-east5-a": 1.0})]},
+    # Spot at 30% of on-demand, and the flakiest zone (c, 2/h) is by far the most plentiful: cheap
+    # capacity is everywhere, steady cheap capacity is scarce.
+    "cheap-flaky": {
+        "spot_price_factor": 0.3,
+        "capacity_chips": {
+            "us-east5-a": {"SPOT": 8, "STANDARD": 24},
+            "us-east5-b": {"SPOT": 16, "STANDARD": 24},
+            "us-east5-c": {"SPOT": 96, "STANDARD": 24},
+        },
+    },
+    # No reservation (its rung is in the written ladder but holds no VM) and a third of the runs due
+    # half an hour after their work: patience is dear for them, cheap for the rest.
+    "due-soon": {
+        "reservation_vms": 0,
+        "classes": {
+            "urgent": {"share": 0.33, "hours": [1.0, 4.0], "checkpoint_min": 30,
+                       "deadline": {"x_work": 1, "plus_h": 0.5}},
+            "experiment": {"share": 0.34, "hours": [1.0, 3.0], "checkpoint_min": 5, "deadline": {"x_work": 3}},
+            "nightly": {"share": 0.2, "hours": [4.0, 6.0], "checkpoint_min": 20,
+                        "deadline": {"x_work": 1, "plus_h": 2}},
+            "long": {"share": 0.13, "hours": [10.0, 16.0], "checkpoint_min": 120, "deadline": {"x_work": 2}},
+        },
+    },
+    # A reservation larger than half the demand (6 VMs; ~10 slices busy on average) and rare
+    # preemption: reordering gains little, using the prepaid VMs fully is most of it.
+    "big-reservation": {
+        "reservation_vms": 6,
+        "spot_preemptions_per_hour": {"us-east5-a": 0.05, "us-east5-b": 0.1, "us-east5-c": 0.3},
+    },
+    # Two zones' spot rates swap mid-way (hour 25 of ~50 of arrivals): a becomes the flaky one.
+    "swap": {"changes": [(25.0, {"us-east5-a": 2.0, "us-east5-c": 0.1})]},
+    # Our own: steady capacity is contended. A 2-VM reservation, zone a's spot small, more long runs
+    # (2-hour checkpoints) and more arrivals: who gets the steady capacity decides the bill.
+    "contended": {
+        "reservation_vms": 2,
+        "arrivals_per_hour": 2.5,
+        "capacity_chips": {
+            "us-east5-a": {"SPOT": 8, "STANDARD": 32},
+            "us-east5-b": {"SPOT": 24, "STANDARD": 32},
+            "us-east5-c": {"SPOT": 48, "STANDARD": 32},
+        },
+        "classes": {
+            "experiment": {"share": 0.45, "hours": [1.0, 3.0], "checkpoint_min": 5, "deadline": {"x_work": 3}},
+            "nightly": {"share": 0.2, "hours": [4.0, 6.0], "checkpoint_min": 20,
+                        "deadline": {"x_work": 1, "plus_h": 2}},
+            "long": {"share": 0.35, "hours": [10.0, 16.0], "checkpoint_min": 120, "deadline": {"x_work": 2}},
+        },
+    },
+}
+SEEDS = (7, 8)  # every scenario, both seeds
+# Runs per seed: 300 before the suite; 100 here, because the fake Compute Engine's fidelity work made a
+# fleet ~10x slower (~1 s per 100 runs loaded, x 261 fixed ladders x 14 (scenario, seed)): ~50 h of arrivals.
+SUITE_RUNS = 100
 Rates = list[tuple[float, dict[str, float]]]  # (from second, spot preemptions/h by zone), in order
 
 
-def scenario_rates(name: str) -> Rates:
-    """``stationary``: the rates above throughout; ``drift``: zone a's changes at ``drift.at_hour``."""
-    base = dict(SCENARIO["spot_preemptions_per_hour"])
-    if name == "stationary":
-        return [(0.0, base)]
-    d = SCENARIO["drift"]
-    return [(0.0, base), (d["at_hour"] * 3600.0, {**base, **d["spot_preemptions_per_hour"]})]
+def scenario(name: str) -> dict[str, Any]:
+    """The base scenario with the suite's changes for ``name``."""
+    if name not in SUITE:
+        raise ValueError(f"scenario: {name!r} is not one of {list(SUITE)}")
+    return {**SCENARIO, **SUITE[name], "name": name}
+
+
+def scenario_rates(name: str | dict[str, Any]) -> Rates:
+    """The spot rates through time: the base's, then each change from its hour."""
+    sc = scenario(name) if isinstance(name, str) else name
+    out: Rates = [(0.0, dict(sc["spot_preemptions_per_hour"]))]
+    for at_h, change in sc["changes"]:
+        out.append((at_h * 3600.0, {**out[-1][1], **change}))
+    return out
 
 
 def preempted_at(rates: Rates, zone: str, start: float, rng: random.Random) -> float:
@@ -131,12 +209,9 @@ def preempted_at(rates: Rates, zone: str, start: float, rng: random.Random) -> f
     return math.inf
 
 
-def _deadline(cls: str, work_s: float) -> float:
-    if cls == "experiment":
-        return 3 * work_s
-    if cls == "nightly":
-        return work_s + 7200.0
-    return 2 * work_s
+def _deadline(cls: dict[str, Any], work_s: float) -> float:
+    d = cls["deadline"]
+    return float(d.get("x_work", 1.0)) * work_s + float(d.get("plus_h", 0.0)) * 3600.0
 
 
 @dataclass
@@ -166,16 +241,17 @@ class RunState:
     refused: list[dict[str, Any]] = field(default_factory=list)  # stock-outs not yet published
 
 
-def make_runs(n: int, seed: int) -> list[RunSpec]:
+def make_runs(n: int, seed: int, sc: dict[str, Any] | None = None) -> list[RunSpec]:
+    sc = sc or SCENARIO
     rng = random.Random(seed)
-    sps = SCENARIO["seconds_per_step"]
+    sps = sc["seconds_per_step"]
     out, t = [], 0.0
-    classes = SCENARIO["classes"]
+    classes = sc["classes"]
     for i in range(n):
-        t += rng.expovariate(SCENARIO["arrivals_per_hour"] / 3600.0)
+        t += rng.expovariate(sc["arrivals_per_hour"] / 3600.0)
         r = rng.random()
         acc = 0.0
-        cls = "long"
+        cls = list(classes)[-1]
         for name, c in classes.items():
             acc += c["share"]
             if r < acc:
@@ -184,8 +260,17 @@ def make_runs(n: int, seed: int) -> list[RunSpec]:
         c = classes[cls]
         work = rng.uniform(*c["hours"]) * 3600.0
         steps = int(work / sps)
-        out.append(RunSpec(i, cls, t, steps, int(c["checkpoint_min"] * 60 / sps), t + _deadline(cls, work)))
+        out.append(RunSpec(i, cls, t, steps, int(c["checkpoint_min"] * 60 / sps), t + _deadline(c, work)))
     return out
+
+
+def _prices(sc: dict[str, Any]) -> PriceTable:
+    """The shipped table, with v5p spot at ``spot_price_factor`` x on-demand when the scenario sets it."""
+    table = shipped()
+    if sc.get("spot_price_factor") is None:
+        return table
+    v5p = {**table.rates["v5p"], "spot": sc["spot_price_factor"] * table.rates["v5p"]["on-demand"]}
+    return replace(table, rates={**table.rates, "v5p": v5p}, origin=f"{table.origin} (scenario {sc.get('name')})")
 
 
 def trace(seed: int, *key: Any) -> random.Random:
@@ -205,38 +290,45 @@ def fleet_spec(ladder: list[str], wait_s: float | None = None) -> ProvisionSpec:
 
 
 class Fleet:
-    """One policy over the whole trace: ``order`` is None for ``auto``, else a fixed list of step numbers."""
+    """One policy over the whole trace: ``order`` is None for ``auto``, else a fixed list of step numbers,
+    or one per run class (a per-class fixed ladder)."""
 
-    def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | None,
+    def __init__(self, runs: list[RunSpec], seed: int, order: list[int] | dict[str, list[int]] | None,
                  reservation_price: ranking.ReservationPrice = "prepaid", rates: Rates | None = None,
                  half_life_h: float | None = None, scarcity: bool = True,
-                 wait_s: float | None = None) -> None:  # fmt: skip
+                 wait_s: float | None = None, sc: dict[str, Any] | None = None, forget: bool = True,
+                 view: bool = True) -> None:  # fmt: skip
+        self.sc = sc or SCENARIO
+        self.forget, self.view = forget, view
+        self.changes: dict[H.Key, forgetting.Change] = {}  # rungs reset by a change, at the last ranking
+        self.recent_gains: list[float] = []  # the fleet's recent asks for the reservation (fleet.admit)
         self.runs, self.seed, self.fixed = runs, seed, order
         self.reservation_price, self.scarcity = reservation_price, scarcity
-        self.rates = rates or scenario_rates("stationary")
+        self.rates = rates or scenario_rates(self.sc)
         self.half_life_s = half_life_h * 3600.0 if half_life_h is not None else None
         self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each slice's record, folded
         # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
         self.window_end = max((r.deadline for r in runs), default=0.0)
-        self.spec = fleet_spec(SCENARIO["written_ladder"], wait_s)
+        self.spec = fleet_spec(self.sc["written_ladder"], wait_s)
         self.steps = plan(self.spec)
-        self.table = shipped()
+        self.table = _prices(self.sc)
         self.backend_name = ranking.backend_of(self.spec)
         self.clock = ManualClock(start=1_790_000_000.0)
         self.t0 = self.clock.now()
         self.api = ComputeBackend(clock=self.clock, preempt_notice_s=30.0)
-        cap = {z: dict(c) for z, c in SCENARIO["capacity_chips"].items()}
+        cap = {z: dict(c) for z, c in self.sc["capacity_chips"].items()}
         cap["us-east5-a"]["reservations"] = {
-            RESERVATION: {"count": SCENARIO["reservation_vms"], "machineType": MACHINE}
+            RESERVATION: {"count": self.sc["reservation_vms"], "machineType": MACHINE}
         }
         self.api.configure_capacity(cap)
-        self.api.set_latency(provision_s=SCENARIO["boot_s"], delete_s=0.0)
+        self.api.set_latency(provision_s=self.sc["boot_s"], delete_s=0.0, op_polls=0)  # an answer at once
         self.history: dict[H.Key, History] = {}
         self.events: list[tuple[float, int, str, int]] = []
         self.seq = itertools.count()
         self.state = {r.idx: RunState(r) for r in runs}
         self.rankings = 0
         self.held: dict[str, float] = {}  # slice-hours by tier@zone
+        self.reserved_in_window_h = 0.0  # reservation hours used within its paid window
         self.list_cost = 0.0  # every held hour at its list price (the accounting before the audit)
         # GCS requests for the history: a ranking reads the capacity summary (1); each slice's record is
         # published into it (a read and a conditional write; the sim is sequential, so no 412 retries).
@@ -262,12 +354,21 @@ class Fleet:
         (``choose.wait``: then only those before on-demand are tried); None: the ladder's retry."""
         if self.fixed is not None:
             by = {s.number: s for s in self.steps}
-            return [by[n] for n in self.fixed], None
-        sps = SCENARIO["seconds_per_step"]
+            fixed = self.fixed[st.spec.cls] if isinstance(self.fixed, dict) else self.fixed
+            return [by[n] for n in fixed], None
+        sps = self.sc["seconds_per_step"]
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
+        view = None
+        if self.view:  # the reservation's own count / inUseCount, as Compute Engine answers them
+            st.api_calls += 1
+            live = fleet.counts(lambda: self.api.get_reservation(PROJECT, ZONES[0], RESERVATION))
+            free = {RESERVATION: live.free} if live is not None else {}
+            view = ranking.View(free, tuple(self.recent_gains[-fleet.RECENT_ASKS :]))
         ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
-                                        self.reservation_price, self.scarcity)  # fmt: skip
+                                        self.reservation_price, self.scarcity, view)  # fmt: skip
+        if self.view and choice.method == "cost":
+            self.recent_gains.append(fleet.gain(choice))
         self.rankings += 1
         self.history_reads += 1
         self.history_scan_reads += 1 + 2 * len(self.recorded_runs)
@@ -302,16 +403,19 @@ class Fleet:
             name = f"sim-{st.spec.idx}-a{step.number}-{n}"
             st.api_calls += 1
             op = self.api.insert_instance(PROJECT, step.zone, self.body(st, step, name))
+            # Operations are asynchronous (RUNNING, then DONE): a stock-out shows on the first read.
+            st.api_calls += 1
+            op = self.api.get_operation(PROJECT, f"zones/{step.zone}", op["name"])
             if "error" in op:
-                t += SCENARIO["stockout_s"]
+                t += self.sc["stockout_s"]
                 st.refused.append({"zone": step.zone, "tier": str(step.tier), "at": self.t0 + t})
                 continue
             self._publish_refusals(st)
             st.uses[step.number] = n + 1
             st.instance, st.step = name, step
-            self.at(t + SCENARIO["boot_s"], "ready", st.spec.idx)
+            self.at(t + self.sc["boot_s"], "ready", st.spec.idx)
             return
-        self.at(t + (SCENARIO["ladder_retry_s"] if wait is None else wait), "walk", st.spec.idx)
+        self.at(t + (self.sc["ladder_retry_s"] if wait is None else wait), "walk", st.spec.idx)
 
     def _publish_refusals(self, st: RunState) -> None:
         """The stock-outs met on the way to a slice, published with its "obtained" milestone (as the
@@ -333,8 +437,8 @@ class Fleet:
         inst = self.api.get_instance(PROJECT, st.step.zone, st.instance)
         assert inst["status"] == "RUNNING", inst["status"]
         t = st.ready_at = self.now()
-        sps = SCENARIO["seconds_per_step"]
-        done_at = t + SCENARIO["restore_s"] + (st.spec.steps - st.kept) * sps
+        sps = self.sc["seconds_per_step"]
+        done_at = t + self.sc["restore_s"] + (st.spec.steps - st.kept) * sps
         lose_at = math.inf
         if st.step.tier == "spot":
             luck = trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number])
@@ -354,6 +458,8 @@ class Fleet:
         st.cost += billed / 3600.0 * self.price(st.step)
         where = f"{st.step.tier}@{st.step.zone[-1]}"
         self.held[where] = self.held.get(where, 0.0) + held / 3600.0
+        if st.step.tier == "reservation":
+            self.reserved_in_window_h += max(0.0, min(end, self.window_end) - st.ready_at) / 3600.0
         st.api_calls += 1
         self.api.delete_instance(PROJECT, st.step.zone, st.instance)
         # The slice's record, as a run's state.json has it, folded by the real history code.
@@ -362,7 +468,7 @@ class Fleet:
         rec: dict[str, Any] = {"incarnations": [inc], "preemptions": []}
         if outcome == "preempted":
             rec["preemptions"].append({"zone": inc["zone"], "tier": inc["tier"], "detect_s": 0.0,
-                                       "delete_s": SCENARIO["detect_delete_s"], "restore_s": SCENARIO["restore_s"],
+                                       "delete_s": self.sc["detect_delete_s"], "restore_s": self.sc["restore_s"],
                                        "steps_lost": lost_steps})  # fmt: skip
         ident = {"accelerator_type": "v5p-8", "backend": self.backend_name}
         folded = H.fold_run(rec, ident)
@@ -378,18 +484,18 @@ class Fleet:
         assert st.step is not None
         t = self.now()
         self.api.preempt(st.step.zone, st.instance, PROJECT)
-        sps = SCENARIO["seconds_per_step"]
-        ran = max(0, int((t - st.ready_at - SCENARIO["restore_s"]) / sps))
+        sps = self.sc["seconds_per_step"]
+        ran = max(0, int((t - st.ready_at - self.sc["restore_s"]) / sps))
         every = st.spec.checkpoint_every
         kept = min(st.spec.steps, st.kept + ran // every * every)
         lost = st.kept + ran - kept
         st.kept = kept
         st.recoveries += 1
-        self._release(st, t + SCENARIO["detect_delete_s"], "preempted", lost)
-        if st.recoveries > SCENARIO["max_recoveries"]:
+        self._release(st, t + self.sc["detect_delete_s"], "preempted", lost)
+        if st.recoveries > self.sc["max_recoveries"]:
             st.failed, st.finished_at = True, t
             return
-        self.at(t + SCENARIO["detect_delete_s"], "walk", st.spec.idx)
+        self.at(t + self.sc["detect_delete_s"], "walk", st.spec.idx)
 
     def finish(self, st: RunState) -> None:
         st.kept = st.spec.steps
@@ -403,7 +509,12 @@ class Fleet:
             self.api._ops = {k: op for k, op in self.api._ops.items() if not op.done}
 
     def aged_history(self) -> dict[H.Key, History]:
-        """The history as ``history.fold`` weighs it with ``choose.half_life`` (the sums, without one)."""
+        """The history as the ranking reads it: forgetting by default (:mod:`tpu_ops.provision.forgetting`,
+        ``choose.half_life`` or a day, change-point resets); the plain sums without (``forget=False``)."""
+        if self.forget:
+            entries = [(H.last_seen(rec), folded) for rec, folded in self.records]
+            weighed, self.changes = forgetting.weigh(entries, self.clock.now(), self.half_life_s)
+            return weighed
         if self.half_life_s is None:
             return self.history
         now = self.clock.now()
@@ -417,19 +528,60 @@ class Fleet:
     def reservation_cost(self) -> float:
         """What the reservation costs every policy: each VM at its price over the window, used or not."""
         by = {s.tier: s for s in self.steps}
-        return SCENARIO["reservation_vms"] * self.price(by["reservation"]) * self.window_end / 3600.0
+        return self.sc["reservation_vms"] * self.price(by["reservation"]) * self.window_end / 3600.0
+
+    def usable_hours(self) -> tuple[float, float]:
+        """Slice-hours any policy could put on (the reservation, the reservation or spot) while respecting
+        every run's window: at each instant a run can hold one slice, and only between its arrival and
+        its deadline, so at most ``min(runs in their window, VMs)`` reserved hours accrue, and at most
+        ``min(runs in their window, VMs + spot slices)`` cheap ones; each integrated over the paid window."""
+        spot_slices = sum(c.get("SPOT", 0) for c in self.sc["capacity_chips"].values()) // 4
+        vms = self.sc["reservation_vms"]
+        edges = sorted([(r.arrival, 1) for r in self.runs] + [(r.deadline, -1) for r in self.runs])
+        active, last, res, cheap = 0, 0.0, 0.0, 0.0
+        for t, d in edges:
+            span = max(0.0, min(t, self.window_end) - last)
+            res += span * min(active, vms)
+            cheap += span * min(active, vms + spot_slices)
+            active, last = active + d, max(last, min(t, self.window_end))
+        return res / 3600.0, cheap / 3600.0
 
     def floor(self) -> float:
-        """A lower bound on any policy's $ per kept step over these runs (all of them finished): every
-        hour of work needs a slice-hour; the reservation's are prepaid (at most its VMs over the
-        window, each slice on one VM), every other costs at least the spot price. No preemption, no
-        boot, no restore, perfect packing: no policy, however clairvoyant, does better."""
-        sps = SCENARIO["seconds_per_step"]
+        """A lower bound on any policy's $ per kept step over these runs (all of them finished by their
+        deadlines): every hour of work needs a slice-hour; the reservation's are prepaid but usable only
+        while runs are in their window (:meth:`usable_hours`), the rest at least the spot price while
+        spot slices exist, on-demand beyond. No preemption, no boot, no restore, perfect packing: no
+        policy, however clairvoyant, does better."""
         steps = sum(r.steps for r in self.runs)
-        work_h = steps * sps / 3600.0
-        reserved_h = SCENARIO["reservation_vms"] * self.window_end / 3600.0
-        spot = next(s for s in self.steps if s.tier == "spot")
-        return (self.reservation_cost() + max(0.0, work_h - reserved_h) * self.price(spot)) / steps
+        return self.floor_usd(steps * self.sc["seconds_per_step"] / 3600.0) / steps
+
+    def floor_usd(self, work_h: float) -> float:
+        res_h, cheap_h = self.usable_hours()
+        on_res, on_cheap = min(work_h, res_h), min(work_h, cheap_h)
+        return self.reservation_cost() + (on_cheap - on_res) * self.tier_price("spot") + (
+            work_h - on_cheap) * self.tier_price("on-demand")  # fmt: skip
+
+    def tier_price(self, tier: str) -> float:
+        return self.price(next(s for s in self.steps if s.tier == tier))
+
+    def gap(self, kept: int, cost: float) -> dict[str, float]:
+        """Where this policy's $ per 1k kept steps above the floor (on the same work) goes: on-demand
+        hours (each at on-demand - spot), idle reservation (usable reserved hours not used, each at
+        the spot price it would have saved), lost time (held hours beyond the work kept: steps lost to
+        preemptions, boot-to-step restores, failed runs' unkept work; at the spot price), the rest."""
+        sps = self.sc["seconds_per_step"]
+        work_h = kept * sps / 3600.0
+        spot, od = self.tier_price("spot"), self.tier_price("on-demand")
+        od_h = sum(v for k, v in self.held.items() if k.startswith("on-demand"))
+        res_h, _ = self.usable_hours()
+        parts = {
+            "on_demand": od_h * (od - spot),
+            "idle_reservation": max(0.0, min(work_h, res_h) - self.reserved_in_window_h) * spot,
+            "lost": max(0.0, sum(self.held.values()) - work_h) * spot,
+        }
+        total = cost - self.floor_usd(work_h)
+        parts["other"] = total - sum(parts.values())
+        return {k: round(1000 * v / max(1, kept), 4) for k, v in {"total": total, **parts}.items()}
 
     def run(self) -> dict[str, Any]:
         for r in self.runs:
@@ -441,7 +593,7 @@ class Fleet:
             t, _, what, idx = heapq.heappop(self.events)
             self.clock.advance(max(0.0, t - self.now()))
             handlers[what](self.state[idx])
-            if n % 256 == 255:
+            if n % 16 == 15:
                 self._forget_done_operations()
         self.api.tick()
         leaked = self.api.state()["instances"]
@@ -466,6 +618,7 @@ class Fleet:
             "history_gcs_writes_per_run": self.history_writes / len(sts),
             "history_gcs_reads_per_run_full_scan": self.history_scan_reads / len(sts),
             "preemptions": sum(s.recoveries for s in sts),
+            "gap_to_floor_per_1k": self.gap(kept, cost),
             "slice_hours": {k: round(v, 1) for k, v in sorted(self.held.items())},
             "usd_per_1k_steps_by_class": {
                 c: round(
@@ -474,7 +627,7 @@ class Fleet:
                     / max(1, sum(s.kept for s in sts if s.spec.cls == c)),
                     4,
                 )
-                for c in SCENARIO["classes"]
+                for c in self.sc["classes"]
             },
             "hit_by_class": {
                 c: round(
@@ -489,7 +642,7 @@ class Fleet:
                     / max(1, sum(1 for s in sts if s.spec.cls == c)),
                     3,
                 )
-                for c in SCENARIO["classes"]
+                for c in self.sc["classes"]
             },
         }
 
@@ -518,42 +671,59 @@ def fixed_orders(steps: list[Step], all_orders: bool) -> dict[str, list[int]]:
     return out
 
 
-# name: (reservation price, half-life, scarcity charge, choose.wait seconds)
-AUTOS: dict[str, tuple[ranking.ReservationPrice, bool, bool, float | None]] = {
-    "auto": ("prepaid", False, True, None),  # as shipped, defaults only: the README's figure
-    "auto with choose.wait 10 min": ("prepaid", False, True, 600.0),
-    "auto with choose.half_life 24 h": ("prepaid", True, True, None),
-    "auto without the scarcity charge, reservation at the spot price (the previous round)": (
-        "opportunity", False, False, None),
-    "auto without the scarcity charge, reservation at 0": ("prepaid", False, False, None),
+# name: the Fleet's keyword arguments for that variant of ``auto``
+AUTOS: dict[str, dict[str, Any]] = {
+    "auto": {},  # as shipped, defaults only: forgetting, the fleet view
+    "auto with choose.wait 10 min": {"wait_s": 600.0},  # patience, taken per run when it pays
+    "auto as last round (no forgetting, no fleet view)": {"forget": False, "view": False},
+    "auto without the scarcity charge, reservation at the spot price (two rounds ago)": {
+        "reservation_price": "opportunity", "scarcity": False, "forget": False, "view": False},
 }
 
 
-def compare(runs: list[RunSpec], seed: int, scenario: str, orders: dict[str, list[int]],
-            fixed_cache: Path | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every fixed ladder and ``auto`` (with its variants) on the same runs and the same luck.
+VARIANTS = ("auto",)  # measured by default; ``--variants`` adds the others of ``AUTOS``
+
+
+def per_class_orders(results: dict[str, dict[str, Any]], classes: list[str]) -> dict[str, str]:
+    """What a team writes with hindsight: for each kind of run, the fixed ladder cheapest for that class
+    among those whose hit rate for it is within 2 points of the best any fixed ladder reached."""
+    out = {}
+    for c in classes:
+        best_hit = max(r["hit_by_class"][c] for r in results.values())
+        pool = [k for k, r in results.items() if r["hit_by_class"][c] >= best_hit - 0.02]
+        out[c] = min(pool, key=lambda k: results[k]["usd_per_1k_steps_by_class"][c])
+    return out
+
+
+def compare(runs: list[RunSpec], seed: int, name: str, orders: dict[str, list[int]],
+            fixed_cache: Path | None = None, variants: tuple[str, ...] = VARIANTS) -> dict[str, Any]:  # fmt: skip
+    """Every fixed ladder, the per-class fixed ladders and ``auto`` (with ``variants``) on the same runs
+    and the same luck, in scenario ``name``.
     ``fixed_cache``: a directory keeping the fixed ladders' results per (runs, seed, scenario, ladders):
     they never call the ranking, so they can be reused while it changes (delete it when the sim does)."""
-    rates = scenario_rates(scenario)
-    cached = fixed_cache / f"fixed-{len(runs)}-{seed}-{scenario}-{len(orders)}.json" if fixed_cache else None
+    sc = scenario(name)
+    rates = scenario_rates(sc)
+    cached = fixed_cache / f"fixed-{len(runs)}-{seed}-{name}-{len(orders)}.json" if fixed_cache else None
     if cached is not None and cached.exists():
         results: dict[str, dict[str, Any]] = json.loads(cached.read_text())
     else:
-        results = {name: Fleet(runs, seed, order, rates=rates).run() for name, order in orders.items()}
+        results = {k: Fleet(runs, seed, order, rates=rates, sc=sc).run() for k, order in orders.items()}
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             cached.write_text(json.dumps(results, default=str))
+    by_class = per_class_orders(results, list(sc["classes"]))
+    per_class = Fleet(runs, seed, {c: orders[k] for c, k in by_class.items()}, rates=rates, sc=sc).run()
     autos: dict[str, dict[str, Any]] = {}
-    for name, (price, aged, scarce, wait_s) in AUTOS.items():
-        fleet = Fleet(runs, seed, None, price, rates, SCENARIO["half_life_h"] if aged else None, scarce, wait_s)
-        autos[name] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
+    for v in variants:
+        fleet = Fleet(runs, seed, None, rates=rates, sc=sc, **AUTOS[v])
+        autos[v] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
     for a in autos.values():  # each variant against the best fixed ladder at its own hit rate
         pool_a = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= a["deadline_hit_rate"]} or results
         best_a = min(pool_a, key=lambda k: pool_a[k]["usd_per_kept_step"])
         a["vs_best_fixed"] = {"ladder": best_a, "usd_per_kept_step": pool_a[best_a]["usd_per_kept_step"],
                               "saving": 1 - a["usd_per_kept_step"] / pool_a[best_a]["usd_per_kept_step"]}  # fmt: skip
-    auto = autos["auto"]
-    floor = Fleet(runs, seed, None, rates=rates).floor()
+    auto = autos[variants[0]]
+    floor = Fleet(runs, seed, None, rates=rates, sc=sc).floor()
     written_name = next(iter(orders))
     # The best fixed ladder, with hindsight, at an equal or better deadline hit rate than auto's.
     comparable = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= auto["deadline_hit_rate"]}
@@ -561,12 +731,15 @@ def compare(runs: list[RunSpec], seed: int, scenario: str, orders: dict[str, lis
     best_name = min(pool, key=lambda k: pool[k]["usd_per_kept_step"])
     cheapest_name = min(results, key=lambda k: results[k]["usd_per_kept_step"])
     return {
-        "scenario": scenario,
+        "scenario": name,
+        "seed": seed,
+        "runs": len(runs),
         "spot_rates": rates,
         "autos": autos,
         "written_order": {"ladder": written_name, **results[written_name]},
         "best_fixed": {"ladder": best_name, **results[best_name], "compared_at_hit_rate_ge_auto": bool(comparable)},
         "cheapest_fixed": {"ladder": cheapest_name, **results[cheapest_name]},
+        "per_class_fixed": {"ladders": by_class, **per_class},
         "fixed_ladders": len(results),
         "auto_saving_vs_best_fixed": 1 - auto["usd_per_kept_step"] / results[best_name]["usd_per_kept_step"],
         # The most any policy could save against the best fixed ladder on these runs (see Fleet.floor).
@@ -575,64 +748,83 @@ def compare(runs: list[RunSpec], seed: int, scenario: str, orders: dict[str, lis
     }
 
 
+def _one(job: tuple[str, int, int, bool, Path | None, tuple[str, ...]]) -> dict[str, Any]:
+    name, seed, n, written_only, cache, variants = job
+    runs = make_runs(n, seed, scenario(name))
+    orders = fixed_orders(plan(fleet_spec(SCENARIO["written_ladder"])), not written_only)
+    t0 = time.perf_counter()
+    out = compare(runs, seed, name, orders, cache, variants)
+    return {**out, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The suite's table: per scenario and seed, both baselines, the floor, auto, hit rates, leaks."""
+    head = (f"{'scenario':<16}{'seed':>5}  {'best fixed':>16}  {'per-class fixed':>16}  {'floor':>7}  "
+            f"{'auto':>16}  {'auto vs best':>12}  {'leaked':>6}")  # fmt: skip
+    lines = [head, "-" * len(head)]
+
+    def cell(r: dict[str, Any]) -> str:
+        return f"{r['usd_per_kept_step'] * 1000:6.3f} hit {r['deadline_hit_rate']:5.1%}"
+
+    for r in results:
+        a = next(iter(r["autos"].values()))
+        leaked = sum(x["slices_leaked"] for x in (a, r["best_fixed"], r["per_class_fixed"]))
+        lines.append(f"{r['scenario']:<16}{r['seed']:>5}  {cell(r['best_fixed']):>16}  "
+                     f"{cell(r['per_class_fixed']):>16}  "
+                     f"{r['floor_usd_per_kept_step'] * 1000:7.3f}  {cell(a):>16}  "
+                     f"{r['auto_saving_vs_best_fixed']:>12.1%}  {leaked:>6}")  # fmt: skip
+    if results:
+        mean = sum(r["auto_saving_vs_best_fixed"] for r in results) / len(results)
+        worst = min(results, key=lambda r: r["auto_saving_vs_best_fixed"])
+        lines.append(f"mean saving of auto vs the best fixed ladder: {mean:.1%}; worst {worst['scenario']} seed "
+                     f"{worst['seed']}: {worst['auto_saving_vs_best_fixed']:.1%} ($ per 1k kept steps; the best "
+                     "fixed ladder chosen with hindsight among those at a hit rate ≥ auto's)")  # fmt: skip
+    lines.append("")
+    lines.append("where the gap to the floor goes ($ per 1k kept steps: on-demand / idle reservation / lost / other)")
+    for r in results:
+        for label, x in (("best fixed", r["best_fixed"]), ("per-class", r["per_class_fixed"]),
+                         *r["autos"].items()):  # fmt: skip
+            g = x["gap_to_floor_per_1k"]
+            lines.append(f"  {r['scenario']:<16}{r['seed']:>3} {label:<12} total {g['total']:6.3f} = "
+                         f"{g['on_demand']:6.3f} / {g['idle_reservation']:6.3f} / {g['lost']:6.3f} / "
+                         f"{g['other']:6.3f}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--scenario", choices=("both", "stationary", "drift"), default="both")
+    ap.add_argument("--runs", type=int, default=SUITE_RUNS, help=f"runs per seed (default {SUITE_RUNS})")
+    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated (default the suite's)")
+    ap.add_argument("--scenario", action="append", choices=list(SUITE), help="repeatable; default: the suite")
+    ap.add_argument("--variants", action="append", choices=list(AUTOS), help="auto variants (default: auto)")
     ap.add_argument("--written-only", action="store_true", help="compare with the written order only")
+    ap.add_argument("--jobs", type=int, default=1, help="processes, one (scenario, seed) each")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--json-out", help="also write the figures as JSON to this file")
     ap.add_argument("--fixed-cache", type=Path, help="directory reusing the fixed ladders' results (see compare)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    runs = make_runs(args.runs, args.seed)
-    steps = plan(fleet_spec(SCENARIO["written_ladder"]))
-    orders = fixed_orders(steps, not args.written_only)
-    names = ("stationary", "drift") if args.scenario == "both" else (args.scenario,)
-    out: dict[str, Any] = {"scenario": {**SCENARIO, "runs": args.runs, "seed": args.seed}}
-    for name in names:
-        out[name] = compare(runs, args.seed, name, orders, args.fixed_cache)
-    out["seconds"] = round(time.perf_counter() - t0, 1)
+    names = args.scenario or list(SUITE)
+    variants = tuple(args.variants or VARIANTS)
+    jobs = [(n, int(s), args.runs, args.written_only, args.fixed_cache, variants)
+            for n in names for s in args.seeds.split(",")]  # fmt: skip
+    if args.jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            results = pool.map(_one, jobs, chunksize=1)
+    else:
+        results = [_one(j) for j in jobs]
+    out: dict[str, Any] = {"base": SCENARIO, "suite": SUITE, "runs": args.runs, "results": results,
+                           "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(out, indent=2, default=str))
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
-
-    def line(name: str, r: dict[str, Any]) -> str:
-        return (f"  {name:<64} ${r['cost_usd']:>8,.0f}  ${r['usd_per_kept_step'] * 1000:6.3f}/1k steps  "
-                f"hit {r['deadline_hit_rate']:6.1%}  failed {r['failed_runs']:2d}  leaked {r['slices_leaked']}  "
-                f"API calls/run {r['api_calls_per_run']:4.1f}  preemptions {r['preemptions']}")  # fmt: skip
-
-    prepaid = out[names[0]]["written_order"]["reservation_prepaid_usd"]
-    print(f"fleet: {args.runs} runs (seed {args.seed}), {SCENARIO['accelerator']}")
-    print(f"  spot preemptions/h by zone (hidden from the ranking): {SCENARIO['spot_preemptions_per_hour']}")
-    print(f"  capacity chips: {SCENARIO['capacity_chips']}; reservation {SCENARIO['reservation_vms']} VMs in "
-          f"us-east5-a, {SCENARIO['reservation_billing']} (${prepaid:,.0f}); "
-          f"{SCENARIO['arrivals_per_hour']} arrivals/h")  # fmt: skip
-    print(f"  classes: {json.dumps(SCENARIO['classes'])}")
-    print(f"  auto: choose.max_miss {SCENARIO['max_miss']}; starts with no history (the written order)")
-    for name in names:
-        r = out[name]
-        d = SCENARIO["drift"]
-        what = "rates as above" if name == "stationary" else (
-            f"from hour {d['at_hour']:.0f} spot/h {d['spot_preemptions_per_hour']}")  # fmt: skip
-        print(f"scenario {name} ({what}); {r['fixed_ladders']} fixed-order ladders on the same traces:")
-        for label, a in r["autos"].items():
-            print(line(label, a) + f"  vs best fixed at its hit rate {a['vs_best_fixed']['saving']:.1%}")
-        print(line(r["written_order"]["ladder"], r["written_order"]))
-        print(line("best fixed (hit ≥ auto): " + r["best_fixed"]["ladder"], r["best_fixed"]))
-        print(line("cheapest fixed (any hit): " + r["cheapest_fixed"]["ladder"], r["cheapest_fixed"]))
-        a, b = r["autos"]["auto"], r["best_fixed"]
-        print(f"  => auto vs best fixed: {r['auto_saving_vs_best_fixed']:.1%} cheaper per kept step, hit rate "
-              f"{a['deadline_hit_rate']:.1%} vs {b['deadline_hit_rate']:.1%}; rankings {a['rankings']} "
-              f"{a['ranking_methods']}, history GCS reads/run {a['history_gcs_reads_per_run']:.1f} "
-              f"(+{a['history_gcs_writes_per_run']:.1f} writes; a full scan per ranking: "
-              f"{a['history_gcs_reads_per_run_full_scan']:.0f})")  # fmt: skip
-        print(f"  => floor (no policy does better: all work on the prepaid reservation or on spot, never "
-              f"preempted): ${r['floor_usd_per_kept_step'] * 1000:.3f}/1k steps, at most "
-              f"{r['ceiling_saving_vs_best_fixed']:.1%} below the best fixed ladder")  # fmt: skip
+    print(f"fleet suite: {len(names)} scenario(s) x seeds {args.seeds}, {args.runs} runs each, "
+          f"{SCENARIO['accelerator']}; {results[0]['fixed_ladders'] if results else 0} fixed ladders")
+    print(table(results))
     print(f"{out['seconds']} s")
     return 0
 

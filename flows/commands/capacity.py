@@ -2,7 +2,8 @@
 
 - ``capacity stats --history gs://BUCKET/PREFIX``: per (accelerator type, zone, tier, backend), the
   observed preemption rate and the hours it rests on, time to obtain a slice, recovery overhead and
-  steps lost, folded from the run records under that checkpoint dir.
+  steps lost, folded from the run records under that checkpoint dir; beside them the hours as the
+  ranking weighs them (recent runs more) and a change that reset a rung, if any.
 - ``capacity plan --spec FILE``: the ladder's order for a provision, training or pipeline spec, each
   rung's expected $ per kept step, completion time, deadline miss probability and why it won or lost.
 - ``capacity calendar --spec FILE``: the calendar-mode reservations a spec could use, and their windows
@@ -64,6 +65,7 @@ def stats(args: argparse.Namespace) -> int:
     settings = shell_settings()
     runs = history.read_runs(Clients(settings).gcs(), root)
     rows = [s.to_json() for s in history.stats(history.fold((rec, ident) for _, rec, ident in runs))]
+    _forgetting(rows, runs)
     table = [
         {
             "accelerator": r["accelerator_type"],
@@ -77,12 +79,42 @@ def stats(args: argparse.Namespace) -> int:
             "recovery (s)": _num(r["recovery_s_mean"], ".1f"),
             "steps lost": _num(r["steps_lost_mean"], ".1f"),
             "refused": _num(r["refused_share"], ".0%"),  # requests refused for capacity: how often full
+            "weighted h": f"{r['weighted_hours']:.2f}",  # what the ranking reads: recent runs weigh more
+            "change": _change(r["change"]),
         }
         for r in rows
     ]
+    from tpu_ops.provision.fleet import holding
+
+    # The fleet view: which slice each run holds now, from its run state (tpu_ops.provision.fleet).
+    holds = {rid: h for rid, rec, _ in runs if (h := holding(rec)) is not None}
     text = f"{len(runs)} run(s) under {args.history}\n{_table(table)}"
-    show({"history": args.history, "runs": len(runs), "rungs": rows}, args.json, text)
+    if holds:
+        text += "\nholding now: " + ", ".join(f"{rid} {h['tier']} in {h['zone']}" for rid, h in sorted(holds.items()))
+    show({"history": args.history, "runs": len(runs), "rungs": rows, "holding": holds}, args.json, text)
     return 0
+
+
+def _forgetting(rows: list[dict[str, Any]], runs: list[tuple[str, dict[str, Any], Any]]) -> None:
+    """Each row's hours as the ranking weighs them, and the change that reset it, if any
+    (:mod:`tpu_ops.provision.forgetting`: forgetting by default)."""
+    import time
+
+    from tpu_ops.provision import forgetting, history
+
+    entries = [(history.last_seen(rec), history.fold_run(rec, ident)) for _, rec, ident in runs]
+    weighed, changes = forgetting.weigh(entries, time.time())
+    for r in rows:
+        key = (r["accelerator_type"], r["zone"], r["tier"], r["backend"])
+        r["weighted_hours"] = round(weighed[key].hours, 6) if key in weighed else 0.0
+        r["change"] = changes[key].to_json() if key in changes else None
+
+
+def _change(c: dict[str, Any] | None) -> str:
+    if c is None:
+        return "-"
+    lo, hi = c["expected_interval"]
+    return f"reset: {c['recent_preemptions']:g} in {c['recent_hours']:.1f} h, {lo}-{hi} expected"
 
 
 def plan(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -43,8 +44,8 @@ def test_every_policy_pays_the_reservation_and_using_it_is_free(sim: ModuleType)
     used = sum(s.cost for s in written.state.values())
     assert used == pytest.approx(written.list_cost - res_h * 16.8, rel=1e-9)
     assert w["usd_per_kept_step_list_accounting"] == pytest.approx(written.list_cost / w["kept_steps"], rel=1e-12)
-    # Insert, get, delete per slice; no stock-out or preemption on on-demand here; nothing leaked.
-    assert o["api_calls_per_run"] == 3.0 and o["preemptions"] == 0
+    # Insert, its operation read, get, delete per slice; no stock-out or preemption on on-demand here.
+    assert o["api_calls_per_run"] == 4.0 and o["preemptions"] == 0
     assert o["slices_leaked"] == 0 == w["slices_leaked"]
 
 
@@ -89,7 +90,7 @@ def test_preemptions_follow_a_rate_that_changes(sim: ModuleType) -> None:
     assert sim.preempted_at(rates, "off", 0.0, random.Random(1)) == float("inf")
     assert sim.scenario_rates("stationary") == [(0.0, sim.SCENARIO["spot_preemptions_per_hour"])]
     drift = sim.scenario_rates("drift")
-    assert drift[1] == (72 * 3600.0, {"us-east5-a": 1.0, "us-east5-b": 0.6, "us-east5-c": 2.0})
+    assert drift[1] == (30 * 3600.0, {"us-east5-a": 1.0, "us-east5-b": 0.6, "us-east5-c": 2.0})
 
 
 def test_history_requests_and_the_fixed_ladder_cache(sim: ModuleType, tmp_path: Path) -> None:
@@ -114,20 +115,51 @@ def test_history_requests_and_the_fixed_ladder_cache(sim: ModuleType, tmp_path: 
     assert again["written_order"] == first["written_order"]
 
 
-def test_the_floor_no_policy_beats(sim: ModuleType) -> None:
+def test_the_floor_respects_deadlines_and_the_paid_window(sim: ModuleType) -> None:
+    """Two runs of 2 h due at once, one of 1 h later: a 1-VM reservation can hold 3 of the 5 hours in
+    their windows (not 6, its paid window), spot the other 2; without spot, on-demand."""
+    sc = {**sim.SCENARIO, "reservation_vms": 1}
+    h = 3600.0
+    runs = [sim.RunSpec(0, "nightly", 0.0, 3600, 600, 2 * h), sim.RunSpec(1, "nightly", 0.0, 3600, 600, 2 * h),
+            sim.RunSpec(2, "experiment", 5 * h, 1800, 150, 6 * h)]  # fmt: skip
+    fleet = sim.Fleet(runs, 7, None, sc=sc)
+    assert fleet.usable_hours() == (3.0, 5.0)
+    prepaid = 1 * 16.8 * 6  # one VM of 4 chips at 4.20, the window [0, 6 h]
+    assert fleet.reservation_cost() == pytest.approx(prepaid, rel=1e-12)
+    assert fleet.floor() == pytest.approx((prepaid + 2 * 8.4) / 9000, rel=1e-12)
+    no_spot = {**sc, "capacity_chips": {z: {"STANDARD": 24} for z in sim.ZONES}}
+    assert sim.Fleet(runs, 7, None, sc=no_spot).floor() == pytest.approx((prepaid + 2 * 16.8) / 9000, rel=1e-12)
+
+
+def test_no_policy_beats_the_floor_and_the_gap_adds_up(sim: ModuleType) -> None:
     runs = sim.make_runs(40, 7)
     steps = sim.plan(sim.fleet_spec(sim.SCENARIO["written_ladder"]))
     orders = sim.fixed_orders(steps, True)
     fleet = sim.Fleet(runs, 7, None)
     total = sum(r.steps for r in runs)
-    work_h = total * 2.0 / 3600
-    reserved_h = 3 * max(r.deadline for r in runs) / 3600
-    assert work_h > reserved_h  # more work than the reservation can hold: the rest at spot, 4 x 2.10
-    assert fleet.floor() == pytest.approx((fleet.reservation_cost() + (work_h - reserved_h) * 8.4) / total, rel=1e-12)
     for name in ("written: res > spot a,b,c > on-demand a,b,c", "spot a > res > spot b > on-demand", "res > on-demand"):
-        r = sim.Fleet(runs, 7, orders[name]).run()
+        f = sim.Fleet(runs, 7, orders[name])
+        r = f.run()
         assert r["kept_steps"] == total and r["usd_per_kept_step"] > fleet.floor()
+        g = r["gap_to_floor_per_1k"]
+        assert g["total"] == pytest.approx(1000 * (r["usd_per_kept_step"] - fleet.floor()), abs=1e-3)
+        assert g["total"] == pytest.approx(g["on_demand"] + g["idle_reservation"] + g["lost"] + g["other"], abs=1e-3)
+        od_h = sum(v for k, v in f.held.items() if k.startswith("on-demand"))
+        assert g["on_demand"] == pytest.approx(round(1000 * od_h * 8.4 / total, 4), abs=1e-4)
     assert fleet.run()["usd_per_kept_step"] > fleet.floor()
+
+
+def test_the_suite_is_fixed(sim: ModuleType) -> None:
+    """Seven scenarios of different kinds, two seeds: changing one after measuring shows here."""
+    assert list(sim.SUITE) == ["stationary", "drift", "cheap-flaky", "due-soon", "big-reservation", "swap",
+                               "contended"]  # fmt: skip
+    assert sim.SEEDS == (7, 8) and sim.SUITE_RUNS == 100
+    assert sim.scenario_rates("swap")[1] == (25 * 3600.0, {"us-east5-a": 2.0, "us-east5-b": 0.6, "us-east5-c": 0.1})
+    assert sim._prices(sim.scenario("cheap-flaky")).price("v5p", "spot") == pytest.approx(0.3 * 4.20)
+    due = sim.make_runs(200, 7, sim.scenario("due-soon"))
+    urgent = [r for r in due if r.cls == "urgent"]
+    assert 50 < len(urgent) < 85
+    assert all(r.deadline - r.arrival == pytest.approx(r.steps * 2.0 + 1800, abs=2.0) for r in urgent)
 
 
 def test_a_patient_fleet_waits_for_spot_instead_of_buying_on_demand(sim: ModuleType) -> None:
@@ -140,3 +172,38 @@ def test_a_patient_fleet_waits_for_spot_instead_of_buying_on_demand(sim: ModuleT
     # The same runs and luck: on-demand falls to a fraction, every deadline still kept, nothing leaked.
     assert p["slice_hours"]["on-demand@a"] < h["slice_hours"]["on-demand@a"] / 2
     assert p["deadline_hit_rate"] == h["deadline_hit_rate"] == 1.0 and p["slices_leaked"] == 0
+
+
+def test_auto_sees_the_swap_within_two_hours_and_asks_the_reservation_for_its_counts(sim: ModuleType) -> None:
+    """Forgetting by default: the change-point reset fires on zone a's spot soon after the swap (hour 25);
+    the fleet view reads the reservation's count / inUseCount before each ranking."""
+    from tpu_ops.provision import forgetting
+
+    sc = sim.scenario("swap")
+    fleet = sim.Fleet(sim.make_runs(60, 7, sc), 7, None, sc=sc)
+    resets: list[tuple[float, str]] = []
+    weigh = forgetting.weigh
+
+    def spy(entries: Any, now: float, half_life_s: float | None = None) -> Any:
+        out, changes = weigh(entries, now, half_life_s)
+        resets.extend(((now - fleet.t0) / 3600, f"{k[2]}@{k[1][-1]}") for k in changes)
+        return out, changes
+
+    reads: list[int] = []
+    get = fleet.api.get_reservation
+
+    def counted(*a: Any) -> Any:
+        reads.append(1)
+        return get(*a)
+
+    fleet.api.get_reservation = counted
+    sim.forgetting.weigh = spy
+    try:
+        r = fleet.run()
+    finally:
+        sim.forgetting.weigh = weigh
+    first = min(t for t, k in resets if k == "spot@a")
+    assert 25.0 < first < 27.0
+    # A gain per ranking by cost (not the first ones, in the written order: no history yet).
+    assert r["slices_leaked"] == 0 and len(fleet.recent_gains) == fleet.why_counts["cost"] > 100
+    assert reads == [1] * fleet.rankings  # one reservations.get per ranking

@@ -190,6 +190,9 @@ def test_capacity_stats_and_plan_from_a_bucket(
     a = next(r for r in out["rungs"] if r["zone"] == "us-east5-a" and r["tier"] == "spot")
     assert (a["hours"], a["preemptions"], a["preemptions_per_hour"]) == (4.0, 2, 0.5)
     assert (a["slices_obtained"], a["obtain_s_mean"], a["steps_lost_mean"]) == (1, 300.0, 40.0)
+    # Forgetting by default: the hours as the ranking weighs them (no run newer than these: whole), no reset.
+    assert a["change"] is None and 0 < a["weighted_hours"] <= a["hours"]
+    assert out["holding"] == {}  # both runs ended their slices
     assert main(["capacity", "stats", "--history", "gs://hist/ckpt"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("2 run(s) under gs://hist/ckpt") and "us-east5-b" in text
@@ -204,8 +207,10 @@ def test_capacity_stats_and_plan_from_a_bucket(
     order = [(r["zone"], r["tier"]) for r in plan["rungs"]]
     assert order[0] == ("us-east5-a", "spot") and order[1] == ("us-east5-b", "spot")
     a_spot, b_spot = plan["rungs"][0], plan["rungs"][1]
-    assert (a_spot["full"], a_spot["scarcity_usd"], b_spot["full"]) == (0.0, 0.0, round(1 / 3, 6))
-    assert b_spot["scarcity_usd"] == pytest.approx(b_spot["held_s"] / 3600 * 16 * (4.2 - 2.1) / 3, rel=1e-5)
+    # (the two runs were last seen minutes apart: forgetting by default weighs the older a hair less)
+    assert (a_spot["full"], a_spot["scarcity_usd"]) == (0.0, 0.0) and b_spot["full"] == pytest.approx(1 / 3, abs=1e-3)
+    full = b_spot["full"]
+    assert b_spot["scarcity_usd"] == pytest.approx(b_spot["held_s"] / 3600 * 16 * (4.2 - 2.1) * full, rel=1e-5)
     assert b_spot["usd"] < a_spot["usd"] < b_spot["usd"] + b_spot["scarcity_usd"]  # cheaper, but scarce
     assert b_spot["why"].endswith(f"(scarce: 33% of requests refused, +${b_spot['scarcity_usd']:.2f} included)")
     assert "scarce" not in a_spot["why"]
@@ -301,6 +306,7 @@ def test_the_ranking_reads_history_weighed_by_its_half_life(gcs_env: dict[str, s
     got = history_for(spec, Clients(settings), now=12320.0 + 3600)
     assert got[key].hours == 1.0 and got[key].preemptions == 0.5  # a half-life old: half of 2 h, 1
     del body["choose"]["half_life"]
+    # Forgetting by default ages runs from the newest evidence (here this one run): it counts whole.
     assert history_for(ProvisionSpec.model_validate(body), Clients(settings), now=12320.0 + 3600)[key].preemptions == 1
 
 

@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
+from tpu_ops.provision import why as text
+
 PRIOR_HOURS: Final = 4.0  # a prior rate weighs as much as 4 hours of observed slice time
 TIE: Final = 0.1  # rungs within 10% of the cheapest per kept step count as a tie (see ``rank``)
 PRIOR_WEIGHT: Final = 2.0  # a prior obtain/recovery time weighs as much as 2 observations
@@ -333,7 +335,7 @@ def rank(
     late = sorted((e for e in exps if e.miss_probability > max_miss),
                   key=lambda e: (e.miss_probability, e.usd_per_step, e.rung.order))  # fmt: skip
     deadline = " that makes the deadline" if run.deadline_s is not None else ""
-    out = [Ranked(e, i + 1, True, _why(e, ok, near, deadline) + _scarce(e)) for i, e in enumerate(ok)]
+    out = [Ranked(e, i + 1, True, text.why(e, ok, near, deadline, TIE) + text.scarce(e)) for i, e in enumerate(ok)]
     for e in late:
         why = f"misses the deadline with P={e.miss_probability:.1%} > {max_miss:.1%}"
         out.append(Ranked(e, len(out) + 1, False, why))
@@ -367,9 +369,19 @@ def _patience(ranked: list[Ranked], run: RunModel, histories: dict[tuple[str, st
     cheaper = [r for r in ranked if r.eligible and r.expectation.rung.usd_per_hour < od.rung.usd_per_hour
                and r.expectation.usd_per_step <= od.usd_per_step * (1 + TIE)]  # fmt: skip
     later = RunModel(run.steps, run.seconds_per_step, run.checkpoint_every, run.deadline_s - wait_s)
-    if not cheaper or expect(od.rung, later, histories.get(od.rung.key)).miss_probability > max_miss:
+    miss_later = expect(od.rung, later, histories.get(od.rung.key)).miss_probability
+    if not cheaper or miss_later > max_miss:
         return None
-    return cheaper
+    return cheaper if wait_pays([r.expectation for r in cheaper], od, miss_later, run.steps) else None
+
+
+def wait_pays(cheaper: Sequence[Expectation], od: Expectation, miss_later: float, steps: int) -> bool:
+    """Patience that knows its cost: the expected saving of the wait (the best of the cheaper rungs, each
+    free after it as often as it is not full: ``(1 - full) x (on-demand - it) x steps``) against its
+    expected deadline risk (the miss probability it adds x the run at on-demand, what a miss wastes)."""
+    saving = max((1.0 - c.belief.full) * (od.usd_per_step - c.usd_per_step) * steps for c in cheaper)
+    risk = max(0.0, miss_later - od.miss_probability) * od.usd
+    return saving > risk
 
 
 def _by_cost(ok: list[Expectation]) -> tuple[list[Expectation], list[Expectation]]:
@@ -383,33 +395,3 @@ def _by_cost(ok: list[Expectation]) -> tuple[list[Expectation], list[Expectation
     near = [e for e in ok if e.usd_per_step <= ok[0].usd_per_step * (1 + TIE)]
     near.sort(key=lambda e: (-e.belief.rate_per_hour, e.usd_per_step, e.rung.order))
     return near + ok[len(near) :], near
-
-
-def _why(e: Expectation, ok: list[Expectation], near: list[Expectation], deadline: str) -> str:
-    """Why an eligible rung sits where it does."""
-    first = ok[0]
-    cheapest = min(ok, key=lambda x: (x.usd_per_step, x.rung.order))
-    if e is first and e is cheapest:
-        return f"cheapest per kept step{deadline}"
-    if e is first:
-        return (f"within {TIE:.0%} of the cheapest per kept step{deadline}, and the least steady of those: "
-                "steadier capacity is left to runs that need it more")  # fmt: skip
-    if any(e is n for n in near):
-        ratio = _ratio(e.usd_per_step, first.usd_per_step)
-        return f"{ratio} the cost per kept step of {first.rung.label()}: a tie, steadier, tried after it"
-    return f"{_ratio(e.usd_per_step, cheapest.usd_per_step)} the cost per kept step of {cheapest.rung.label()}"
-
-
-def _scarce(e: Expectation) -> str:
-    """What scarcity added to a rung's figure, when it added anything."""
-    if e.scarcity_usd <= 0 or math.isinf(e.scarcity_usd):
-        return ""
-    return f" (scarce: {e.belief.full:.0%} of requests refused, +${e.scarcity_usd:.2f} included)"
-
-
-def _ratio(a: float, b: float) -> str:
-    if math.isinf(a):
-        return "never finishes on average; infinitely more than"
-    if b <= 0:
-        return "more than"
-    return f"{a / b:.2f}x"

@@ -178,6 +178,11 @@ def read_runs(gcs: Any, root: ObjectUri) -> list[tuple[str, dict[str, Any], dict
 def load(gcs: Any, root: ObjectUri, now: float | None = None, half_life_s: float | None = None) -> dict[Key, History]:
     """The capacity history of every run under ``root`` (weighted by age with ``half_life_s``): one
     read of the summary; without one, a full scan, kept as the summary for the next ranking."""
+    return combine(load_doc(gcs, root), now, half_life_s)
+
+
+def load_doc(gcs: Any, root: ObjectUri) -> dict[str, Any]:
+    """The capacity summary under ``root`` (see :func:`load`)."""
     doc, generation = read_summary(gcs, root)
     if doc is None:
         doc = scan_summary(gcs, root)
@@ -186,7 +191,7 @@ def load(gcs: Any, root: ObjectUri, now: float | None = None, half_life_s: float
         with contextlib.suppress(TpuOpsError):
             if doc["runs"]:
                 write_summary(gcs, root, doc, generation)
-    return combine(doc, now, half_life_s)
+    return doc
 
 
 # -- the summary: one object, one read per ranking ----------------------------------------------
@@ -198,8 +203,14 @@ def summary_uri(root: ObjectUri) -> ObjectUri:
 
 def entry(record: dict[str, Any], identity: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
     """One run's line in the summary: its folded sums by key, and when it was last seen."""
+    from tpu_ops.provision.fleet import holding
+
     folded = fold_run(record, identity, now)
-    return {"seen": last_seen(record), "sums": [[*k, *astuple(h)] for k, h in sorted(folded.items())]}
+    out: dict[str, Any] = {"seen": last_seen(record), "sums": [[*k, *astuple(h)] for k, h in sorted(folded.items())]}
+    holds = holding(record)  # the fleet view: which slice the run holds now (tpu_ops.provision.fleet)
+    if holds is not None:
+        out["holds"] = holds
+    return out
 
 
 def combine(doc: dict[str, Any], now: float | None = None, half_life_s: float | None = None) -> dict[Key, History]:

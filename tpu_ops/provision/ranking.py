@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, Protocol
 
 from tpu_ops.cloud.clients import Clients
@@ -122,14 +122,20 @@ def order(
     run: RunModel,
     reservation: ReservationPrice = "prepaid",
     scarcity: bool = True,
+    view: View | None = None,
 ) -> tuple[list[Any], Choice]:
     """The planned attempts reordered by the choice (their numbers, hence resource names, kept).
     ``reservation``: how a reservation is priced (:func:`rank_price`); ``scarcity``: whether contended
-    rungs carry their scarcity charge (:mod:`tpu_ops.provision.choose`); the fleet simulator compares."""
+    rungs carry their scarcity charge (:mod:`tpu_ops.provision.choose`); the fleet simulator compares.
+    ``view``: what the fleet holds now (:func:`with_view`)."""
     c = spec.choose or ChooseSpec()
     rungs = candidates(spec, steps, table, reservation, scarcity)
     wait_s = c.wait.total_seconds() if c.wait is not None else None
+    if view is not None:
+        histories = _free_is_free(rungs, histories, view)
     choice = rank(rungs, run, histories, max_miss=c.max_miss, wait_s=wait_s)
+    if view is not None:
+        choice = with_view(choice, view)
     by_number = {s.number: s for s in steps}
     ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
     if c.auto and choice.method == "written-order":
@@ -143,6 +149,53 @@ def order(
         choice = replace(choice, note=f"{choice.note}; a rung the fleet finds full also costs, per hour held, "
                          "the share of requests it refuses x (on-demand - its price)")  # fmt: skip
     return ordered, choice
+
+
+@dataclass(frozen=True)
+class View:
+    """The fleet now (:mod:`tpu_ops.provision.fleet`): free VMs per reservation name (absent: unknown),
+    and the gains of the fleet's recent asks for the reservation."""
+
+    free: dict[str, int]
+    recent_gains: tuple[float, ...] = ()
+
+
+def _free_is_free(rungs: Sequence[Rung], histories: dict[Key, History], view: View) -> dict[Key, History]:
+    """A reservation the view says has a free VM now is not scarce now, whatever the history says of
+    how often it was full: its refusals are left out of this ranking."""
+    out = dict(histories)
+    for r in rungs:
+        if r.tier == "reservation" and view.free.get(r.reservation, 0) > 0 and r.key in out:
+            out[r.key] = replace(out[r.key], stockouts=0.0)
+    return out
+
+
+def with_view(choice: Choice, view: View) -> Choice:
+    """The reservation after every other rung when the view says this run should not take it now: it
+    is full, or only its last VM is free and this run gains less from it than the fleet's median ask
+    (:func:`tpu_ops.provision.fleet.admit`), so it is left to a run that gains more."""
+    from tpu_ops.provision import fleet
+
+    res = [r for r in choice.ranked if r.expectation.rung.tier == "reservation" and r.expectation.rung.reservation
+           in view.free]  # fmt: skip
+    if not res or choice.method != "cost":
+        return choice
+    free = min(view.free[r.expectation.rung.reservation] for r in res)
+    g = fleet.gain(choice)
+    if fleet.admit(g, free, view.recent_gains):
+        return replace(choice, note=f"{choice.note}; fleet: {free} reservation VM(s) free, this run gains "
+                       f"${g * 1000:.3f} per 1k kept steps from one")  # fmt: skip
+    why = "full now (fleet view)" if free <= 0 else (
+        f"its last free VM is left to a run that gains more (this one: ${g * 1000:.3f} per 1k kept steps)")  # fmt: skip
+    moved = {id(r): replace(r, why=f"{why}; {r.why}") for r in res}
+    # With patience (``try_now``), the reservation stays among the rungs tried before waiting, last of
+    # them: waiting for it to free can still beat buying on-demand now (one refused request costs little).
+    n = choice.try_now if choice.try_now is not None else len(choice.ranked)
+    groups = (list(choice.ranked[:n]), list(choice.ranked[n:]))
+    order = [r for grp in groups for r in [*(x for x in grp if id(x) not in moved), *(moved[id(x)] for x in grp
+             if id(x) in moved)]]  # fmt: skip
+    ranked = tuple(replace(r, position=i + 1) for i, r in enumerate(order))
+    return replace(choice, ranked=ranked, note=f"{choice.note}; fleet: the reservation {why}")
 
 
 def plan_document(spec: ProvisionSpec, choice: Choice, run: RunModel, table: PriceTable) -> dict[str, Any]:
@@ -201,12 +254,15 @@ def history_for(
     if c is None or c.history is None:
         return {}
     from tpu_ops.errors import TpuOpsError
-    from tpu_ops.provision import history
+    from tpu_ops.provision import forgetting, history
     from tpu_ops.uris import parse_gs
 
     try:
         half_life = c.half_life.total_seconds() if c.half_life is not None else None
-        return history.load(clients.gcs(), parse_gs(c.history), now, half_life)
+        doc = history.load_doc(clients.gcs(), parse_gs(c.history))
+        # Forgetting by default: recent evidence weighs more, a rung whose rate changed starts again.
+        weighed, _ = forgetting.weigh(forgetting.summary_entries(doc), time.time() if now is None else now, half_life)
+        return weighed
     except TpuOpsError:
         if strict:
             raise

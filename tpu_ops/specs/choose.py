@@ -30,8 +30,9 @@ class ChooseSpec(StrictModel):
     )
     half_life: Duration(timedelta(minutes=10), timedelta(days=365)) | None = Field(  # type: ignore[valid-type]
         None,
-        description="Weigh the history by age: a run this long ago counts half (spot preemption rates drift "
-        "with demand). Default: every run counts alike.",
+        description="Weigh the history by age from now: a run this long ago counts half (spot preemption rates "
+        "drift with demand). Default: one day, counted from the newest run seen, and a rung whose rate changed "
+        "starts again (docs/fleet.md).",
     )
     finish_by: datetime | None = Field(None, description="Deadline as a time with its zone, e.g. 2026-11-24T06:00Z.")
     max_duration: Duration(timedelta(minutes=1), timedelta(days=30)) | None = Field(  # type: ignore[valid-type]
@@ -43,8 +44,8 @@ class ChooseSpec(StrictModel):
     wait: Duration(timedelta(seconds=1), timedelta(days=1)) | None = Field(  # type: ignore[valid-type]
         None,
         description="Patience, e.g. 10m: when every rung cheaper than on-demand is refused and on-demand would "
-        "still make the deadline this much later, wait this long and ask again instead of buying on-demand now. "
-        "Default: never wait.",
+        "still make the deadline this much later and the expected saving beats the deadline risk it adds, wait "
+        "this long and ask again instead of buying on-demand now. Default: never wait.",
     )
     steps: int | None = Field(None, ge=1, description="Steps of the run (default: train.steps).")
     checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints (default: train's).")

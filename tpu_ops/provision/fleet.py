@@ -1,0 +1,136 @@
+"""The fleet view: who holds what reservation capacity now, and who should get what is free.
+
+Runs are ranked one at a time, so without a view of the fleet the reservation goes to whoever asks
+first, and the runs that lose most on spot (long checkpoint intervals, tight deadlines) get less of it
+than those that lose little (issue 30). This module holds what every run can know of the others:
+
+- **who holds what**: each run's entry in the capacity summary says which slice it holds now
+  (:func:`holding`, from its run state); :func:`holders` lists the runs on a reservation;
+- **what the reservation itself says**: on Compute Engine, ``reservations.get`` answers
+  ``specificReservation.count`` and ``inUseCount``; :func:`counts` reads them through any callable
+  returning that document (the provider, the fake in process, a test), so the source can change;
+- **who gains most**: a run's gain from the reservation is the expected $ per kept step it saves by
+  holding it instead of its next-best rung (:func:`gain`); when several runs ask at once,
+  :func:`allocate` gives the free VMs to the largest gains; a run asking alone for the *last* free VM
+  gets it only if it gains at least the median of the fleet's recent asks (:func:`admit`), so one
+  that loses little on spot leaves it to the next that loses much.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from tpu_ops.provision.choose import Choice, Expectation
+
+RECENT_ASKS: Final = 50  # the gains remembered to set the bar for the last free VM
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A reservation's VMs: how many it holds, how many are in use."""
+
+    count: int
+    in_use: int
+
+    @property
+    def free(self) -> int:
+        return max(0, self.count - self.in_use)
+
+
+def counts(read: Callable[[], dict[str, Any]]) -> Counts | None:
+    """``count`` / ``inUseCount`` of a reservation document (Compute Engine's ``reservations.get``, whose
+    int64 fields arrive as strings); None when ``read`` answers nothing usable."""
+    try:
+        doc = read()
+        spec = doc.get("specificReservation") or {}
+        return Counts(int(spec["count"]), int(spec.get("inUseCount", 0)))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def holding(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The slice a run's state says it holds now (its last incarnation, ready and not ended), or None."""
+    incs = [i for i in record.get("incarnations") or [] if isinstance(i, dict)]
+    # A finished run holds nothing; a goodput report (``wall_s``) is written when its run ends.
+    if not incs or record.get("finished_at") is not None or "wall_s" in record:
+        return None
+    last = incs[-1]
+    if last.get("ready_at") is None or last.get("ended_at") is not None:
+        return None
+    out = {"zone": last.get("zone"), "tier": last.get("tier"), "since": last.get("ready_at")}
+    if last.get("reservation"):
+        out["reservation"] = last["reservation"]
+    return out
+
+
+def holders(doc: dict[str, Any], zone: str) -> list[str]:
+    """The runs of a capacity summary that hold a reservation VM in ``zone`` now."""
+    out = []
+    for run_id, e in sorted((doc.get("runs") or {}).items()):
+        h = e.get("holds") if isinstance(e, dict) else None
+        if isinstance(h, dict) and h.get("tier") == "reservation" and h.get("zone") == zone:
+            out.append(run_id)
+    return out
+
+
+def free_now(doc: dict[str, Any], zone: str, count: int, live: Counts | None = None) -> int:
+    """Free VMs of a reservation of ``count`` in ``zone``: from the reservation's own ``inUseCount``
+    when it is known (it also counts VMs of runs that publish nothing), else from the run states."""
+    if live is not None:
+        return live.free
+    return max(0, count - len(holders(doc, zone)))
+
+
+def gain(choice: Choice) -> float:
+    """Expected $ per kept step this run saves on the reservation against its next-best eligible rung
+    (0 without a reservation rung or another eligible rung; inf when only the reservation finishes)."""
+    eligible = [r.expectation for r in choice.ranked if r.eligible]
+    res = [e for e in eligible if e.rung.tier == "reservation"]
+    rest = [e for e in eligible if e.rung.tier != "reservation"]
+    if not res or not rest:
+        return 0.0
+    best_res = min(res, key=_per_step)
+    best_rest = min(rest, key=_per_step)
+    if math.isinf(_per_step(best_rest)):
+        return math.inf
+    return max(0.0, _per_step(best_rest) - _per_step(best_res))
+
+
+def _per_step(e: Expectation) -> float:
+    """$ per kept step without the scarcity charge: the view, not the history, says whether it is free."""
+    paid = e.usd + e.scarcity_usd
+    if math.isinf(e.usd_per_step) or paid <= 0:
+        return e.usd_per_step
+    return e.usd_per_step * e.usd / paid
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run asking for the reservation: its id, its gain, when it asked."""
+
+    run_id: str
+    gain: float
+    asked_at: float = 0.0
+
+
+def allocate(free: int, claims: Sequence[Claim]) -> list[str]:
+    """The runs that get the ``free`` VMs when ``claims`` arrive at once: largest gain first (then
+    earliest ask), not first come."""
+    ranked = sorted((c for c in claims if c.gain > 0), key=lambda c: (-c.gain, c.asked_at, c.run_id))
+    return [c.run_id for c in ranked[: max(0, free)]]
+
+
+def admit(gain_: float, free: int, recent: Sequence[float]) -> bool:
+    """Whether a run asking alone takes a free VM: any while two or more are free; the last one only
+    with a gain at least the median of the fleet's recent asks (none yet: yes)."""
+    if free <= 0 or gain_ <= 0:
+        return False
+    if free > 1 or not recent:
+        return True
+    return gain_ >= statistics.median(recent[-RECENT_ASKS:])
