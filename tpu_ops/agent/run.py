@@ -36,8 +36,8 @@ from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
+from tpu_ops.agent.job import MEGASCALE_PORT, contract_env, placement
 from tpu_ops.agent.job import Job as Job
-from tpu_ops.agent.job import contract_env
 from tpu_ops.agent.logship import LogShipper
 from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
 from tpu_ops.agent.metadata import Metadata
@@ -45,6 +45,7 @@ from tpu_ops.agent.warm import release
 
 LOG_TAIL_BYTES = 4000
 DONE_WAIT_S = 120.0
+ALLOCATION_WAIT_S = 1800.0  # a multislice worker waits this long for the other slices (the ladder's queue time)
 
 
 def _tail(*paths: Path) -> str:
@@ -94,14 +95,17 @@ class Agent:
         self.bucket = self.paths.bucket
         self.incarnation = incarnation or self.job.incarnation  # the supervisor writes it before asking
         self.who = metadata.identity()
+        # Which slice of the allocation this VM is on (the launch sets it per slice; absent: the only one).
+        self.slice = int((metadata.optional("tpu-ops-slice") or "0").strip() or 0)
+        self.where = placement(self.who, self.slice)  # until the allocation document says more
         self.workdir = Path(self.env.get("TPU_OPS_WORKER_DIR") or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "trainer.log"
         self.setup_log = self.workdir / "setup.log"
-        self.shipper = LogShipper(self.gcs, self.paths, self.incarnation, self.who.worker_number, self.log)
+        self.shipper = LogShipper(self.gcs, self.paths, self.incarnation, self.who.worker_number, self.log, self.slice)
         self.goodput = GoodputHooks(  # the trainer's step log; worker 0's Cloud Logging entries
             self.workdir,
-            self.who.worker_number,
+            self.who.worker_number if self.slice == 0 else -1,  # the run's first host writes the run's records
             self.job.goodput,
             self.incarnation,
             metadata.get,
@@ -113,6 +117,7 @@ class Agent:
         self.setup_s: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._notice: threading.Thread | None = None
+        self._port = MEGASCALE_PORT
 
     # -- signals -------------------------------------------------------------------------------
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -127,32 +132,58 @@ class Agent:
             self._notice.start()
 
     def _write_notice(self, at: float) -> None:
-        doc = {"worker": self.who.worker_number, "incarnation": self.incarnation, "time": at,
-               "grace_s": self.job.term_grace_s, "node": self.who.node_id}  # fmt: skip
+        doc = {
+            "worker": self.who.worker_number,
+            "slice": self.slice,
+            "incarnation": self.incarnation,
+            "time": at,
+            "grace_s": self.job.term_grace_s,
+            "node": self.who.node_id,
+        }
         try:
-            self.gcs.write_json(self.bucket, self.paths.notice(self.who.worker_number), doc)
+            self.gcs.write_json(self.bucket, self.paths.notice(self.who.worker_number, self.slice), doc)
             print(f"tpu-ops agent: SIGTERM: notice written; the trainer has {self.job.term_grace_s:g}s", flush=True)
         except GcsError as exc:
             print(f"tpu-ops agent: SIGTERM: notice not written: {exc}", file=sys.stderr, flush=True)
 
     # -- reports -------------------------------------------------------------------------------
     def _heartbeat(self, step: int | None, resume: int | None, state: str) -> None:
-        doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
-               "log_bytes": _size(self.log) + _size(self.setup_log), "incarnation": self.incarnation,
-               "state": state, "first_step_at": self.first_step_at, "setup_s": self.setup_s,
-               **self.goodput.heartbeat_fields(state)}  # fmt: skip
+        doc = {
+            "worker": self.who.worker_number,
+            "slice": self.slice,
+            "step": step,
+            "resume_step": resume,
+            "time": time.time(),
+            "log_bytes": _size(self.log) + _size(self.setup_log),
+            "incarnation": self.incarnation,
+            "state": state,
+            "first_step_at": self.first_step_at,
+            "setup_s": self.setup_s,
+            **self.goodput.heartbeat_fields(state),
+        }
         self.shipper.ship()  # the trainer's output so far, for `tpu-ops logs`
         try:
-            self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number), doc)
+            self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number, self.slice), doc)
         except GcsError as exc:  # a missed heartbeat must not kill training
             print(f"tpu-ops agent: heartbeat failed: {exc}", file=sys.stderr, flush=True)
 
     def _report(self, rc: int, resume: int | None, step: int | None, phase: str, tail: str) -> None:
         terminated = self.term_at is not None or rc == -signal.SIGTERM
-        report = {"worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": rc,
-                  "terminated": terminated, "resume_step": resume, "last_step": step, "log_tail": tail,
-                  "time": time.time(), "node": self.who.node_id, "phase": phase, "setup_s": self.setup_s}  # fmt: skip
-        self.gcs.write_json(self.bucket, self.paths.worker_report(self.who.worker_number), report)
+        report = {
+            "worker": self.who.worker_number,
+            "slice": self.slice,
+            "incarnation": self.incarnation,
+            "exit_code": rc,
+            "terminated": terminated,
+            "resume_step": resume,
+            "last_step": step,
+            "log_tail": tail,
+            "time": time.time(),
+            "node": self.who.node_id,
+            "phase": phase,
+            "setup_s": self.setup_s,
+        }
+        self.gcs.write_json(self.bucket, self.paths.worker_report(self.who.worker_number, self.slice), report)
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -178,8 +209,15 @@ class Agent:
             self._release(None)
             self._report(-signal.SIGTERM, None, None, "setup", _tail(self.setup_log))
             return -signal.SIGTERM
+        if self.job.slices > 1 and not self._await_allocation():
+            self._release(None)
+            self._report(-signal.SIGTERM if self.term_at is not None else 1, None, None, "allocation", "")
+            return -signal.SIGTERM if self.term_at is not None else 1
         resume = latest_complete_step(self.gcs, self.job.steps_uri)
-        env = {**contract_env(self.job, self.who, resume, progress, self.incarnation), **self.goodput.env()}
+        env = {
+            **contract_env(self.job, self.who, resume, progress, self.incarnation, self.where, self._port),
+            **self.goodput.env(),
+        }
         trainer_env = {k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}
         trainer_env.update(env)
         try:
@@ -201,9 +239,29 @@ class Agent:
         if self._notice is not None:
             self._notice.join(timeout=5)
         print(f"tpu-ops agent: trainer exited {rc} at step {step}", flush=True)
-        if rc == 0 and self.who.worker_number == 0 and self.term_at is None:
+        if rc == 0 and self.where.process_id == 0 and self.term_at is None:
             self._commit_done()
         return rc
+
+    def _await_allocation(self) -> bool:
+        """Until the supervisor's allocation document names this incarnation (every slice is up), heartbeating;
+        then this worker's placement in it. False on SIGTERM or after ``ALLOCATION_WAIT_S``."""
+        deadline, last = time.monotonic() + ALLOCATION_WAIT_S, 0.0
+        while time.monotonic() < deadline and self.term_at is None:
+            try:
+                doc = self.gcs.read_json(self.bucket, self.paths.allocation)
+            except GcsError:
+                doc = None
+            if isinstance(doc, dict) and doc.get("incarnation") == self.incarnation:
+                self.where = placement(self.who, self.slice, doc)
+                self._port = int(doc.get("megascale_port") or MEGASCALE_PORT)
+                return True
+            if time.monotonic() - last >= self.job.heartbeat_s:
+                self._heartbeat(None, None, "waiting")
+                last = time.monotonic()
+            time.sleep(0.2)
+        print("tpu-ops agent: the allocation's other slices never came up", file=sys.stderr, flush=True)
+        return False
 
     def _start_trainer(self, resume: int | None, env: dict[str, str], trainer_env: dict[str, str]) -> None:
         """The warm trainer handed its environment, or a new trainer process."""
@@ -314,7 +372,7 @@ class Agent:
             reports = [r for r in self.gcs.list_json(self.bucket, workers) if r.get("incarnation") == self.incarnation]
             if any(r["exit_code"] != 0 for r in reports):
                 return
-            if len({r["worker"] for r in reports}) >= self.who.worker_count:
+            if len({(r.get("slice", 0), r["worker"]) for r in reports}) >= self.where.processes:
                 done = {"run_id": self.job.run_id, "time": time.time(), "incarnation": self.incarnation}
                 self.gcs.write_json(self.bucket, self.paths.done, done)
                 print(f"tpu-ops agent: run {self.job.run_id} done", flush=True)
