@@ -57,8 +57,17 @@ class SliceLease:
 
     def gather(self, metadata: Callable[[int], Mapping[str, str]] | None = None) -> Allocation:
         """The run's allocation: all ``slice.slices`` slices or none (:mod:`tpu_ops.provision.allocation`)."""
-        alloc = gather(self.spec, self.run_id, self.settings, metadata=metadata, give_back=self.release,
-                       provider=self.provider, clients=self.clients, on_attempt=self.on_attempt, **self.provision_kw)
+        alloc = gather(
+            self.spec,
+            self.run_id,
+            self.settings,
+            metadata=metadata,
+            give_back=self.release,
+            provider=self.provider,
+            clients=self.clients,
+            on_attempt=self.on_attempt,
+            **self.provision_kw,
+        )
         self.current = alloc.slices[0]
         return alloc
 
