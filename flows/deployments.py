@@ -113,8 +113,17 @@ def main(
             return self
 
         def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:
+            # Prefect's own handler calls ``stop()`` from inside the loop, where it only makes the
+            # ``astop`` coroutine ("never awaited") and exits mid-loop; schedule ``astop`` on the loop instead.
             _arm_shutdown_deadline(grace_s)
-            super().handle_sigterm(*args, **kwargs)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not serving yet: leave the way SIGINT does
+                raise KeyboardInterrupt from None
+            if not self.started:
+                raise KeyboardInterrupt
+            print("SIGTERM: stopping (pausing the schedules)", flush=True)
+            self._stopping_task = loop.create_task(self.astop())  # kept: the loop holds tasks weakly
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
         _arm_shutdown_deadline(grace_s)

@@ -73,6 +73,8 @@ def one_line(exc: BaseException, debug: bool = False) -> str:
 
     if _is_settings_error(exc):
         return f"error: settings: {_settings_problem(exc)} — fix: correct or unset that environment variable"
+    if (gone := missing_bucket_error(exc)) is not None:
+        return f"error: {gone} — fix: {gone.fix}"
     why = explain(exc)
     if isinstance(why, UnreachableError) and why.fix:
         return f"error: {_flat(str(why))}: nothing answers there — fix: {why.fix}"
@@ -84,9 +86,63 @@ def one_line(exc: BaseException, debug: bool = False) -> str:
     if isinstance(why, CredentialsError) or why.fix:
         return f"error: {_flat(str(why))} — fix: {why.fix}"
     if why is exc and isinstance(exc, TpuOpsError):  # our own message, as written (a log tail has lines)
-        return f"error: {type(exc).__name__}: {exc}"
-    text = f"error: {type(why).__name__}: {_flat(str(why), 600)}"
+        return f"error: {exc}"
+    if type(why) is TpuOpsError and not isinstance(exc, TpuOpsError):  # no SDK's: a builtin reached the edge
+        return _foreign(exc, debug)
+    text = f"error: {_flat(str(why), 600)}"  # a cloud's answer, translated: its message names the service
     return text if debug else text + " (run with --debug for the traceback)"
+
+
+# Raised with a message meant for a person (a bad argument, a file that cannot be read); any other
+# builtin reaching the edge (KeyError, TypeError, ...) is a bug, and says so.
+_MEANT_FOR_PEOPLE = (ValueError, OSError, RuntimeError, TimeoutError)
+
+
+def _foreign(exc: BaseException, debug: bool) -> str:
+    message = _flat(str(exc), 600)
+    if isinstance(exc, _MEANT_FOR_PEOPLE) and message:
+        text = f"error: {message}"
+    else:
+        text = f"error: unexpected {type(exc).__name__}: {message} (a bug in tpu-ops, please report it)"
+    return text if debug else text + " (run with --debug for the traceback)"
+
+
+LOCAL_SEED_FIX = "the local stack was not seeded: run `tpu-ops local seed` (in the shell that loaded its env file)"
+REAL_BUCKET_FIX = "create it, or correct the URI that names it (`tpu-ops doctor --spec SPEC` checks each bucket)"
+
+
+def missing_bucket_error(exc: BaseException) -> Any:
+    """A ``NotFoundError`` naming the bucket and the fix, when ``exc`` says a bucket does not exist; else None.
+
+    On the local stack (``TPU_OPS_DRY_RUN``) a missing bucket means ``tpu-ops local seed`` was not run.
+    """
+    from tpu_ops.cloud.translate import missing_bucket
+    from tpu_ops.errors import NotFoundError
+
+    bucket = missing_bucket(exc)
+    if not bucket:
+        return None
+    try:
+        from tpu_ops.settings import Settings
+
+        local = Settings().dry_run
+    except Exception:  # settings that do not validate are reported elsewhere
+        local = False
+    out = NotFoundError(f"bucket {bucket} does not exist", status=404)
+    out.fix = LOCAL_SEED_FIX if local else REAL_BUCKET_FIX
+    return out
+
+
+@contextlib.contextmanager
+def missing_buckets_named() -> Iterator[None]:
+    """Inside a flow: a missing bucket fails the run with one line naming it and the fix, not a raw 404."""
+    try:
+        yield
+    except Exception as exc:
+        gone = missing_bucket_error(exc)
+        if gone is None:
+            raise
+        raise type(gone)(f"{gone} — fix: {gone.fix}", status=404) from exc
 
 
 def _is_settings_error(exc: BaseException) -> bool:

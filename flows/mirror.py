@@ -15,6 +15,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from prefect.cache_policies import NO_CACHE
 
 from flows.audit import emit
+from flows.failures import missing_buckets_named
 from flows.settings import open_run
 from tpu_ops.audit.events import AuditEvent
 from tpu_ops.mirror.engine import mirror
@@ -100,7 +101,8 @@ def mirror_dataset(
     """
     run = open_run(audit_chain(run_id, spec), aws_credentials_block, gcp_credentials_block)
     try:
-        with run.audit.audited(AuditEvent.DATASET_MIRRORED, params=spec.model_dump(mode="json")) as rec:
+        with missing_buckets_named(), run.audit.audited(AuditEvent.DATASET_MIRRORED,
+                                                        params=spec.model_dump(mode="json")) as rec:  # fmt: skip
             result = mirror_objects(spec, run)
             rec["params"].update(snapshot_id=result.snapshot_id, manifest=result.manifest_uri,
                                  objects_copied=result.objects_copied, objects_total=result.objects_total,

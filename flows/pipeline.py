@@ -22,6 +22,7 @@ from prefect.states import Failed
 
 from flows import report
 from flows.export import export_and_seal
+from flows.failures import missing_buckets_named
 from flows.mirror import mirror_dataset
 from flows.provision import HOOKS, _quota, _tag_current_run, teardown_task
 from flows.settings import open_run
@@ -141,7 +142,7 @@ def retraining_pipeline(
 
     run_id = spec.run_id or new_run_id(spec.name)
     layout = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir)
-    with one_run_at_a_time(spec.name), injected_preemption(
+    with one_run_at_a_time(spec.name), missing_buckets_named(), injected_preemption(
         inject_preemption, resolve_settings(), spec.provision, layout, run_id, get_run_logger().info
     ):
         return _run(spec, run_id, aws_credentials_block, gcp_credentials_block)
@@ -170,7 +171,7 @@ def _run(
     finally:
         progress.unwatch()
         gone = teardown_task(run, list(spec.provision.slice.zones))
-        logger.info("teardown: %d resources deleted, confirmed gone", len(gone.deleted))
+        logger.info("teardown: %s", gone.describe())
     last = training["incarnations"][-1] if training["incarnations"] else {}
     summary: dict[str, Any] = {
         "run_id": run_id,
@@ -200,7 +201,7 @@ def _run(
     progress.stage("export and audit digest", 90, 99)
     summary["export"] = export_and_seal(spec.export, run, snapshot.manifest_uri)
     # the same rows as the dry run's table: the trail verified, and what teardown left (it confirms)
-    summary["audit"] = report.verify_trail(run.clients)
+    summary["audit"] = report.verify_trail(run.clients, run_id)
     summary["left_behind"] = {"tpu_resources": 0} if gone.confirmed_gone else {"unconfirmed": True}
     report.publish(summary)  # the run page: summary, cost, ladder, goodput, lineage
     progress.done()

@@ -153,7 +153,7 @@ def slice_event(s: Slice) -> dict[str, Any]:
 
 @task(name="teardown-slice", cache_policy=NO_CACHE)
 def teardown_task(run: Run, zones: list[str] | None = None) -> TeardownReport:
-    """Delete the run's queued resources and nodes; ``tpu-ops.slice.deleted`` once they are confirmed gone."""
+    """Delete the run's slices on every control plane; ``tpu-ops.slice.deleted`` once they are confirmed gone."""
     with run.audit.audited(AuditEvent.SLICE_DELETED, params={"zones": zones or []}) as rec:
         report = teardown(run.id, run.settings, zones=zones, providers=available(run.settings, run.clients))
         rec["params"].update(confirmed_gone=report.confirmed_gone, seconds=round(report.seconds, 3))
@@ -285,7 +285,7 @@ def run_on_slice(
             result = s.to_json()
     finally:
         report = teardown_task(run, zones)
-        print(f"teardown of run {run.id}: {len(report.deleted)} resources deleted, confirmed gone")
+        print(f"teardown of run {run.id}: {report.describe()}")
         run.audit.digest()
     return result
 

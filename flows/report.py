@@ -61,7 +61,8 @@ def _incarnation(n: int) -> str:
 
 
 def ladder_rows(attempts: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
-    """One row per queued-resource attempt, in order, with the incarnation it was for: the ladder table."""
+    """One row per slice request (an instance or group on Compute Engine, a queued resource on the TPU API),
+    in order, with the incarnation it was for: the ladder table."""
     attempts = list(attempts)
     return [
         {
@@ -69,7 +70,7 @@ def ladder_rows(attempts: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
             "#": str(a.get("number", "")),
             "rung": rung_of(a),
             "zone": str(a.get("zone", "")),
-            "queued resource": str(a.get("resource_id", "")),
+            "slice request": str(a.get("resource_id", "")),
             "outcome": str(a.get("outcome", "")),
             "waited (s)": _f(a.get("seconds_waited"), 1),
             "detail": str(a.get("detail", ""))[:160],
@@ -177,9 +178,12 @@ def lineage_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def verify_trail(clients: Any) -> dict[str, Any]:
+def verify_trail(clients: Any, run_id: str = "") -> dict[str, Any]:
     """The audit trail checked end to end (chains, digests, signatures when a key is set): the summary's
-    ``audit``. A trail that cannot be read says so instead of failing the run that wrote it."""
+    ``audit``. A trail that cannot be read says so instead of failing the run that wrote it.
+
+    ``records`` counts what ``audit lineage`` counts: the records of ``run_id``'s chain; ``trail``
+    says what ``audit verify`` counted (every chain, and the digests)."""
     from tpu_ops.audit.check import check_trail
     from tpu_ops.errors import TpuOpsError
 
@@ -193,10 +197,13 @@ def verify_trail(clients: Any) -> dict[str, Any]:
         verdict = "OK" + (", signatures checked" if report.signatures_checked else "")
     else:
         verdict = f"DAMAGED: {report.damage[0].describe()}"
-    return {"verify": verdict, "records": report.records, "digests": report.digests, "ok": report.ok}
+    return {"verify": verdict, "records": report.chain_records.get(run_id, 0), "digests": report.digests,
+            "ok": report.ok, "trail": report.counts()}  # fmt: skip
 
 
 def _audit_line(audit: dict[str, Any], export: dict[str, Any]) -> str:
+    if audit.get("verify") and audit.get("trail"):
+        return f"{audit['verify']}: {audit.get('records', 0)} records in this run's chain (the trail: {audit['trail']})"
     if audit.get("verify"):
         return f"{audit['verify']} ({audit.get('records', 0)} records, {audit.get('digests', 0)} digests)"
     return _audit_cell(audit, export)

@@ -45,6 +45,7 @@ def goodput_artifact(report: GoodputReport) -> None:
 def supervise_task(job: TrainJobSpec, run: Run) -> dict[str, Any]:
     """One library call: supervise the run to the end (no Prefect retries: recovery is the library's)."""
     from flows.report import RecoveryLog
+    from tpu_ops.provision.records import Outcome
     from tpu_ops.train.supervisor import Supervisor
     from tpu_ops.train.wheel import agent_wheel
 
@@ -57,8 +58,10 @@ def supervise_task(job: TrainJobSpec, run: Run) -> dict[str, Any]:
 
     def on_attempt(a: Any) -> None:
         recovery.attempt(a.describe())
+        outcome = Outcome.audit_outcome(a.outcome)  # a stock-out is refused, not a success
         run.audit.record(AuditEvent.SLICE_PROVISION_ATTEMPT, params={"attempt": a.describe(), "outcome": a.outcome,
-                                                                      "tier": a.tier, "zone": a.zone})  # fmt: skip
+                                                                      "tier": a.tier, "zone": a.zone},
+                         outcome=outcome, error=None if outcome == "success" else a.detail or a.outcome)  # fmt: skip
 
     sup = Supervisor(job, run, wheel=agent_wheel(run.settings), notify=on_event, on_attempt=on_attempt)
     params = {"steps": job.train.steps, "dataset_manifest": job.train.dataset_manifest,

@@ -73,6 +73,11 @@ def _rows() -> dict[str, AcceleratorType]:
 
 
 ACCELERATOR_TYPES: Final[dict[str, AcceleratorType]] = _rows()
+# Names people use that the APIs do not: Google's docs and prices call the generation v5e, while the
+# TPU API (and the table) names its slices ``v5litepod-N``.
+ALIASES: Final[dict[str, str]] = {
+    f"v5e-{row.chips}": name for name, row in ACCELERATOR_TYPES.items() if row.generation == "v5e"
+}
 GENERATIONS: Final[tuple[str, ...]] = ("v4", "v5e", "v5p", "v6e", "tpu7x")
 
 # Runtime versions Cloud TPU offers per generation (the fake API serves these too).
@@ -95,10 +100,22 @@ COMPUTE_IMAGES: Final[dict[str, str]] = {
 }
 
 
+def canonical(name: str) -> str:
+    """The table's name for ``name`` (``v5e-16`` → ``v5litepod-16``); other names unchanged."""
+    return ALIASES.get(name, name)
+
+
+def alias_note(name: str) -> str:
+    """One line saying ``name`` is read as its table name ("" when it is one already)."""
+    if name not in ALIASES:
+        return ""
+    return f"{name!r} is read as {ALIASES[name]!r} (the TPU API's name for a v5e slice)"
+
+
 def lookup(name: str) -> AcceleratorType:
-    """Return the table row for ``name``; raise ``KeyError`` naming the allowed types."""
+    """Return the table row for ``name`` (an alias too); raise ``KeyError`` naming the allowed types."""
     try:
-        return ACCELERATOR_TYPES[name]
+        return ACCELERATOR_TYPES[canonical(name)]
     except KeyError:
         raise KeyError(f"unknown accelerator type {name!r}; allowed: {', '.join(known_names())}") from None
 

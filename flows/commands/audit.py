@@ -115,7 +115,7 @@ def run_verify(args: argparse.Namespace) -> int:
         print(json.dumps({**report.to_json(), "signatures_note": note, "key": trusted}, indent=2, default=str))
         return EXIT_INTACT if report.ok else EXIT_DAMAGED
     sigs = "signatures checked" if report.signatures_checked else note
-    head = f"{report.records} records in {report.chains} chains, {report.digests} digests ({sigs})"
+    head = f"{report.counts()} ({sigs})"
     age = ""
     if report.newest_digest is not None and report.newest_digest_age_s is not None:
         age = (f"newest digest: seq {report.newest_digest['seq']} at {report.newest_digest['time']}, "

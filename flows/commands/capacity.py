@@ -91,6 +91,7 @@ def plan(args: argparse.Namespace) -> int:
     from tpu_ops.provision.ladder import plan as ladder_plan
     from tpu_ops.provision.prices import load as load_prices
     from tpu_ops.specs import ProvisionSpec
+    from tpu_ops.specs.choose import ChooseSpec
     from tpu_ops.specs.jobs import TrainJobSpec
     from tpu_ops.specs.loader import parse_spec, read_document
 
@@ -98,8 +99,11 @@ def plan(args: argparse.Namespace) -> int:
     if isinstance(doc, dict) and "train" in doc and "provision" in doc:
         job = parse_spec(TrainJobSpec, {k: doc[k] for k in ("train", "provision")}, what=args.spec)
         t = job.train
+        # Without `choose` the job is planned as `choose: {by: cost}` would be, history included: its
+        # own checkpoint dir, where `capacity stats` finds it.
+        provision = job.provision if job.provision.choose else job.provision.model_copy(update={"choose": ChooseSpec()})
         spec = ranking.for_job(
-            job.provision,
+            provision,
             steps=t.steps,
             checkpoint_every=t.checkpoint_every,
             checkpoint_dir=t.checkpoint_dir,
@@ -107,8 +111,6 @@ def plan(args: argparse.Namespace) -> int:
         )
     else:
         spec = parse_spec(ProvisionSpec, doc, what=args.spec)
-    from tpu_ops.specs.choose import ChooseSpec
-
     # A ladder without `choose` is tried as written; the plan shows what `choose: {by: cost}` would make of it.
     choose = spec.choose or ChooseSpec()
     if args.history:

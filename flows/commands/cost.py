@@ -25,7 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c.add_argument("--generation", choices=["v4", "v5e", "v5p", "v6e"], help="price table row for --chips")
     c.add_argument("--price", type=float, metavar="USD", help="$ per chip-hour (overrides the table)")
     c.add_argument("--hours", type=float, default=1.0, help="hours of use (default 1)")
-    c.add_argument("--utilisation", type=float, help="busy fraction (0-1]: adds 1- and 3-year commitment savings")
+    c.add_argument(
+        "--utilisation",
+        type=float,
+        help="busy fraction (0-1]: adds 1- and 3-year commitments, priced over their whole term (8,760 h a year)",
+    )
     c.add_argument("--tokens-per-second", type=float, help="throughput of the slice: adds $ per million tokens")
     c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(handler=run)
@@ -113,12 +117,16 @@ def _what_if(args: argparse.Namespace, table: Any, C: Any) -> int:
         if generation is None:
             raise SpecError("commitment savings need --accelerator or --generation")
         quotes = [C.commitment_savings(chips, generation, args.utilisation, y, table) for y in (1, 3)]
-        out["commitments"] = [q.to_json() for q in quotes]
+        # A commitment is paid for every hour of its term, so its figures are for the whole term, not
+        # for --hours like the rows above: each says so, in the text and in the JSON.
+        out["commitments"] = [{**q.to_json(), "term_hours": C.HOURS_PER_YEAR * q.years} for q in quotes]
+        lines.append(f"  commitments, for their whole term (not the {args.hours:g} h above), "
+                     f"busy {args.utilisation:.0%} of it:")  # fmt: skip
         for q in quotes:
             lines.append(
-                f"  {q.years}-year commitment at {q.utilisation:.0%} utilisation: ${q.commit_usd:,.0f} vs on-demand "
-                f"${q.on_demand_usd:,.0f} → {_saves(q.savings_usd, q.savings_pct)}; "
-                f"break-even at {q.break_even_utilisation:.0%}"
+                f"    {q.years}-year ({C.HOURS_PER_YEAR * q.years:,.0f} h): commitment ${q.commit_usd:,.0f} vs "
+                f"on-demand for the busy hours ${q.on_demand_usd:,.0f} → {_saves(q.savings_usd, q.savings_pct)} "
+                f"over the term; break-even at {q.break_even_utilisation:.0%} busy"
             )
     if args.tokens_per_second is not None:
         out["usd_per_million_tokens"] = {

@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "dry-run",
         help="Run the whole pipeline locally against emulated clouds (starts and stops them).",
-        description="Starts the local stack (moto, fake-gcs-server, fake Cloud TPU API, TPU-VM host "
-        "simulator), seeds a curated dataset, and runs the retraining-pipeline flow on it. Uses a "
+        description="Starts the local stack (moto, fake-gcs-server, fake Compute Engine and Cloud TPU APIs, "
+        "TPU-VM host simulator), seeds a curated dataset, and runs the retraining-pipeline flow on it. Uses a "
         "temporary Prefect server, with its own Prefect home under WORKDIR (never ~/.prefect), unless "
         "PREFECT_API_URL points at one (e.g. `make ui`). Keeps the run's audit trail (JSONL), ledger, "
         "goodput report and lineage under WORKDIR/runs/RUN_ID and prints the commands that read them.",

@@ -19,7 +19,8 @@ from types import FrameType
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("local", help="The local stack of emulated clouds (moto, fake GCS, fake Cloud TPU).")
+    what = "The local stack of emulated clouds (moto, fake GCS, fake Compute Engine and Cloud TPU)."
+    p = sub.add_parser("local", help=what, description=what)
     local_sub = p.add_subparsers(dest="local_command", metavar="ACTION", required=True)
     up = local_sub.add_parser("up", help="Start the stack, print its environment, run until interrupted.")
     up.add_argument("--env-file", type=Path, help="also write the KEY=VALUE lines to this file")

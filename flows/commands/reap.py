@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r = sub.add_parser(
         "reap",
         help="Delete tpu-ops slices whose run is finished, unknown, dead, or older than a TTL.",
-        description="Lists nodes and queued resources labelled tpu-ops-managed=true, asks Prefect whether each "
+        description="Lists Compute Engine instances and groups, and Cloud TPU nodes and queued resources, "
+        "labelled tpu-ops-managed=true, asks Prefect whether each "
         "run is live (flow runs tagged tpu-ops-run:<id>), checks the ledger for a dead local owner, and "
         "deletes the rest. Reports what was deleted and what it had cost.",
     )

@@ -43,6 +43,25 @@ def _interval(text: str) -> timedelta:
     return value
 
 
+API_FIX = "start one with `make ui` and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+
+
+def require_api_url() -> None:
+    """Refuse (``ConfigError``) when no Prefect API is configured.
+
+    Without ``PREFECT_API_URL`` Prefect starts a temporary server inside this process: the
+    deployments would be served to an API no UI, schedule or worker can reach, and go with it.
+    """
+    from prefect.settings import PREFECT_API_URL
+
+    from tpu_ops.errors import ConfigError
+
+    if not PREFECT_API_URL.value():
+        err = ConfigError("serve needs a running Prefect API, and PREFECT_API_URL is not set")
+        err.fix = API_FIX
+        raise err
+
+
 def check_api() -> None:
     """Raise ``ConfigError`` naming the API URL if no Prefect API answers there."""
     import asyncio
@@ -63,7 +82,7 @@ def check_api() -> None:
     if problem is not None:
         url = PREFECT_API_URL.value() or "the ephemeral server"
         err = UnreachableError(f"no Prefect API answers at {url} ({problem})", endpoint=url)
-        err.fix = "start one with `make ui` and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+        err.fix = API_FIX
         raise err
 
 
@@ -97,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from tpu_ops.specs import PipelineSpec, load_spec
 
     pipeline = load_spec(args.spec, PipelineSpec) if args.spec else None
+    require_api_url()
     check_api()
     check_auth()
     from flows.deployments import REAP_INTERVAL, main

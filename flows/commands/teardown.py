@@ -6,12 +6,17 @@ import argparse
 
 from flows.commands._common import shell_settings, show
 
+TEARDOWN = (
+    "Delete a run's instances, groups, templates and workload policies (Compute Engine) and its "
+    "queued resources and nodes (Cloud TPU API); confirm they are gone."
+)
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t = sub.add_parser(
         "teardown",
-        help="Delete a run's queued resources and nodes (Cloud TPU API) and its instances, groups, templates "
-        "and workload policies (Compute Engine); confirm they are gone.",
+        help=TEARDOWN,
+        description=TEARDOWN,
     )
     t.add_argument("run_id", metavar="RUN_ID")
     t.add_argument("--zone", action="append", dest="zones", metavar="ZONE", help="only these zones (default: all)")

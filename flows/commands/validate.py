@@ -106,7 +106,8 @@ def _files(args: list[str]) -> list[Path]:
 
 
 def check(path: Path, kind: str | None) -> tuple[str | None, list[dict[str, Any]], str]:
-    """``(kind, errors, message)`` for one file: the kind it was checked as, and what is wrong with it."""
+    """``(kind, errors, message)`` for one file: the kind it was checked as, and what is wrong with it
+    (for a valid file, ``message`` holds its notes: names read as others, one a line)."""
     from tpu_ops.errors import SpecError
     from tpu_ops.specs import parse_spec
     from tpu_ops.specs.loader import read_document
@@ -130,7 +131,23 @@ def check(path: Path, kind: str | None) -> tuple[str | None, list[dict[str, Any]
         if seems and seems != kind:
             msg += f"\n  (its keys look like a {seems} spec: try --kind {seems})"
         return kind, exc.errors, msg
-    return kind, [], ""
+    return kind, [], "\n".join(f"  note: {n}" for n in alias_notes(doc))
+
+
+def alias_notes(doc: Any, where: str = "") -> list[str]:
+    """``FIELD: 'v5e-16' is read as 'v5litepod-16' ...`` for each accelerator alias in ``doc``."""
+    from tpu_ops.accelerators import alias_note
+
+    if isinstance(doc, list):
+        return [n for i, item in enumerate(doc) for n in alias_notes(item, f"{where}[{i}]")]
+    if not isinstance(doc, dict):
+        return []
+    notes = []
+    for key, value in doc.items():
+        path = f"{where}.{key}" if where else str(key)
+        note = alias_note(value) if key == "accelerator_type" and isinstance(value, str) else ""
+        notes += [f"{path}: {note}"] if note else alias_notes(value, path)
+    return notes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,9 +157,12 @@ def run(args: argparse.Namespace) -> int:
         ok = not errors
         failed += not ok
         if args.json:
-            print(json.dumps({"file": str(path), "kind": kind, "ok": ok, "errors": errors}, default=str))
+            notes = [n.removeprefix("  note: ") for n in message.splitlines()] if ok else []
+            print(
+                json.dumps({"file": str(path), "kind": kind, "ok": ok, "errors": errors, "notes": notes}, default=str)
+            )
         elif ok:
-            print(f"{path}: ok, {WHAT.get(kind or '', kind)}")
+            print(f"{path}: ok, {WHAT.get(kind or '', kind)}" + (f"\n{message}" if message else ""))
         else:
             print(message, file=sys.stderr)
     return 1 if failed else 0

@@ -105,7 +105,7 @@ def test_intact_trail_verifies_from_s3_and_jsonl(
     assert [r["seq"] for r in written if r["chain"] == "run-a"] == list(range(1, 9))
     assert main(["audit", "verify", str(run_a[0].store.trail)]) == 0
     out = capsys.readouterr().out
-    assert "intact: 10 records in 1 chains, 2 digests (signatures checked)" in out
+    assert "intact: 8 records in 1 chain, and 2 digests (signatures checked)" in out
     assert main(["audit", "verify", str(_jsonl(tmp_path, written))]) == 0
     assert main(["audit", "verify", "s3://tpu-ops-audit/no-trail-here"]) == 1  # a wrong prefix is not "intact"
     capsys.readouterr()

@@ -302,3 +302,34 @@ def test_the_ranking_reads_history_weighed_by_its_half_life(gcs_env: dict[str, s
     assert got[key].hours == 1.0 and got[key].preemptions == 0.5  # a half-life old: half of 2 h, 1
     del body["choose"]["half_life"]
     assert history_for(ProvisionSpec.model_validate(body), Clients(settings), now=12320.0 + 3600)[key].preemptions == 1
+
+
+def test_plan_of_a_training_spec_reads_its_own_checkpoint_dir(
+    gcs_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """No `choose` and no --history: the history is where `capacity stats` finds it, the checkpoint dir."""
+    from flows.cli import main
+    from tpu_ops.provision.history import write_identity
+    from tpu_ops.uris import parse_gs
+
+    for k, v in gcs_env.items():
+        monkeypatch.setenv(k, v)
+    spec = tmp_path / "train.yaml"
+    spec.write_text(
+        "provision:\n"
+        "  slice: {accelerator_type: v5p-32, region: us-east5, zones: [us-east5-a, us-east5-b]}\n"
+        "  ladder: [spot, on-demand]\n  budget_usd: 10000\n  hours: 4\n"
+        "train: {checkpoint_dir: 'gs://own-hist/ckpt', steps: 4000, checkpoint_every: 2000}\n"
+    )
+    gcs = _client(gcs_env)
+    gcs.create_bucket("own-hist")
+    gcs.bucket("own-hist").blob("ckpt/r1/_tpu_ops/state.json").upload_from_string(json.dumps(STATE))
+    write_identity(gcs, parse_gs("gs://own-hist/ckpt/r1"), "v5p-32", "compute", 16)
+    assert main(["capacity", "stats", "--history", "gs://own-hist/ckpt", "--json"]) == 0
+    seen = {(r["zone"], r["tier"]): r["hours"] for r in json.loads(capsys.readouterr().out)["rungs"]}
+    assert seen.get(("us-east5-a", "spot"), 0) > 0, seen
+    assert main(["capacity", "plan", "--spec", str(spec), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    used = {(r["zone"], r["tier"]): r["history_hours"] for r in plan["rungs"]}
+    assert used[("us-east5-a", "spot")] == seen[("us-east5-a", "spot")], (used, plan["note"])
+    assert "keeping the written order" not in plan["note"]

@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC_FILE = ROOT / "flows" / "dryrun.yaml"
 
 
+# The dry run's reservation is too small on purpose (8 chips of the 16 a v4-32 needs): the ladder must
+# move on. A set-up environment has one the slice fits in.
+FITTING_CAPACITY = {**DRY_RUN_CAPACITY, "us-central2-b": {"spot": 0, "on-demand": 64,
+                                                          "reservations": {"fraud-v4-reservation": 16}}}  # fmt: skip
+
+
 def _spec() -> PipelineSpec:
     spec = load_spec(SPEC_FILE, PipelineSpec)
     return spec.model_copy(update={"audit_bucket": "s3://dryrun-audit/trail"})
@@ -30,7 +36,7 @@ def _set_up(stack: Any, spec: PipelineSpec) -> str:
     """What a correct environment has: the dataset, buckets, the locked audit bucket, group, key."""
     settings = stack.settings()
     seed_pipeline(settings, spec)
-    set_tpu_capacity(settings, DRY_RUN_CAPACITY)
+    set_tpu_capacity(settings, FITTING_CAPACITY)
     ensure_s3_bucket(settings, spec.export.destination)
     ensure_s3_bucket(settings, str(spec.audit_bucket), object_lock=True)
     boto3_client(settings, "sagemaker").create_model_package_group(
@@ -119,8 +125,15 @@ def test_doctor_on_compute_engine_checks_the_api_quota_and_reservations(stack: A
     assert checks["compute api"].status == OK and "backend compute" in checks["compute api"].detail
     quota = checks["compute quota spot v5p in us-east5"]
     assert quota.status == OK and "PREEMPTIBLE_" in quota.detail and "needs 16" in quota.detail
-    assert checks["reservation fraud-v5p-reservation in us-east5-b"].status == OK
+    # the dry run's reservation holds 2 of the 4 hosts a v5p-32 needs: named with both sizes
+    small = checks["reservation fraud-v5p-reservation in us-east5-b"]
+    assert small.status == MISSING, small
+    assert small.detail == "holds 2 x ct5p-hightpu-4t, smaller than the slice (v5p-32: 4 x ct5p-hightpu-4t)"
     assert not any(name.startswith("tpu ") for name in checks)  # the TPU API is not this spec's backend
+    fits = {"reservations": {"fraud-v5p-reservation": {"count": 4, "machineType": "ct5p-hightpu-4t"}}}
+    stack.set_compute_capacity({**COMPUTE_CAPACITY, "us-east5-b": {**COMPUTE_CAPACITY["us-east5-b"], **fits}})
+    checks = {c.name: c for c in run_checks(settings, spec)}
+    assert checks["reservation fraud-v5p-reservation in us-east5-b"].status == OK
 
     stack.compute_backend.set_quotas({"us-east5": {"PREEMPTIBLE_TPU_PODSLICE_V5P": 8}})
     stack.set_compute_capacity({"us-east5-b": {"reservations": {}}})
@@ -129,3 +142,28 @@ def test_doctor_on_compute_engine_checks_the_api_quota_and_reservations(stack: A
     assert quota.status == MISSING and "8 free; the slice needs 16" in quota.detail
     res = checks["reservation fraud-v5p-reservation in us-east5-b"]
     assert res.status == MISSING and "--machine-type=ct5p-hightpu-4t --vm-count=4" in res.fix
+
+
+def test_doctor_fails_a_reservation_smaller_than_the_slice(stack: Any) -> None:
+    spec = _spec()
+    settings = stack.settings()
+    seed_pipeline(settings, spec)
+    set_tpu_capacity(settings, DRY_RUN_CAPACITY)  # 8 chips reserved; a v4-32 is 16
+    res = {c.name: c for c in run_checks(settings, spec)}["reservation fraud-v4-reservation in us-central2-b"]
+    assert res.status == MISSING
+    assert res.detail == "size 8 chips, smaller than the slice (v4-32: 16 chips)"
+    assert "at least 16 chips" in res.fix
+
+
+def test_doctor_says_a_bucket_is_missing_instead_of_asking_for_a_grant(stack: Any) -> None:
+    """An unseeded stack: no IAM grant is suggested for buckets that are not there; the fix is the seed."""
+    spec = _spec().model_copy(deep=True)
+    tag = str(time.monotonic_ns())[-8:]
+    mirror = spec.mirror.model_copy(update={"source": f"s3://gone-{tag}/data", "destination": f"gs://gone-{tag}/data"})
+    spec = spec.model_copy(update={"mirror": mirror})
+    checks = {c.name: c for c in run_checks(stack.settings(), spec)}
+    for name, bucket in ((f"s3 source: s3://gone-{tag}/data", f"s3://gone-{tag}"),
+                         (f"gcs dataset: gs://gone-{tag}", f"gs://gone-{tag}")):  # fmt: skip
+        check = checks.get(name) or next(c for c in checks.values() if c.name.startswith(name.split(":")[0]))
+        assert check.status == MISSING and check.detail == f"bucket {bucket} does not exist", check
+        assert "grant" not in check.fix and "local seed" in check.fix, check

@@ -124,3 +124,66 @@ def test_reap_every_sets_the_reapers_interval_and_refuses_what_is_not_allowed(ca
     with pytest.raises(SystemExit):
         build_parser("serve").parse_args(["serve", "--reap-every", "2s"])
     assert "'2s' is not allowed: a duration from 5s to 1d, e.g. 90s, 30m, 2h" in capsys.readouterr().err
+
+
+def test_serve_without_an_api_url_refuses_at_once(tmp_path: Path) -> None:
+    """No PREFECT_API_URL: Prefect would start a temporary server inside serve, which nobody reaches."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(ROOT)}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "serve"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "error: serve needs a running Prefect API, and PREFECT_API_URL is not set — fix: start one with "
+        "`make ui` and set PREFECT_API_URL=http://127.0.0.1:4200/api"
+    ), proc.stderr[-2000:]
+
+
+def test_serve_ends_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """SIGTERM with the API up: the schedules are paused, exit 0, no "coroutine ... never awaited"."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from infra.local._proc import free_port, http_ok, kill_group, wait_until
+
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env.pop("PREFECT_API_URL", None)
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    server = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    serve = None
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/api/health"), 90, interval=0.2, what="prefect server")
+        env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "serve", "--shutdown-grace", "30"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        out: list[bytes] = []
+        reader = threading.Thread(target=lambda: out.extend(serve.stdout), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        wait_until(lambda: any(b"serving " in line for line in out) or serve.poll() is not None, 60, what="serving")
+        assert serve.poll() is None
+        serve.send_signal(signal.SIGTERM)
+        rest, err = serve.communicate(timeout=60)
+        text = err.decode()
+        assert serve.returncode == 0, text[-2000:]
+        assert "never awaited" not in text and "Traceback" not in text and "did not finish" not in text, text[-2000:]
+        reader.join(5)
+        assert b"SIGTERM: stopping" in b"".join(out) + (rest or b"")
+    finally:
+        if serve is not None and serve.poll() is None:
+            kill_group(serve, grace=1)
+        kill_group(server, grace=5)

@@ -85,3 +85,18 @@ def test_a_raw_json_api_response_is_translated_with_its_cause() -> None:
     out = google_http_error(resp, "gcs")
     assert isinstance(out, NotFoundError) and "No such object" in str(out)
     assert isinstance(out.__cause__, gexc.NotFound)
+
+
+def test_a_missing_bucket_is_told_from_a_missing_object() -> None:
+    from google.api_core.exceptions import NotFound
+
+    from tpu_ops.cloud.translate import missing_bucket
+
+    base = "404 GET http://127.0.0.1:1/storage/v1/b/acme-data"
+    assert missing_bucket(NotFound(f"{base}?projection=noAcl: Not Found")) == "gs://acme-data"
+    assert missing_bucket(NotFound(f"{base}/o?prefix=x%2F: Not Found")) == "gs://acme-data"
+    assert missing_bucket(NotFound(f"{base}/o/train%2Fa.bin?alt=media: Not Found")) == ""
+    no_bucket = _client_error("NoSuchBucket", 404)
+    no_bucket.response["Error"]["BucketName"] = "acme-src"
+    assert missing_bucket(no_bucket) == "s3://acme-src"
+    assert missing_bucket(_client_error("NoSuchKey", 404)) == ""

@@ -71,9 +71,11 @@ class Damage:
 class Report:
     """What verify found: counts, damage (empty when intact), records not yet sealed by a digest."""
 
-    records: int = 0
+    records: int = 0  # every item read, digests and unreadable ones included
     chains: int = 0
     digests: int = 0
+    # records per run chain (the digest chain not among them): what lineage and the run page count too
+    chain_records: dict[str, int] = field(default_factory=dict)
     signatures_checked: bool = False
     damage: list[Damage] = field(default_factory=list)
     unsealed: dict[str, int] = field(default_factory=dict)
@@ -84,6 +86,12 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.damage
+
+    def counts(self) -> str:
+        """``N records in C chains, and D digests``: the words verify and the run page share."""
+        n = sum(self.chain_records.values())
+        return (f"{n} record{'s' * (n != 1)} in {self.chains} chain{'s' * (self.chains != 1)}, "
+                f"and {self.digests} digest{'s' * (self.digests != 1)}")  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -116,7 +124,8 @@ def verify(
         rec = it.record
         name = rec.get("chain") if rec else it.key_chain
         chains.setdefault(str(name or it.key_chain or "?"), []).append(it)
-    report.chains = len([c for c in chains if c != DIGEST_CHAIN])
+    report.chain_records = {c: len(its) for c, its in chains.items() if c != DIGEST_CHAIN}
+    report.chains = len(report.chain_records)
     sig = _signature_check(kms, trusted_key) if report.signatures_checked else None
     digests, damage = _walk(DIGEST_CHAIN, chains.get(DIGEST_CHAIN, []), {}, sig)
     report.damage.extend(damage)

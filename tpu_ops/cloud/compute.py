@@ -341,13 +341,15 @@ class ComputeApi:
                                                                  timeout=self.call_timeout_s))  # fmt: skip
         return {q.metric: (float(q.usage), float(q.limit)) for q in r.quotas}
 
-    def reservation_exists(self, zone: str, name: str) -> bool:
+    def reservation_vms(self, zone: str, name: str) -> tuple[int, str] | None:
+        """``(VM count, machine type)`` a specific reservation holds; None when it does not exist."""
         try:
-            self._call(lambda: self.client("ReservationsClient").get(
+            res = self._call(lambda: self.client("ReservationsClient").get(
                 project=self.project, zone=zone, reservation=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
-            return False
-        return True
+            return None
+        specific = res.specific_reservation
+        return int(specific.count), specific.instance_properties.machine_type.rsplit("/", 1)[-1]
 
 
 __all__ = [

@@ -39,6 +39,19 @@ def bucket_access(
     return BucketAccess(frozenset(granted))
 
 
+def bucket_exists(gcs: Any, bucket_name: str, *, timeout_s: float) -> bool | None:
+    """Whether ``bucket_name`` exists; None when the caller may not ask (no ``storage.buckets.get``)."""
+    from google.api_core.exceptions import Forbidden, NotFound
+
+    try:
+        gcs.bucket(bucket_name).reload(timeout=timeout_s, retry=None)
+    except NotFound:
+        return False
+    except Forbidden:
+        return None
+    return True
+
+
 def tpu_zones(tpu: Any, project: str, *, timeout_s: float) -> frozenset[str]:
     """The zones that offer Cloud TPU to ``project`` (``locations.list``)."""
     from google.cloud.location import locations_pb2

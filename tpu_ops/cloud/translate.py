@@ -193,6 +193,26 @@ AWS_CREDENTIALS_FIX = (
 PERMISSION_FIX = "grant the flows' role what infra/iam/ lists; `tpu-ops doctor` names each missing permission"
 
 
+# A 404 on a bucket itself, on listing it or on uploading into it: the bucket is missing (a 404 on
+# ``/b/NAME/o/OBJECT`` is a missing object, not this).
+_GCS_BUCKET_URL: Final = re.compile(r"/storage/v1/b/([^/?\s]+)(?:/o)?(?=[?\s:]|$)")
+
+
+def missing_bucket(exc: BaseException) -> str:
+    """``gs://NAME`` or ``s3://NAME`` when ``exc`` (or what caused it) says that bucket does not exist; else ""."""
+    from urllib.parse import unquote
+
+    for e in _chain(exc):
+        code, status = aws_error_code(e)
+        if code == "NoSuchBucket":
+            name = str(getattr(e, "response", {}).get("Error", {}).get("BucketName", ""))
+            return f"s3://{name}" if name else "an S3 bucket"
+        status = status or getattr(e, "code", None) or getattr(e, "status", None) or 0
+        if status == 404 and (m := _GCS_BUCKET_URL.search(str(e))):
+            return f"gs://{unquote(m.group(1))}"
+    return ""
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and what caused it (``__cause__``, ``__context__``, a RetryError's cause), outermost first."""
     out: list[BaseException] = []

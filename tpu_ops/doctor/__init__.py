@@ -11,12 +11,15 @@ there the check falls back to reading the resource and says so in its detail.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tpu_ops.accelerators import lookup
 from tpu_ops.cloud import probes
 from tpu_ops.doctor.base import (
     CALL_TIMEOUT_S,
     GCS_PERMISSIONS,
+    LOCAL_SEED_FIX,
     MISSING,
     OK,
     SKIPPED,
@@ -24,6 +27,7 @@ from tpu_ops.doctor.base import (
     _guard,
     _missing,
     _ok,
+    create_bucket_fix,
 )
 from tpu_ops.doctor.compute import compute_checks
 from tpu_ops.errors import ConfigError
@@ -46,6 +50,8 @@ def _gcs_bucket(settings: Settings, gcs: Any, uri: str, role: str) -> Check:
     if access.granted is None:  # the emulator has no IAM: the bucket's existence is what can be checked
         return _ok(name, f"exists in {access.location} (emulator: no IAM to test)")
     lacking = [p for p in GCS_PERMISSIONS if p not in access.granted]
+    if lacking and probes.bucket_exists(gcs, bucket_name, timeout_s=CALL_TIMEOUT_S) is False:
+        return _missing(name, f"bucket gs://{bucket_name} does not exist", create_bucket_fix(f"gs://{bucket_name}"))
     if lacking:
         return _missing(
             name,
@@ -80,8 +86,9 @@ def _tpu_accelerator(settings: Settings, tpu: Any, accelerator: str, zones: list
     return out
 
 
-def _reservation(settings: Settings, name: str, zone: str) -> Check:
-    """A named reservation, through Cloud TPU v2alpha1's reservations list (v2 has none)."""
+def _reservation(settings: Settings, name: str, zone: str, accelerator: str = "") -> Check:
+    """A named reservation, through Cloud TPU v2alpha1's reservations list (v2 has none), and whether
+    it is as large as the slice (``standard.size`` in its ``capacityUnits``: chips unless CORES)."""
     project = settings.gcp_project
     leaf = name
     if name.startswith("projects/"):
@@ -98,7 +105,15 @@ def _reservation(settings: Settings, name: str, zone: str) -> Check:
             "check the name with `gcloud alpha compute tpus reservations list --zone "
             f"{zone}`; the ladder's reservation rung names it",
         )
-    size = (found[leaf].get("standard") or {}).get("size", "?")
+    standard = found[leaf].get("standard") or {}
+    size, units = standard.get("size", "?"), str(standard.get("capacityUnits") or "CHIPS").lower()
+    if accelerator and isinstance(size, int | str) and str(size).isdigit():
+        acc = lookup(accelerator)
+        need = acc.chips * acc.cores_per_chip if units == "cores" else acc.chips
+        if int(size) < need:
+            return _missing(label, f"size {size} {units}, smaller than the slice ({accelerator}: {need} {units})",
+                            f"a reservation of at least {need} {units}, or a slice that fits it")  # fmt: skip
+        return _ok(label, f"{found[leaf].get('state', '?')}, size {size} {units}; the slice needs {need}")
     return _ok(label, f"{found[leaf].get('state', '?')}, size {size}")
 
 
@@ -125,7 +140,8 @@ def google_checks(settings: Settings, spec: PipelineSpec | None) -> list[Check]:
         for rung in spec.provision.ladder:
             if rung.kind == Tier.RESERVATION:
                 name, zone = str(rung.name), str(rung.zone)
-                out += _guard(f"reservation {name}", enable, lambda n=name, z=zone: _reservation(settings, n, z))  # type: ignore[misc]
+                out += _guard(f"reservation {name}", enable,
+                              lambda n=name, z=zone: _reservation(settings, n, z, accel))  # type: ignore[misc]  # fmt: skip
     return out
 
 
@@ -260,7 +276,10 @@ def run_checks(settings: Settings, spec: PipelineSpec | None = None, kms_key_id:
     if dead:  # nothing else can be checked against an endpoint that is not there
         return dead
     settings = settings.model_copy(update={"retry_attempts": min(settings.retry_attempts, 2)})  # fail fast
-    return _cloud(google_checks, settings, spec) + _cloud(aws_checks, settings, spec, kms_key_id)
+    checks = _cloud(google_checks, settings, spec) + _cloud(aws_checks, settings, spec, kms_key_id)
+    if settings.dry_run:  # on the local stack a missing bucket means it was never seeded
+        checks = [replace(c, fix=LOCAL_SEED_FIX) if c.detail.endswith("does not exist") else c for c in checks]
+    return checks
 
 
 def _cloud(checks: Callable[..., list[Check]], settings: Settings, *args: Any) -> list[Check]:

@@ -53,7 +53,7 @@ def _missing(name: str, detail: str, fix: str) -> Check:
 
 def _guard(name: str, fix: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
     """Run one check; any error becomes a MISSING line naming it (the report goes on)."""
-    from tpu_ops.cloud.translate import explain
+    from tpu_ops.cloud.translate import explain, missing_bucket
     from tpu_ops.errors import CredentialsError
 
     try:
@@ -62,8 +62,21 @@ def _guard(name: str, fix: str, fn: Callable[[], Check | list[Check]]) -> list[C
         why = explain(exc)
         if isinstance(why, CredentialsError):  # the check's own fix would mislead: nothing was asked
             return [_missing(name, str(why), why.fix)]
-        return [_missing(name, f"{type(exc).__name__}: {_short(exc)}", fix)]
+        if bucket := missing_bucket(exc):  # no permission to grant on a bucket that is not there
+            return [_missing(name, f"bucket {bucket} does not exist", create_bucket_fix(bucket))]
+        return [_missing(name, _short(exc) or type(exc).__name__, fix)]
     return out if isinstance(out, list) else [out]
+
+
+def create_bucket_fix(bucket: str) -> str:
+    """How to create ``gs://NAME`` or ``s3://NAME`` (or correct the spec that names it)."""
+    name = bucket.split("://", 1)[-1]
+    if bucket.startswith("gs://"):
+        return f"create it: gcloud storage buckets create {bucket} --location=REGION (or correct the spec's URI)"
+    return f"create it: aws s3api create-bucket --bucket {name} (or correct the spec's URI)"
+
+
+LOCAL_SEED_FIX = "the local stack was not seeded: run `tpu-ops local seed`"
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:

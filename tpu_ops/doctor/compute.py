@@ -62,10 +62,17 @@ def compute_checks(settings: Settings, spec: PipelineSpec) -> list[Check]:
             label = f"reservation {name} in {zone}"
 
             def res(n: str = name, z: str = zone, label: str = label) -> Check:
-                if api.reservation_exists(z, n):
-                    return _ok(label, f"found ({acc.hosts} x {acc.machine_type} needed)")
-                return _missing(label, "not found", f"gcloud compute reservations create {n} --zone={z} "
-                                f"--machine-type={acc.machine_type} --vm-count={acc.hosts}")  # fmt: skip
+                create = (f"gcloud compute reservations create {n} --zone={z} --machine-type={acc.machine_type} "
+                          f"--vm-count={acc.hosts}")  # fmt: skip
+                held = api.reservation_vms(z, n)
+                if held is None:
+                    return _missing(label, "not found", create)
+                count, machine = held
+                have, need = f"{count} x {machine}", f"{acc.hosts} x {acc.machine_type}"
+                if count < acc.hosts or machine != acc.machine_type:
+                    return _missing(label, f"holds {have}, smaller than the slice ({sl.accelerator_type}: {need})",
+                                    f"a reservation of {need} ({create}), or a slice that fits it")  # fmt: skip
+                return _ok(label, f"holds {have}; the slice needs {need}")
 
             out += _guard(label, enable, res)
         elif getattr(rung, "kind", "") == Tier.CALENDAR:

@@ -19,6 +19,15 @@ class Outcome:
     ERROR: Final = "error"  # a non-capacity API error (bad request, permission, retries used up)
     PARTIAL: Final = "partial"  # some hosts came up, never all within the queue timeout: deleted whole
     MOVED_ON: Final = frozenset({FAILED, STOCKOUT, QUOTA, TIMEOUT, SUSPENDED, ERROR, PARTIAL})
+    # the cloud said no: no capacity (or not for every host), no quota left
+    REFUSED: Final = frozenset({STOCKOUT, QUOTA, PARTIAL})
+
+    @staticmethod
+    def audit_outcome(outcome: str) -> str:
+        """The audit trail's word for an attempt's outcome: success (it got the slice), refused, failure."""
+        if outcome in (Outcome.ACTIVE, Outcome.ADOPTED):
+            return "success"
+        return "refused" if outcome in Outcome.REFUSED else "failure"
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,13 @@ class TeardownReport:
     deleted: list[Resource] = field(default_factory=list)
     confirmed_gone: bool = False
     seconds: float = 0.0
+
+    def describe(self) -> str:
+        """What teardown did, in words that stay true when there was nothing left to delete."""
+        if not self.deleted:
+            return "nothing of the run was left to delete" if self.confirmed_gone else "nothing deleted"
+        gone = ", confirmed gone" if self.confirmed_gone else ", not yet confirmed gone"
+        return f"{len(self.deleted)} resource{'s' if len(self.deleted) != 1 else ''} deleted{gone}"
 
     def to_json(self) -> dict[str, Any]:
         return {

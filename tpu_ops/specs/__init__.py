@@ -2,7 +2,8 @@
 
 from tpu_ops.specs.common import GcsUri, Name, RunId, S3Uri, StrictModel
 from tpu_ops.specs.jobs import ExportSpec, MirrorSpec, PipelineSpec, TrainJobSpec, TrainSpec
-from tpu_ops.specs.loader import format_errors, load_spec, parse_spec
+from tpu_ops.specs.loader import load_spec, parse_spec
+from tpu_ops.specs.messages import format_errors
 from tpu_ops.specs.slice import (
     CapacityLadder,
     ProvisionSpec,

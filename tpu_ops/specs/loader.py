@@ -28,8 +28,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from tpu_ops.errors import SpecError
+from tpu_ops.specs.messages import describe, format_errors
 from tpu_ops.text import unsafe_char
-from tpu_ops.tiers import Tier
 
 M = TypeVar("M", bound=BaseModel)
 Format = Literal["yaml", "json"]
@@ -53,47 +53,13 @@ SPEC_LIMITS = Limits()
 MANIFEST_LIMITS = Limits(max_bytes=512 * 1024 * 1024, max_depth=16, max_nodes=0, walk=False)  # JSON only
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif item in (*Tier, "function-after[_check(), SliceSpec]"):
-            continue  # discriminator tags add nothing for a reader
-        else:
-            parts.append(("." if parts else "") + str(item))
-    return "".join(parts) or "(spec)"
-
-
-def format_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    """One dict per error: ``field`` (dotted path), ``message``, ``value``."""
-    out = []
-    for err in exc.errors(include_url=False):
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        out.append({"field": _where(tuple(err["loc"])), "message": msg, "value": err.get("input")})
-    return out
-
-
-def _describe(errors: list[dict[str, Any]], what: str) -> str:
-    lines = [f"{what}: {len(errors)} error(s)"]
-    for e in errors:
-        if e["message"] == "Field required":  # the value would be the whole enclosing mapping
-            lines.append(f"  {e['field']}: Field required")
-            continue
-        value = repr(e["value"])
-        if len(value) > 80:
-            value = value[:77] + "..."
-        lines.append(f"  {e['field']}: {e['message']} (got {value})")
-    return "\n".join(lines)
-
-
 def parse_spec(model: type[M], data: Any, what: str | None = None) -> M:
     """Validate ``data`` as ``model``; raise ``SpecError`` naming each bad field and its value."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = format_errors(exc)
-        raise SpecError(_describe(errors, what or model.__name__), errors) from None
+        errors = format_errors(exc, model)
+        raise SpecError(describe(errors, what or model.__name__), errors) from None
 
 
 def _refuse(source: str, field: str, problem: str, line: int | None = None) -> SpecError:

@@ -13,6 +13,7 @@ from tpu_ops.accelerators import (
     COMPUTE_IMAGES,
     RUNTIME_VERSIONS,
     AcceleratorType,
+    canonical,
     known_names,
     lookup,
 )
@@ -33,7 +34,16 @@ def _check_accelerator(value: str) -> str:
     return value
 
 
-AcceleratorName = Annotated[str, AfterValidator(_check_accelerator), Field(json_schema_extra={"enum": known_names()})]
+def _normalise_accelerator(value: Any) -> Any:
+    return canonical(value) if isinstance(value, str) else value  # v5e-16 → v5litepod-16 (validate says so)
+
+
+AcceleratorName = Annotated[
+    str,
+    BeforeValidator(_normalise_accelerator),
+    AfterValidator(_check_accelerator),
+    Field(json_schema_extra={"enum": known_names()}),
+]
 
 
 def _check_region(value: str) -> str:
@@ -72,7 +82,11 @@ class Rung(StrictModel):
     name and zone)."""
 
     model_config = ConfigDict(title="Rung", use_enum_values=False)
-    kind: Tier = Field(Tier.SPOT, description="The capacity tier this rung asks for.")
+    kind: Tier = Field(
+        Tier.SPOT,
+        description="The capacity tier this rung asks for: reservation, spot, on-demand, or flex-start "
+        "(Compute Engine only: queued capacity for a bounded run).",
+    )
     name: str | None = Field(
         None,
         description="Reservation rungs: the reservation's name, or its full path "
@@ -193,7 +207,9 @@ CapacityLadder = Annotated[
 class SliceSpec(StrictModel):
     """A TPU slice: its shape, software, and where it may run."""
 
-    accelerator_type: AcceleratorName = Field(description="e.g. v4-32, v5litepod-16, v5p-128, v6e-8, tpu7x-128")
+    accelerator_type: AcceleratorName = Field(
+        description="e.g. v4-32, v5litepod-16 (v5e-16 is read as v5litepod-16), v5p-128, v6e-8, tpu7x-128"
+    )
     backend: Literal["auto", "compute", "tpu-api"] = Field(
         "auto",
         description="Control plane: 'compute' (Compute Engine instances / instance groups), 'tpu-api' (Cloud "
@@ -281,11 +297,15 @@ class ProvisionSpec(StrictModel):
     """Provision one slice through the capacity ladder, within a budget."""
 
     slice: SliceSpec
-    ladder: CapacityLadder = Field(description="Rungs tried in order, e.g. reservation, spot, on-demand.")
+    ladder: CapacityLadder = Field(
+        description="Rungs tried in order, e.g. reservation, spot, flex-start (Compute Engine only), on-demand."
+    )
     budget_usd: Usd = Field(description="Refuse to provision if the cost estimate exceeds this.")
     hours: float = Field(gt=0, le=24 * 90, description="Expected hours of use, for the estimate.")
     queue_timeout: Duration(timedelta(seconds=1), timedelta(days=7)) = Field(  # type: ignore[valid-type]
-        timedelta(minutes=30), description="How long one queued request may wait (validUntilDuration)."
+        timedelta(minutes=30),
+        description="How long one rung's request may wait for capacity before the ladder moves on (on the "
+        "Cloud TPU API, the queued resource's validUntilDuration).",
     )
     overall_timeout: Duration(timedelta(seconds=1), timedelta(days=14)) = Field(  # type: ignore[valid-type]
         timedelta(hours=2), description="How long the whole ladder may take."
