@@ -357,12 +357,29 @@ class Agent:
             if first or time.monotonic() - last_beat >= self.job.heartbeat_s:
                 self._heartbeat(step, resume, "running")
                 last_beat = time.monotonic()
+                if self.job.slices > 1 and self.term_at is None and self._stopped():
+                    self._stop()
             try:
                 return self.proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
                 pass
             if self.term_at is not None and time.monotonic() - self.term_at > self.job.term_grace_s:
                 self.proc.kill()
+
+    def _stopped(self) -> bool:
+        """Another slice of the allocation was lost: the supervisor asks every worker to stop (a marker)."""
+        try:
+            return self.gcs.exists(self.bucket, self.paths.state(f"stop/{self.incarnation}.json"))
+        except GcsError:
+            return False
+
+    def _stop(self) -> None:
+        """Stop as on SIGTERM (the trainer saves the step in hand with the others), without a notice: this
+        host is not being taken away."""
+        self.term_at = time.monotonic()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        print("tpu-ops agent: another slice was lost: stopping at the step in hand", flush=True)
 
     def _commit_done(self) -> None:
         """Worker 0: DONE once every worker of this incarnation reported exit 0."""

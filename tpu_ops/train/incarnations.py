@@ -38,7 +38,7 @@ def job_document(job: TrainJobSpec, layout: RunLayout, run_id: str, project: str
         dataset_manifest=t.dataset_manifest, hyperparameters=dict(t.hyperparameters),
         heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
         coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
-        preemption_notice=t.preemption_notice, goodput=goodput,
+        preemption_notice=t.preemption_notice, goodput=goodput, slices=job.provision.slice.slices,
     )  # fmt: skip
 
 

@@ -53,6 +53,6 @@ def wait_for_exit_reports(gcs: Any, layout: RunLayout, incarnation_id: str, host
     until = max(float(d.get("time", 0)) + float(d.get("grace_s", 0)) for d in found) if found else 0.0
     while time.time() < until:
         reports = [r for r in list_json(gcs, layout.workers) if r.get("incarnation") == incarnation_id]
-        if len({r.get("worker") for r in reports}) >= hosts:
+        if len({(r.get("slice", 0), r.get("worker")) for r in reports}) >= hosts:
             return
         time.sleep(poll_s)

@@ -38,6 +38,7 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -107,12 +108,22 @@ def _npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _wait_for(gcs: Gcs, bucket: str, step_key: str, names: set[str], step: int, timeout: float = PART_WAIT_S) -> bool:
+def _wait_for(
+    gcs: Gcs,
+    bucket: str,
+    step_key: str,
+    names: set[str],
+    step: int,
+    timeout: float = PART_WAIT_S,
+    stop: Callable[[], bool] | None = None,
+) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         have = {i["name"][len(step_key) + 1 :] for i in gcs.list_objects(bucket, step_key + "/")}
         if names <= have:
             return True
+        if stop is not None and stop():  # SIGTERM while waiting for others that may be gone: save on term
+            return False
         if time.monotonic() > deadline:
             if timeout < PART_WAIT_S:
                 return False
@@ -121,7 +132,13 @@ def _wait_for(gcs: Gcs, bucket: str, step_key: str, names: set[str], step: int, 
 
 
 def save(
-    gcs: Gcs, env: JobEnv, step: int, params: np.ndarray, hp: dict[str, Any], timeout: float = PART_WAIT_S
+    gcs: Gcs,
+    env: JobEnv,
+    step: int,
+    params: np.ndarray,
+    hp: dict[str, Any],
+    timeout: float = PART_WAIT_S,
+    stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Write this worker's part; worker 0 commits the step once every part exists.
 
@@ -133,8 +150,9 @@ def save(
     part = np.array_split(params, env.processes)[env.process_id]
     gcs.write(bucket, join(step_key, f"params/part-{env.process_id:05d}.npy"), _npy(part))
     if env.process_id != 0:
-        return _wait_for(gcs, bucket, step_key, {COMMIT_MARKER}, step, timeout)
-    if not _wait_for(gcs, bucket, step_key, {f"params/part-{w:05d}.npy" for w in range(env.processes)}, step, timeout):
+        return _wait_for(gcs, bucket, step_key, {COMMIT_MARKER}, step, timeout, stop)
+    parts = {f"params/part-{w:05d}.npy" for w in range(env.processes)}
+    if not _wait_for(gcs, bucket, step_key, parts, step, timeout, stop):
         return False
     gcs.write(bucket, join(step_key, f"params/{COMMIT_MARKER}"), b"")  # item-level marker, as Orbax writes
     gcs.write(bucket, join(step_key, "meta.json"), json.dumps({"step": step, "workers": env.processes}))
@@ -228,11 +246,12 @@ def main() -> int:
         record(env.step_log, "step", step, t0, t_mark, tokens, flops)
         if step % env.checkpoint_every == 0 or step == env.steps:
             t0 = time.monotonic()
-            save(gcs, env, step, params, hp)
-            saved, save_s = step, time.monotonic() - t0
-            done = time.time()
-            record(env.step_log, "save", step, t_mark, done)
-            t_mark = done
+            # A SIGTERM during the save's barrier (a slice of the job is gone) ends it: the term path saves.
+            if save(gcs, env, step, params, hp, stop=lambda: "at" in term):
+                saved, save_s = step, time.monotonic() - t0
+                done = time.time()
+                record(env.step_log, "save", step, t_mark, done)
+                t_mark = done
         _progress(env.progress_file, step)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
     print(f"worker {env.process_id}: done at step {env.steps}, loss {loss:.6f}", flush=True)

@@ -20,10 +20,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tpu_ops.agent.job import ALLOCATION_DOC
 from tpu_ops.audit.events import AuditEvent
 from tpu_ops.errors import TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
+from tpu_ops.provision.allocation import Allocation
+from tpu_ops.provision.launch import Launch
 from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Slice
@@ -55,9 +58,9 @@ STATE_SAVE_S = 2.0  # run state written every max(2 s, 6 polls) while steps go b
 
 
 class _Preempted(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, v: Verdict) -> None:
+        super().__init__(v.reason)
+        self.reason, self.slice = v.reason, v.slice or 0
 
 
 class Supervisor:
@@ -111,7 +114,7 @@ class Supervisor:
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
         self._notices: list[dict[str, Any]] = []  # the current incarnation's SIGTERM notices
-        self._slice: Slice | None = None
+        self._alloc: tuple[Slice, ...] = ()  # the live allocation's slices, slice 0 first
 
     def run(self) -> GoodputReport:
         """Train to the end (or fail); always tear down and write the goodput report.
@@ -190,7 +193,7 @@ class Supervisor:
                 self._watch(inc)
                 return
             except _Preempted as p:
-                preemption = self._recover(inc, p.reason)
+                preemption = self._recover(inc, p.reason, lost=p.slice)
 
     def _resume(self) -> PreemptionState | None:
         """Take over a live incarnation left by a predecessor: adopt a healthy slice, else record the
@@ -224,10 +227,13 @@ class Supervisor:
             put_json(self.gcs, self.layout.job, asdict(self.doc))
             self._save()
         self.doc.incarnation = inc.id
-        script = startup_script(self.run_id, self.layout, inc.id)
+        k = self.job.provision.slice.slices
+        launch = Launch(startup_script(self.run_id, self.layout, inc.id), k)
         t0 = time.monotonic()
-        s = self.slices.acquire(metadata={"startup-script": script})
-        self._slice = s
+        self._alloc = self.slices.gather(launch.metadata).slices  # all k slices or none
+        s = self._alloc[0]
+        if k > 1:  # where each worker is: its agent waits for this (agent.job.placement)
+            put_json(self.gcs, self.layout.state(ALLOCATION_DOC), Allocation(self._alloc).document(inc.id))
         if inc.queued_resource and inc.queued_resource != s.queued_resource:
             raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
         adopted = bool(inc.queued_resource)
@@ -272,7 +278,7 @@ class Supervisor:
                 with contextlib.suppress(TransientError):
                     v = self._judge(inc, full=False)
                     if v.recover:
-                        raise _Preempted(v.reason)
+                        raise _Preempted(v)
                 return None
             next_full = time.monotonic() + self.poll_s
             return self._check(inc, preemption)
@@ -312,7 +318,7 @@ class Supervisor:
             if self.stalls[step] >= 2:
                 raise TrainingError(f"run {self.run_id}: no progress past step {step} twice in a row; giving up")
         if v.recover:
-            raise _Preempted(v.reason)
+            raise _Preempted(v)
         if time.monotonic() - self._saved_at >= self._save_every:
             self._save()  # the step records so far
         return None
@@ -320,6 +326,7 @@ class Supervisor:
     def _judge(self, inc: IncarnationState, *, full: bool = True, **kw: Any) -> Verdict:
         """The verdict on the incarnation's allocation (``train.verdict``); full: the slices' states too."""
         since = time.monotonic() - self._progress_mono
+        kw.setdefault("slices", [(s.zone, s.queued_resource) for s in self._alloc])
         facts = observe(
             self.gcs, self.layout, self.provider if full else None, inc, hosts=self._hosts, since_progress_s=since, **kw
         )
@@ -328,7 +335,7 @@ class Supervisor:
 
     @property
     def _hosts(self) -> int:
-        return self._slice.hosts if self._slice is not None else 1
+        return sum(s.hosts for s in self._alloc) or 1
 
     def _done(self) -> dict[str, Any] | None:
         return done_marker(self.gcs, self.layout)
@@ -353,13 +360,17 @@ class Supervisor:
             payload = preemption_event(self.run_id, preemption, resumed_from=inc.resume_step, step=mark[0])
             self.notify(AuditEvent.SLICE_RECOVERED, payload)
 
-    def _recover(self, inc: IncarnationState, reason: str, *, unsupervised: bool = False) -> PreemptionState:
+    def _recover(
+        self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int = 0
+    ) -> PreemptionState:
+        """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back."""
         detected = time.time()
+        rid = self._alloc[lost].queued_resource if lost < len(self._alloc) else inc.queued_resource
         p = PreemptionState(
             len(self.state.preemptions) + 1,
             inc.number,
             reason,
-            inc.queued_resource,
+            rid,
             inc.zone,
             inc.tier,
             detected,
@@ -372,7 +383,9 @@ class Supervisor:
         self.state.preemptions.append(p)
         self.report.preemptions = self.state.preemptions
         self._save()
-        self.ledger.append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone, state=reason, t=detected)
+        self.ledger.append(L.PREEMPTED, resource_id=rid, zone=inc.zone, state=reason, t=detected)
+        if len(self._alloc) > 1:  # the healthy slices' workers stop at the step in hand too (agent.run)
+            put_json(self.gcs, self.layout.state(f"stop/{inc.id}.json"), {"slice": lost, "reason": reason})
         self.notify(AuditEvent.SLICE_PREEMPTED, preemption_event(self.run_id, p))
         if self._notices:  # the workers are saving: their grace first
             notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
