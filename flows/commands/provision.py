@@ -14,12 +14,12 @@ from flows.commands._common import shell_settings, show
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "provision",
-        help="Get a TPU slice through the capacity ladder (its rungs in order: reservation, spot, flex-start, "
-        "on-demand; zone by zone).",
+        help="Get a TPU slice through the capacity ladder (its rungs in order: reservation, calendar, spot, "
+        "flex-start, on-demand; zone by zone).",
         description="Runs the provision-slice Prefect flow: budget check first, then the ladder's rungs in "
-        "order (reservation, spot, flex-start, on-demand: as the spec lists them), one slice request per "
-        "attempt: a Compute Engine instance or instance group (the default for v5p, v6e and TPU7x; flex-start "
-        "only there), or a Cloud TPU API queued resource (v4, v5e, or slice.backend: tpu-api). "
+        "order (reservation, calendar, spot, flex-start, on-demand: as the spec lists them), one slice request "
+        "per attempt: a Compute Engine instance or instance group (the default for v5p, v6e and TPU7x; flex-start "
+        "and calendar reservations only there), or a Cloud TPU API queued resource (v4, v5e, or slice.backend: tpu-api). "
         "Re-running with the same --run-id adopts the existing slice. The slice stays up until "
         "`tpu-ops teardown RUN_ID`.",
     )
