@@ -10,6 +10,7 @@ import pytest
 from train_helpers import ZONE, Run, job_spec, params_bytes, run_reference_locally, wait_for
 
 from tpu_ops.cloud.tpu import TpuApi
+from tpu_ops.provision.ledger import Ledger
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.wheel import agent_wheel
 
@@ -21,7 +22,7 @@ def _ready(settings: Any, node_id: str) -> str | None:
     return nodes[0].node_id if nodes else None
 
 
-def test_two_slices_one_preempted_resume_bit_identical_with_every_worker_on_the_live_allocation(
+def test_two_slices_one_preempted_the_healthy_one_kept_resume_bit_identical(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any
 ) -> None:
     every, steps, run_id = 5, 30, "ms-2"
@@ -45,6 +46,13 @@ def test_two_slices_one_preempted_resume_bit_identical_with_every_worker_on_the_
     last = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/allocation.json").download_as_bytes())
     assert last["incarnation"] == report.incarnations[-1].id != first["incarnation"]
     assert [s["hosts"] for s in last["slices"]] == [2, 2]
+    # the healthy slice was kept (same slice, its workers restarted on the new incarnation), the lost one replaced
+    assert last["kept"] == [0] and last["slices"][0]["endpoints"] == first["slices"][0]["endpoints"]
+    assert report.incarnations[0].queued_resource == report.incarnations[1].queued_resource == f"{run_id}-a1"
+    events = Ledger(train_settings, run_id).events()
+    assert [e["kind"] for e in events if e.get("resource_id") == f"{run_id}-a1"].count("active") == 1
+    gone = [e["resource_id"] for e in events if e["kind"] == "gone"]
+    assert gone[0] == f"{run_id}-a1001"  # the lost slice went first; the kept one only at the end
     listing = gcs.list_blobs(ckpt_bucket, prefix=f"runs/{run_id}/_tpu_ops/workers/")
     reports = [json.loads(b.download_as_bytes()) for b in listing]
     final = [r for r in reports if r["incarnation"] == last["incarnation"]]

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from tpu_ops.agent.allocation import commit_done, wait_for_document
 from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
@@ -44,8 +45,6 @@ from tpu_ops.agent.metadata import Metadata
 from tpu_ops.agent.warm import release
 
 LOG_TAIL_BYTES = 4000
-DONE_WAIT_S = 120.0
-ALLOCATION_WAIT_S = 1800.0  # a multislice worker waits this long for the other slices (the ladder's queue time)
 
 
 def _tail(*paths: Path) -> str:
@@ -102,25 +101,34 @@ class Agent:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "trainer.log"
         self.setup_log = self.workdir / "setup.log"
-        self.shipper = LogShipper(self.gcs, self.paths, self.incarnation, self.who.worker_number, self.log, self.slice)
+        self.setup_s: float | None = None
+        self._metadata_get = metadata.get
+        self._signalled = False
+        self._begin(self.incarnation)
+
+    def _begin(self, incarnation: str) -> None:
+        """This worker's part of ``incarnation`` (again, on a slice kept while another was replaced)."""
+        self.incarnation = incarnation
+        self.shipper = LogShipper(self.gcs, self.paths, incarnation, self.who.worker_number, self.log, self.slice)
         self.goodput = GoodputHooks(  # the trainer's step log; worker 0's Cloud Logging entries
             self.workdir,
             self.who.worker_number if self.slice == 0 else -1,  # the run's first host writes the run's records
             self.job.goodput,
-            self.incarnation,
-            metadata.get,
+            incarnation,
+            self._metadata_get,
             self.env.get("TPU_OPS_LOGGING_ENDPOINT") or None,
             (self.env.get("TPU_OPS_DRY_RUN") or "").strip().lower() in TRUE,
         )
         self.term_at: float | None = None  # monotonic time of the SIGTERM
         self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
-        self.setup_s: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._notice: threading.Thread | None = None
         self._port = MEGASCALE_PORT
+        self._asked_to_stop = False
 
     # -- signals -------------------------------------------------------------------------------
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        self._signalled = True  # this VM is going away (a stop asked by the supervisor is not a signal)
         if self.term_at is not None:
             return
         self.term_at = time.monotonic()
@@ -241,27 +249,40 @@ class Agent:
         print(f"tpu-ops agent: trainer exited {rc} at step {step}", flush=True)
         if rc == 0 and self.where.process_id == 0 and self.term_at is None:
             self._commit_done()
+        if self._asked_to_stop and (nxt := self._kept_for()) is not None:
+            self._begin(nxt)  # this slice is kept: the next incarnation's workers include it
+            return self.run()
         return rc
 
+    def _kept_for(self) -> str | None:
+        """After a stop: the next incarnation if the supervisor keeps this slice in it, else None."""
+        doc = wait_for_document(
+            self.gcs,
+            self.bucket,
+            self.paths.allocation,
+            lambda d: d.get("incarnation") not in (None, self.incarnation),
+            lambda: self._signalled,
+        )
+        return str(doc["incarnation"]) if doc is not None and self.slice in doc.get("kept", []) else None
+
     def _await_allocation(self) -> bool:
-        """Until the supervisor's allocation document names this incarnation (every slice is up), heartbeating;
-        then this worker's placement in it. False on SIGTERM or after ``ALLOCATION_WAIT_S``."""
-        deadline, last = time.monotonic() + ALLOCATION_WAIT_S, 0.0
-        while time.monotonic() < deadline and self.term_at is None:
-            try:
-                doc = self.gcs.read_json(self.bucket, self.paths.allocation)
-            except GcsError:
-                doc = None
-            if isinstance(doc, dict) and doc.get("incarnation") == self.incarnation:
-                self.where = placement(self.who, self.slice, doc)
-                self._port = int(doc.get("megascale_port") or MEGASCALE_PORT)
-                return True
-            if time.monotonic() - last >= self.job.heartbeat_s:
-                self._heartbeat(None, None, "waiting")
-                last = time.monotonic()
-            time.sleep(0.2)
-        print("tpu-ops agent: the allocation's other slices never came up", file=sys.stderr, flush=True)
-        return False
+        """Until the allocation document names this incarnation (every slice up), heartbeating; then this
+        worker's placement in it. False on SIGTERM or after ``allocation.WAIT_S``."""
+        doc = wait_for_document(
+            self.gcs,
+            self.bucket,
+            self.paths.allocation,
+            lambda d: d.get("incarnation") == self.incarnation,
+            lambda: self.term_at is not None,
+            lambda: self._heartbeat(None, None, "waiting"),
+            self.job.heartbeat_s,
+        )
+        if doc is None:
+            print("tpu-ops agent: the allocation's other slices never came up", file=sys.stderr, flush=True)
+            return False
+        self.where = placement(self.who, self.slice, doc)
+        self._port = int(doc.get("megascale_port") or MEGASCALE_PORT)
+        return True
 
     def _start_trainer(self, resume: int | None, env: dict[str, str], trainer_env: dict[str, str]) -> None:
         """The warm trainer handed its environment, or a new trainer process."""
@@ -377,25 +398,13 @@ class Agent:
         """Stop as on SIGTERM (the trainer saves the step in hand with the others), without a notice: this
         host is not being taken away."""
         self.term_at = time.monotonic()
+        self._asked_to_stop = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         print("tpu-ops agent: another slice was lost: stopping at the step in hand", flush=True)
 
     def _commit_done(self) -> None:
-        """Worker 0: DONE once every worker of this incarnation reported exit 0."""
-        deadline = time.monotonic() + DONE_WAIT_S
-        workers = self.paths.state("workers")
-        while time.monotonic() < deadline:
-            reports = [r for r in self.gcs.list_json(self.bucket, workers) if r.get("incarnation") == self.incarnation]
-            if any(r["exit_code"] != 0 for r in reports):
-                return
-            if len({(r.get("slice", 0), r["worker"]) for r in reports}) >= self.where.processes:
-                done = {"run_id": self.job.run_id, "time": time.time(), "incarnation": self.incarnation}
-                self.gcs.write_json(self.bucket, self.paths.done, done)
-                print(f"tpu-ops agent: run {self.job.run_id} done", flush=True)
-                return
-            time.sleep(0.2)
-        print("tpu-ops agent: not every worker reported success; no DONE marker", file=sys.stderr, flush=True)
+        commit_done(self.gcs, self.paths, self.job.run_id, self.incarnation, self.where.processes)
 
 
 def run(job_uri: str, incarnation: str, warm: subprocess.Popen[bytes] | None = None,

@@ -52,11 +52,11 @@ class Allocation:
         return allocation_doc(incarnation, [(s.queued_resource, list(s.endpoints)) for s in self.slices])
 
 
-def _rest(spec: ProvisionSpec, zone: str) -> ProvisionSpec:
-    """The spec for the slices after the first: its zone only, and the queue timeout to come in."""
+def _rest(spec: ProvisionSpec, zone: str, within: timedelta | None = None) -> ProvisionSpec:
+    """The spec for the slices after the first: its zone only, and the queue timeout (or ``within``) to come in."""
     rungs = [r for r in spec.ladder if r.zone in (None, zone)]
     sl = spec.slice.model_copy(update={"zones": [zone]})
-    wait = min(spec.queue_timeout, spec.overall_timeout)
+    wait = within or min(spec.queue_timeout, spec.overall_timeout)
     return spec.model_copy(update={"slice": sl, "ladder": rungs or spec.ladder, "overall_timeout": wait})
 
 
@@ -67,23 +67,27 @@ def gather(
     *,
     metadata: Callable[[int], Mapping[str, str]] | None = None,
     give_back: Callable[[], Any],
+    zone: str | None = None,
+    within: timedelta | None = None,
     **kw: Any,
 ) -> Allocation:
     """All ``spec.slice.slices`` slices, or ``ProvisioningError`` after giving back what was held.
 
     ``metadata(i)`` is slice ``i``'s launch metadata; ``give_back()`` deletes everything of the run
-    (the lease's release); ``kw`` go to the ladder (provider, clients, on_attempt, progress).
+    (the lease's release); ``kw`` go to the ladder (provider, clients, on_attempt, progress). With ``zone``
+    (slices kept from the last allocation, which every walk adopts) every slice is in that zone and the
+    missing ones must come ``within`` that time.
     """
     k = spec.slice.slices
     held: list[Slice] = []
     started = 0.0
     for i in range(k):
-        this = spec if i == 0 else _rest(spec, held[0].zone)
+        this = _rest(spec, zone, within) if zone else spec if i == 0 else _rest(spec, held[0].zone)
         md = dict(metadata(i)) if metadata else {}
         try:
             held.append(provision(this, run_id, settings, metadata=md, slice_index=i, **kw))
         except ProvisioningError as exc:
-            if not held:
+            if not held and not zone:
                 raise
             _give_back(run_id, settings, held, started, k, give_back)
             raise ProvisioningError(
@@ -100,6 +104,8 @@ def _give_back(
     run_id: str, settings: Settings, held: list[Slice], since: float, k: int, give_back: Callable[[], Any]
 ) -> None:
     ledger = L.Ledger(settings, run_id)
-    ids, chips = [s.queued_resource for s in held], sum(s.chips for s in held)
-    ledger.append(PARTIAL, slices=ids, wanted=k, zone=held[0].zone, chips=chips, held_s=round(time.time() - since, 3))
+    if held:
+        ids, chips = [s.queued_resource for s in held], sum(s.chips for s in held)
+        held_s = round(time.time() - since, 3)
+        ledger.append(PARTIAL, slices=ids, wanted=k, zone=held[0].zone, chips=chips, held_s=held_s)
     give_back()

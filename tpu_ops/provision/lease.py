@@ -55,14 +55,16 @@ class SliceLease:
                                  on_attempt=self.on_attempt, **self.provision_kw)  # fmt: skip
         return self.current
 
-    def gather(self, metadata: Callable[[int], Mapping[str, str]] | None = None) -> Allocation:
-        """The run's allocation: all ``slice.slices`` slices or none (:mod:`tpu_ops.provision.allocation`)."""
+    def gather(self, metadata: Callable[[int], Mapping[str, str]] | None = None, **kw: Any) -> Allocation:
+        """The run's allocation: all ``slice.slices`` slices or none (:mod:`tpu_ops.provision.allocation`;
+        ``zone``/``within`` when slices were kept)."""
         alloc = gather(
             self.spec,
             self.run_id,
             self.settings,
             metadata=metadata,
             give_back=self.release,
+            **kw,
             provider=self.provider,
             clients=self.clients,
             on_attempt=self.on_attempt,

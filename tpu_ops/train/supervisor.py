@@ -20,16 +20,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tpu_ops.agent.job import ALLOCATION_DOC
 from tpu_ops.audit.events import AuditEvent
 from tpu_ops.errors import TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.allocation import Allocation
-from tpu_ops.provision.launch import Launch
 from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.providers import Provider, for_spec
-from tpu_ops.provision.records import Slice
 from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.train import cancel, choice, notices
@@ -44,9 +40,9 @@ from tpu_ops.train.incarnations import (
     job_document,
     mine,
     preemption_event,
-    startup_script,
     trainer_failed,
 )
+from tpu_ops.train.keeper import Keeper
 from tpu_ops.train.layout import list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState
 from tpu_ops.train.verdict import Kind, Verdict, decide
@@ -60,7 +56,8 @@ STATE_SAVE_S = 2.0  # run state written every max(2 s, 6 polls) while steps go b
 class _Preempted(Exception):
     def __init__(self, v: Verdict) -> None:
         super().__init__(v.reason)
-        self.reason, self.slice = v.reason, v.slice or 0
+        self.reason = v.reason
+        self.slice = v.slice if v.kind in Kind.LOST else None  # a slice lost, not a stall: the others may stay
 
 
 class Supervisor:
@@ -114,7 +111,7 @@ class Supervisor:
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
         self._notices: list[dict[str, Any]] = []  # the current incarnation's SIGTERM notices
-        self._alloc: tuple[Slice, ...] = ()  # the live allocation's slices, slice 0 first
+        self.keeper = Keeper(self.slices, job.provision.slice, self.gcs, self.layout, self.ledger)
 
     def run(self) -> GoodputReport:
         """Train to the end (or fail); always tear down and write the goodput report.
@@ -227,13 +224,8 @@ class Supervisor:
             put_json(self.gcs, self.layout.job, asdict(self.doc))
             self._save()
         self.doc.incarnation = inc.id
-        k = self.job.provision.slice.slices
-        launch = Launch(startup_script(self.run_id, self.layout, inc.id), k)
         t0 = time.monotonic()
-        self._alloc = self.slices.gather(launch.metadata).slices  # all k slices or none
-        s = self._alloc[0]
-        if k > 1:  # where each worker is: its agent waits for this (agent.job.placement)
-            put_json(self.gcs, self.layout.state(ALLOCATION_DOC), Allocation(self._alloc).document(inc.id))
+        s = self.keeper.obtain(self.run_id, inc.id)[0]  # all k slices or none
         if inc.queued_resource and inc.queued_resource != s.queued_resource:
             raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
         adopted = bool(inc.queued_resource)
@@ -326,7 +318,7 @@ class Supervisor:
     def _judge(self, inc: IncarnationState, *, full: bool = True, **kw: Any) -> Verdict:
         """The verdict on the incarnation's allocation (``train.verdict``); full: the slices' states too."""
         since = time.monotonic() - self._progress_mono
-        kw.setdefault("slices", [(s.zone, s.queued_resource) for s in self._alloc])
+        kw.setdefault("slices", [(s.zone, s.queued_resource) for s in self.keeper.slices])
         facts = observe(
             self.gcs, self.layout, self.provider if full else None, inc, hosts=self._hosts, since_progress_s=since, **kw
         )
@@ -335,7 +327,7 @@ class Supervisor:
 
     @property
     def _hosts(self) -> int:
-        return sum(s.hosts for s in self._alloc) or 1
+        return sum(s.hosts for s in self.keeper.slices) or 1
 
     def _done(self) -> dict[str, Any] | None:
         return done_marker(self.gcs, self.layout)
@@ -361,11 +353,12 @@ class Supervisor:
             self.notify(AuditEvent.SLICE_RECOVERED, payload)
 
     def _recover(
-        self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int = 0
+        self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int | None = None
     ) -> PreemptionState:
         """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back."""
         detected = time.time()
-        rid = self._alloc[lost].queued_resource if lost < len(self._alloc) else inc.queued_resource
+        alloc = self.keeper.slices
+        rid = alloc[lost or 0].queued_resource if (lost or 0) < len(alloc) else inc.queued_resource
         p = PreemptionState(
             len(self.state.preemptions) + 1,
             inc.number,
@@ -384,13 +377,13 @@ class Supervisor:
         self.report.preemptions = self.state.preemptions
         self._save()
         self.ledger.append(L.PREEMPTED, resource_id=rid, zone=inc.zone, state=reason, t=detected)
-        if len(self._alloc) > 1:  # the healthy slices' workers stop at the step in hand too (agent.run)
+        if len(self.keeper.slices) > 1:  # the healthy slices' workers stop at the step in hand too (agent.run)
             put_json(self.gcs, self.layout.state(f"stop/{inc.id}.json"), {"slice": lost, "reason": reason})
         self.notify(AuditEvent.SLICE_PREEMPTED, preemption_event(self.run_id, p))
         if self._notices:  # the workers are saving: their grace first
             notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
         t0 = time.monotonic()
-        self.slices.release()
+        self.keeper.give_back(lost)
         p.delete_s = time.monotonic() - t0
         # Exit heartbeats and reports (written on SIGTERM) name the step each worker reached.
         with contextlib.suppress(TransientError):
