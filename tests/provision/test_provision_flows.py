@@ -348,3 +348,36 @@ def test_the_teardown_hook_finds_the_run_by_its_tag(fake: Any, inproc: None, set
         assert _run_resources(fake, "run-other"), "only the tagged run is torn down"
     finally:
         teardown("run-other", settings)
+
+
+GATHER = """
+import json, sys
+from tpu_ops.provision.lease import SliceLease
+from tpu_ops.settings import Settings
+from tpu_ops.specs.slice import ProvisionSpec
+SliceLease(ProvisionSpec.model_validate(json.loads(sys.argv[1])), sys.argv[2], Settings()).gather()
+"""
+
+
+def test_kill_9_while_gathering_an_allocation_then_reap_leaves_nothing_of_either_slice(
+    fake: Any, env: dict[str, str], procs: list[Any], waiter: Any
+) -> None:
+    # Room for one v4-32 in zone a: slice 0 is granted, slice 1 waits in the queue (the allocation is gathering).
+    fake.capacity({ZA: {"spot": 16}, ZB: {"spot": 0}})
+    spec = {**SPEC, "slice": {**SPEC["slice"], "slices": 2}}  # type: ignore[dict-item]
+    cmd = [sys.executable, "-c", GATHER, json.dumps(spec), "run-gather"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs.append(proc)
+
+    def gathering() -> bool:
+        states = _run_resources(fake, "run-gather")
+        return "READY" in states.values() and any(k.endswith("-a1001") for k in states)
+
+    waiter(gathering, timeout=60, what="slice 0 up and slice 1 queued")
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    out = _cli("reap", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "deleted run run-gather" in out.stdout
+    assert _run_resources(fake, "run-gather") == {}  # neither slice 0 (running) nor slice 1 (queued) is left
+    assert fake.state()["queued_resources"] == 0 and fake.state()["nodes"] == 0
