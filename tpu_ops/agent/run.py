@@ -37,7 +37,7 @@ from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
-from tpu_ops.agent.job import MEGASCALE_PORT, contract_env, placement
+from tpu_ops.agent.job import MEGASCALE_PORT, contract_env, host_key, placement
 from tpu_ops.agent.job import Job as Job
 from tpu_ops.agent.logship import LogShipper
 from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
@@ -357,7 +357,8 @@ class Agent:
         assert self.job.dataset_manifest is not None
         out = "gs://" + join(self.bucket, self.paths.state("preflight"))
         try:
-            report = preflight(self.gcs, self.who, self.job.run_id, self.job.dataset_manifest, out)
+            host = host_key(self.slice, self.who.worker_number)  # slice and host: no two workers share a report
+            report = preflight(self.gcs, self.who, self.job.run_id, self.job.dataset_manifest, out, host)
         except (SnapshotMismatch, GcsError, ValueError) as exc:  # the job's input is wrong or unreadable
             self.log.write_text(f"pre-flight failed: {type(exc).__name__}: {exc}\n")
             self._report(1, None, None, "preflight", _tail(self.log))
