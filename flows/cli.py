@@ -93,6 +93,7 @@ def _call(args: argparse.Namespace) -> int:
     debug = _debug(args)
     try:
         with quiet_library_tracebacks(not debug):
+            _check_run_ids(args)  # bad input is named before any endpoint is probed
             if not reads_files_only(args):
                 check_endpoints()
             code = args.handler(args)
@@ -112,6 +113,16 @@ def _call(args: argparse.Namespace) -> int:
         # a command whose exit 1 means something else (audit verify: damage) names its own failure code
         return int(getattr(args, "failure_exit", 1))
     return int(code or 0)
+
+
+def _check_run_ids(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--run-id`` / ``RUN_ID`` (``cost --run``) with the run-id rule (``SpecError``)."""
+    from tpu_ops.layout import check_run_id
+
+    for name in ("run_id", "run"):
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_run_id(value)
 
 
 def _split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:

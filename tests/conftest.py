@@ -20,11 +20,23 @@ for _var in ("AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS"):
 
 
 @pytest.fixture(scope="session")
-def local_stack() -> Iterator[object]:
+def google_auth() -> Iterator[object]:
+    """The Google OAuth endpoint and service-account key every test's Google clients use (the local
+    stack's fakes refuse requests without a token from it): ``Settings(**google_auth.settings_overrides())``,
+    ``google_auth.credentials()``, ``google_auth.mint_token()``. Started once, shared with ``local_stack``."""
+    from infra.local.auth import StackAuth
+
+    auth = StackAuth("tpu-ops-local").start()
+    yield auth
+    auth.stop()
+
+
+@pytest.fixture(scope="session")
+def local_stack(google_auth: object) -> Iterator[object]:
     """The emulated clouds (moto, fake-gcs-server, fake TPU API, host simulator), started once."""
     from infra.local.stack import LocalStack
 
-    with LocalStack() as stack:
+    with LocalStack(auth=google_auth) as stack:  # type: ignore[arg-type]
         yield stack
 
 

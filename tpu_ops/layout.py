@@ -24,7 +24,8 @@ _RUN_ID = re.compile(RUN_ID_PATTERN)
 
 def run_id_problem(run_id: str) -> str | None:
     """What is wrong with ``run_id``, or None if it is a valid run id."""
-    if _RUN_ID.match(run_id):
+    # fullmatch: ``$`` also matches before a final newline, so ``match`` let "run\n" through
+    if _RUN_ID.fullmatch(run_id):
         return None
     return (
         f"run id {run_id!r} is not allowed: 1-{MAX_RUN_ID} lowercase letters, digits and '-', "

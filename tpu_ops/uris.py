@@ -73,7 +73,7 @@ def _is_ip(name: str) -> bool:
 
 def check_s3_bucket(name: str) -> str:
     """Return ``name`` if it is a valid S3 bucket name, else raise ``ValueError``."""
-    if not _S3_BUCKET.match(name) or ".." in name or _is_ip(name):
+    if not _S3_BUCKET.fullmatch(name) or ".." in name or _is_ip(name):
         raise ValueError(
             f"invalid S3 bucket name {name!r}: 3-63 characters of lowercase letters, digits, '.' and '-', "
             "starting and ending with a letter or digit, no '..', not an IP address"
@@ -87,7 +87,7 @@ def check_gcs_bucket(name: str) -> str:
     """Return ``name`` if it is a valid GCS bucket name, else raise ``ValueError``."""
     parts = name.split(".")
     if (
-        not _GCS_BUCKET.match(name)
+        not _GCS_BUCKET.fullmatch(name)
         or ".." in name
         or _is_ip(name)
         or any(len(p) > 63 or not p for p in parts)

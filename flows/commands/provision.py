@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Runs the provision-slice Prefect flow: budget check first, then the ladder's rungs in "
         "order (reservation, calendar, spot, flex-start, on-demand: as the spec lists them), one slice request "
         "per attempt: a Compute Engine instance or instance group (the default for v5p, v6e and TPU7x; flex-start "
-        "and calendar reservations only there), or a Cloud TPU API queued resource (v4, v5e, or slice.backend: tpu-api). "
+        "and calendar reservations only there), or a Cloud TPU API queued resource (v4, v5e, or "
+        "slice.backend: tpu-api). "
         "Re-running with the same --run-id adopts the existing slice. The slice stays up until "
         "`tpu-ops teardown RUN_ID`.",
     )

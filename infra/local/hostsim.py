@@ -108,8 +108,10 @@ class HostSimulator:
         grace_s: float = 5.0,
         workdir: Path | None = None,
         variant: Literal["tpu-api", "compute"] = "tpu-api",
+        vm_token: Callable[[], str] | None = None,
     ) -> None:
         self.backend = backend
+        self.vm_token = vm_token  # the metadata server's token document (the stack's: one its OAuth endpoint issued)
         self.variant = variant
         self._terminating: set[tuple[str, str]] = set()  # told to stop (SIGTERM sent), kill comes next
         self.grace_s = grace_s
@@ -182,7 +184,7 @@ class HostSimulator:
             self.backend.set_guest_attribute(name, w, ns, key, value)
 
         values = (compute_vm_values if self.variant == "compute" else tpu_vm_values)(node, event.project, event.zone, w)
-        md = MetadataServer(values, sink).start()
+        md = MetadataServer(values, sink, token=self.vm_token).start()
         env = self._base_env(wd)
         env.update({"GCE_METADATA_HOST": md.host, "GCE_METADATA_IP": md.host, "TPU_OPS_WORKER_DIR": str(wd)})
         with open(wd / "stdout.log", "wb") as out, open(wd / "stderr.log", "wb") as err:

@@ -21,14 +21,23 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 PREFIX = "/computeMetadata/v1/"
+TOKEN = "instance/service-accounts/default/token"  # noqa: S105 - a metadata path, not a secret
 GuestAttributeSink = Callable[[str, str, str], None]  # (namespace, key, value)
 
 
 class MetadataServer:
-    """``values`` maps metadata paths under ``computeMetadata/v1/`` to their text."""
+    """``values`` maps metadata paths under ``computeMetadata/v1/`` to their text; ``token`` (if
+    given) answers ``instance/service-accounts/default/token`` afresh on each read, as the real server
+    hands out a current token of the VM's service account (the local stack's: one its OAuth endpoint issued)."""
 
-    def __init__(self, values: dict[str, str], guest_sink: GuestAttributeSink | None = None) -> None:
+    def __init__(
+        self,
+        values: dict[str, str],
+        guest_sink: GuestAttributeSink | None = None,
+        token: Callable[[], str] | None = None,
+    ) -> None:
         self.values = dict(values)
+        self.token = token
         self.guest_sink = guest_sink
         self.guest_attributes: dict[str, str] = {}
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -46,6 +55,8 @@ class MetadataServer:
         self._thread.join(timeout=5)
 
     def _lookup(self, path: str, recursive: bool) -> tuple[int, str, str]:
+        if path == TOKEN and self.token is not None:
+            return 200, self.token(), "application/json"
         if path in self.values:
             # The real server types the token as JSON, and google-auth parses it only when so typed.
             ctype = "application/json" if path.endswith("/token") else "application/text"

@@ -8,7 +8,11 @@
 Parts: moto in server mode (S3, SageMaker, STS) in a thread, fake-gcs-server as a subprocess in
 its own process group, the fake Cloud TPU API in a thread, the fake Compute Engine in a thread,
 the fake Storage Transfer Service in a thread (copying between the two storage emulators), and
-the TPU-VM host simulators (one per TPU control plane). Every
+the TPU-VM host simulators (one per TPU control plane), and a Google OAuth token endpoint with the
+stack's service-account key (``infra.local.auth``): our fakes (TPU, Compute Engine, Storage Transfer,
+Cloud Logging) refuse a request without a token it issued, so ``settings()`` and ``env()`` carry the
+key, and a test's own Google clients take ``stack.google_credentials()`` (gcloud: ``env()``'s
+``CLOUDSDK_AUTH_ACCESS_TOKEN_FILE``, or ``stack.mint_token()``). Every
 part binds 127.0.0.1 on a free port; ``stop()`` (or leaving the ``with``) stops all of them and
 kills every process the stack started.
 """
@@ -22,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from infra.local._proc import http_call
+from infra.local.auth import StackAuth
 from infra.local.aws import MotoServer
 from infra.local.cloudlogging.server import CloudLoggingServer
 from infra.local.compute.models import ComputeBackend
@@ -51,7 +56,8 @@ class LocalStack:
     GCS only, fastest). ``provision_s``/``delete_s`` are the fake TPU and Compute Engine latencies;
     ``grace_s`` is the SIGTERM->SIGKILL grace period of simulated hosts (on delete, and on a TPU
     API preemption); ``preempt_notice_s`` is a Compute Engine spot VM's time between SIGTERM and
-    its end (Google: 30 s); ``workdir`` keeps worker directories (default: a temp dir removed on
+    its end (Google: 30 s); ``auth`` shares a started ``StackAuth`` (its key and OAuth endpoint) instead
+    of starting one; ``workdir`` keeps worker directories (default: a temp dir removed on
     stop); ``gcs_access_log`` makes fake-gcs-server log every request to that file.
     """
 
@@ -66,6 +72,7 @@ class LocalStack:
         preempt_notice_s: float = 30.0,
         workdir: Path | None = None,
         gcs_access_log: Path | None = None,
+        auth: StackAuth | None = None,
     ) -> None:
         self.project = project
         self._tpu_enabled = tpu
@@ -82,6 +89,8 @@ class LocalStack:
         self.logging: CloudLoggingServer | None = None
         self.compute: ComputeServer | None = None
         self.compute_hosts: HostSimulator | None = None
+        self._given_auth = auth  # a started StackAuth shared with fakes started outside the stack (tests)
+        self.auth: StackAuth | None = None
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -89,27 +98,34 @@ class LocalStack:
         if self._started:
             return self
         try:
+            self.auth = self._given_auth or StackAuth(self.project).start()
+            oauth = self.auth.authority  # our fakes refuse a request without a token it issued
             self.gcs = FakeGcs(access_log=self._gcs_access_log)
             self.gcs.start()
             self.aws = MotoServer()
             self.aws.start()
-            self.sts = StsServer(StsBackend(EmulatorMover(self.aws.url, self.gcs.url, AWS_REGION))).start()
-            self.logging = CloudLoggingServer().start()
+            mover = EmulatorMover(self.aws.url, self.gcs.url, AWS_REGION)
+            self.sts = StsServer(StsBackend(mover), auth=oauth).start()
+            self.logging = CloudLoggingServer(auth=oauth).start()
             if self._tpu_enabled:
                 backend = TpuBackend(latency=self._latency)
-                self.tpu = TpuServer(backend, logs=self._logs).start()
+                self.tpu = TpuServer(backend, logs=self._logs, auth=oauth).start()
                 latency = ComputeLatency(self._latency.provision_s, self._latency.delete_s)
                 compute = ComputeBackend(latency=latency, preempt_notice_s=self._preempt_notice_s)
-                self.compute = ComputeServer(compute, logs=self.compute_worker_logs).start()
+                self.compute = ComputeServer(compute, logs=self.compute_worker_logs, auth=oauth).start()
             self._started = True
             self.seed_audit()
             if self._tpu_enabled:
                 assert self.tpu is not None
-                self.hosts = HostSimulator(self.tpu.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir)
+                vm = self.auth.vm_token
+                self.hosts = HostSimulator(
+                    self.tpu.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir, vm_token=vm
+                )
                 assert self.compute is not None
                 self.compute_hosts = HostSimulator(
-                    self.compute.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir, variant="compute"
-                )
+                    self.compute.backend, self.env(), grace_s=self._grace_s, workdir=self._workdir, variant="compute",
+                    vm_token=vm,
+                )  # fmt: skip
         except BaseException:
             self.stop()
             raise
@@ -117,13 +133,15 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every part (workers first); safe to call twice and after a failed start."""
-        parts = (self.hosts, self.compute_hosts, self.tpu, self.compute, self.sts, self.logging, self.aws, self.gcs)
+        own_auth = self.auth if self.auth is not self._given_auth else None
+        parts = (self.hosts, self.compute_hosts, self.tpu, self.compute, self.sts, self.logging, self.aws, self.gcs,
+                 own_auth)  # fmt: skip
         for part in parts:
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
         self.hosts = self.compute_hosts = self.tpu = self.sts = self.logging = None
-        self.compute = None
+        self.compute = self.auth = None
         self._started = False
 
     def __enter__(self) -> LocalStack:
@@ -174,6 +192,20 @@ class LocalStack:
         return str(self._need(self.logging, "logging").url)
 
     @property
+    def google_auth(self) -> StackAuth:
+        """The stack's Google credentials: the OAuth endpoint, the key (``key_file``), ``mint_token()``,
+        ``credentials()``, the tokens issued and seen (``authority``)."""
+        return self._need(self.auth, "auth")  # type: ignore[no-any-return]
+
+    def google_credentials(self) -> Any:
+        """``service_account.Credentials`` of the stack's key: what every Google client of a test passes."""
+        return self.google_auth.credentials()
+
+    def mint_token(self) -> str:
+        """A bearer token the stack's key obtained from its OAuth endpoint (for gcloud, curl, raw HTTP)."""
+        return self.google_auth.mint_token()
+
+    @property
     def sts_backend(self) -> StsBackend:
         """The fake STS's state model (in-process control: fail an object, stall, deny a bucket)."""
         return self._need(self.sts, "sts").backend  # type: ignore[no-any-return]
@@ -197,7 +229,7 @@ class LocalStack:
             # gcsfs (how etils/Orbax reach gs://) would first ask the Storage Control gRPC API, which the
             # emulator lacks, for the bucket's layout: 60 s of timeouts per process. Its plain client suffices.
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+            **self.google_auth.env(),  # the key (tpu-ops) and a token it obtained (gcloud)
             "CLOUDSDK_CORE_PROJECT": self.project,
             "GOOGLE_CLOUD_PROJECT": self.project,
             "NO_GCE_CHECK": "true",
@@ -237,29 +269,28 @@ class LocalStack:
             "aws_access_key_id": FAKE_AWS_KEYS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": FAKE_AWS_KEYS["AWS_SECRET_ACCESS_KEY"],
             "audit_kms_key_id": AUDIT_KEY_ALIAS,
+            **self.google_auth.settings_overrides(),
         }
         values.update(overrides)
         return Settings(**values)
 
     def tpu_client(self) -> Any:
-        """A ``google.cloud.tpu_v2.TpuClient`` (REST, anonymous) on the fake TPU API."""
-        from google.auth.credentials import AnonymousCredentials
+        """A ``google.cloud.tpu_v2.TpuClient`` (REST, the stack's key) on the fake TPU API."""
         from google.cloud import tpu_v2
 
         return tpu_v2.TpuClient(
             transport="rest",
-            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            credentials=self.google_credentials(),
             client_options={"api_endpoint": self.tpu_endpoint},
         )
 
     def compute_client(self, kind: str = "InstancesClient") -> Any:
-        """A ``google.cloud.compute_v1`` client (REST, anonymous) on the fake Compute Engine, e.g.
+        """A ``google.cloud.compute_v1`` client (REST, the stack's key) on the fake Compute Engine, e.g.
         ``compute_client("ZoneOperationsClient")``; poll operations with these, never ``.result()``."""
-        from google.auth.credentials import AnonymousCredentials
         from google.cloud import compute_v1
 
         return getattr(compute_v1, kind)(
-            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            credentials=self.google_credentials(),
             client_options={"api_endpoint": self.compute_endpoint},
         )
 
@@ -272,6 +303,7 @@ class LocalStack:
         self.reset_gcs()
         self.sts_backend.reset()
         self._need(self.logging, "logging").backend.reset()
+        self.google_auth.authority.forget_seen()  # tokens stay valid: clients keep theirs
         if self.tpu is not None:
             self.tpu.backend.reset()
         if self.compute is not None:

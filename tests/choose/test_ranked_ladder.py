@@ -34,8 +34,9 @@ def compute_url(compute: Any) -> Iterator[str]:
 
 
 @pytest.fixture
-def settings(compute_url: str, gcs_env: dict[str, str], tmp_path: Path) -> Settings:
+def settings(compute_url: str, gcs_env: dict[str, str], tmp_path: Path, google_auth: Any) -> Settings:
     return Settings(
+        **google_auth.settings_overrides(),
         dry_run=True, gcp_project="tpu-ops-local", compute_endpoint=compute_url,
         gcs_endpoint=gcs_env["TPU_OPS_GCS_ENDPOINT"], poll_interval_s=0.02, retry_attempts=4,
         retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp_path / "state",

@@ -30,7 +30,8 @@ SDK_HOME = "tpu_ops.cloud"
 SDK_EXEMPT = {
     # the emulated clouds, not the service: the stack hands tests Google's own clients on its fakes,
     # and the fake Storage Transfer Service is itself an S3 client (as the real one is)
-    "infra.local.stack": "Google's own TPU/Compute clients (anonymous) on the fakes, for tests",
+    "infra.local.stack": "Google's own TPU/Compute clients (the stack's key) on the fakes, for tests",
+    "infra.local.auth": "google-auth's own JWT-bearer grant gets the stack's token (for gcloud, raw HTTP)",
     "infra.local.sts.mover": "the fake STS reads S3 (moto) as the real service does",
 }
 

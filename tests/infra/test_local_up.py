@@ -62,12 +62,12 @@ def _local_up(
     )  # fmt: skip
 
 
-def _create_node(tpu_endpoint: str, script: str) -> None:
+def _create_node(tpu_endpoint: str, script: str, token: str) -> None:
     """A v4-16 (2 workers) through the fake TPU API, running ``script`` on each worker."""
     node = {"acceleratorType": "v4-16", "runtimeVersion": "v2", "metadata": {"startup-script": script}}
     req = urllib.request.Request(
         f"{tpu_endpoint}/v2/projects/p/locations/us-central2-b/nodes?nodeId=n1",
-        data=json.dumps(node).encode(), method="POST",
+        data=json.dumps(node).encode(), method="POST", headers={"Authorization": f"Bearer {token}"},
     )  # fmt: skip
     urllib.request.urlopen(req, timeout=10).read()
 
@@ -88,7 +88,11 @@ def test_local_up_serves_and_cleans_up(tmp_path):
         # what TensorStore (Orbax) needs to reach the GCS emulator instead of Google's host
         assert env["TENSORSTORE_GCS_HTTP_URL"] == env["STORAGE_EMULATOR_HOST"] and env["GOOGLE_AUTH_TOKEN_FOR_TESTING"]
         # start worker processes through the fake TPU API, so there is something to clean up
-        _create_node(env["TPU_OPS_TPU_ENDPOINT"], "trap '' TERM; while true; do sleep 0.05; done")  # needs SIGKILL
+        # the fakes want a token the stack's key obtained: the one the env hands gcloud
+        assert Path(env["TPU_OPS_GCP_CREDENTIALS_FILE"]).is_file()
+        token = Path(env["CLOUDSDK_AUTH_ACCESS_TOKEN_FILE"]).read_text()
+        forever = "trap '' TERM; while true; do sleep 0.05; done"  # needs SIGKILL
+        _create_node(env["TPU_OPS_TPU_ENDPOINT"], forever, token)
         wait_until(lambda: len(_descendants(proc.pid)) >= 3, 10, what="fake-gcs + 2 workers")
         before = _descendants(proc.pid)
     finally:
@@ -98,6 +102,7 @@ def test_local_up_serves_and_cleans_up(tmp_path):
     assert out.decode() == env_file.read_text()
     leftovers = [p for p in before if _alive(p)]
     assert leftovers == []
+    assert not Path(env["TPU_OPS_GCP_CREDENTIALS_FILE"]).exists()  # the key goes with the stack
 
 
 def test_a_killed_stack_leaves_no_process_behind(tmp_path):
@@ -110,7 +115,8 @@ def test_a_killed_stack_leaves_no_process_behind(tmp_path):
         env = _parse(env_file)
         with urllib.request.urlopen(f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b", timeout=5) as resp:
             assert resp.status == 200
-        _create_node(env["TPU_OPS_TPU_ENDPOINT"], "trap '' TERM; sleep 300 & wait")  # a child, deaf to SIGTERM
+        token = Path(env["CLOUDSDK_AUTH_ACCESS_TOKEN_FILE"]).read_text()
+        _create_node(env["TPU_OPS_TPU_ENDPOINT"], "trap '' TERM; sleep 300 & wait", token)  # a child, deaf to SIGTERM
         # fake-gcs + its lifeline shell, and per worker (2) bash and its sleep (and a watcher, forked first)
         wait_until(lambda: len(_descendants(proc.pid)) >= 6, 10, what="the emulator and 2 workers")
         everything = _descendants(proc.pid)

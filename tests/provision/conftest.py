@@ -114,9 +114,10 @@ def _nothing_left(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def settings(tpu_url: str, tmp_path: Path) -> Settings:
+def settings(tpu_url: str, tmp_path: Path, google_auth: Any) -> Settings:
     """Fast settings against the fake: tiny poll and retry delays, state in a temp dir."""
     return Settings(
+        **google_auth.settings_overrides(),
         dry_run=True,
         gcp_project="tpu-ops-local",
         tpu_endpoint=tpu_url,

@@ -103,7 +103,7 @@ def test_missing_or_remote_compute_endpoint_fails_fast_in_a_dry_run(tmp_path: An
 
 @pytest.mark.parametrize(("acc", "hosts"), [("v6e-8", 1), ("v5p-32", 4)])
 def test_flex_start_on_compute_engine_asks_for_a_bounded_run(
-    compute_url: str, tmp_path: Any, acc: str, hosts: int
+    compute_url: str, tmp_path: Any, acc: str, hosts: int, google_auth: Any
 ) -> None:
     """A flex-start rung becomes provisioningModel FLEX_START with maxRunDuration (and, for a single
     instance, requestValidForDuration = the queue timeout), on the instance or the group's template."""
@@ -112,7 +112,8 @@ def test_flex_start_on_compute_engine_asks_for_a_bounded_run(
     from tpu_ops.cloud.clients import compute_options
     from tpu_ops.provision import provision, teardown
 
-    settings = Settings(dry_run=True, compute_endpoint=compute_url, poll_interval_s=0.02, state_dir=tmp_path)
+    settings = Settings(dry_run=True, compute_endpoint=compute_url, poll_interval_s=0.02, state_dir=tmp_path,
+                        **google_auth.settings_overrides())  # fmt: skip
     body = _spec(acc, [{"kind": "flex-start", "max_run_duration": "6h"}], "compute")
     body.update(queue_timeout="5m")
     spec = ProvisionSpec.model_validate(body)

@@ -61,12 +61,13 @@ class Fake:
 
 
 @pytest.fixture
-def env(compute_url: str, tmp_path: Path) -> Iterator[tuple[Fake, Settings]]:
+def env(compute_url: str, tmp_path: Path, google_auth: Any) -> Iterator[tuple[Fake, Settings]]:
     fake = Fake(compute_url)
     fake.req("POST", "/_fake/reset")
     settings = Settings(
         dry_run=True, gcp_project="tpu-ops-local", poll_interval_s=0.02, retry_attempts=8,
         retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp_path / "state", compute_endpoint=compute_url,
+        **google_auth.settings_overrides(),
     )  # fmt: skip
     with loopback_only() as blocked:
         yield fake, settings

@@ -23,10 +23,18 @@ def test_resource_ids_are_derived_from_run_and_attempt() -> None:
     assert not belongs_to("run-1", "run-10-a1", {})
 
 
-@pytest.mark.parametrize("bad", ["", "Run", "1run", "run-", "r" * 41, "run_1", "run.1"])
+# A final newline slipped past ``^...$`` with ``match`` (``$`` matches before it); Unicode digits
+# pass ``\d`` and ``str.isdigit``: the rule must take the whole string, ASCII only.
+ODD = ["run\n", "run\r\n", "run\r", "ru\x00n", "run\x00", "run\u0663", "run\uff13", "r\u0663", "\nrun", "run\t"]
+
+
+@pytest.mark.parametrize("bad", ["", "Run", "1run", "run-", "r" * 41, "run_1", "run.1", *ODD])
 def test_bad_run_ids(bad: str) -> None:
-    with pytest.raises(SpecError, match="run id"):
+    with pytest.raises(SpecError, match="run id") as caught:
         check_run_id(bad)
+    line = str(caught.value)
+    assert "\n" not in line and "\x00" not in line and repr(bad) in line  # one line, the id shown escaped
+    assert caught.value.errors[0]["field"] == "run_id"
 
 
 def test_labels_are_valid_gcp_labels_and_carry_no_secrets() -> None:

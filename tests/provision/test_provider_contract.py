@@ -41,12 +41,12 @@ class Harness:
     region: str
     zones: tuple[str, str]
 
-    def __init__(self, url: str, tmp: Path) -> None:
+    def __init__(self, url: str, tmp: Path, google: Any) -> None:
         self.url = url.rstrip("/")
         self.settings = Settings(
             dry_run=True, gcp_project="tpu-ops-local", poll_interval_s=0.02, retry_attempts=8,
             retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp / "state",
-            **{self.endpoint_field: self.url},
+            **{self.endpoint_field: self.url}, **google.settings_overrides(),
         )  # fmt: skip
 
     endpoint_field = ""
@@ -140,9 +140,9 @@ def cp(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     """Each control plane's harness, reset; after the test nothing of it is left, and no request
     (operation polling included) left loopback."""
     if request.param == "tpu-api":
-        h: Harness = TpuApiHarness(request.getfixturevalue("tpu_url"), tmp_path)
+        h: Harness = TpuApiHarness(request.getfixturevalue("tpu_url"), tmp_path, request.getfixturevalue("google_auth"))
     else:
-        h = ComputeHarness(request.getfixturevalue("compute_url"), tmp_path)
+        h = ComputeHarness(request.getfixturevalue("compute_url"), tmp_path, request.getfixturevalue("google_auth"))
     h.reset()
     with loopback_only() as blocked:
         yield h
@@ -247,6 +247,7 @@ def test_kill_9_mid_create_is_reaped_templates_and_policies_included(
         "TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCP_PROJECT": "tpu-ops-local",
         f"TPU_OPS_{cp.endpoint_field.upper()}": cp.url, "TPU_OPS_STATE_DIR": str(cp.settings.state_dir),
         "TPU_OPS_POLL_INTERVAL_S": "0.05", "NO_GCE_CHECK": "true", "PYTHONPATH": str(ROOT),
+        "TPU_OPS_GCP_CREDENTIALS_FILE": str(cp.settings.gcp_credentials_file),
     })  # fmt: skip
     cmd = [sys.executable, "-m", "flows.cli", "provision", "--no-flow", "--spec", str(spec_file), "--run-id", "run-k9"]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -271,7 +272,9 @@ def test_kill_9_mid_create_is_reaped_templates_and_policies_included(
     assert provider.resources(list(cp.zones), "run-k9") == [] and cp.left() == 0
 
 
-def test_every_compute_client_stays_on_loopback_and_result_would_not(compute_url: str, tmp_path: Path) -> None:
+def test_every_compute_client_stays_on_loopback_and_result_would_not(
+    compute_url: str, tmp_path: Path, google_auth: Any
+) -> None:
     """The adapter polls operations with clients of its own endpoint; the SDK's own ``.result()``
     would ask Google's real host (the guard records and refuses that, proving it is armed)."""
     from google.cloud import compute_v1
@@ -279,7 +282,7 @@ def test_every_compute_client_stays_on_loopback_and_result_would_not(compute_url
     from tpu_ops.cloud.clients import compute_options
     from tpu_ops.cloud.compute import ComputeApi
 
-    h = ComputeHarness(compute_url, tmp_path)
+    h = ComputeHarness(compute_url, tmp_path, google_auth)
     h.reset()
     api = ComputeApi(h.settings)
     with loopback_only() as blocked:
@@ -315,11 +318,11 @@ def test_the_lease_acquires_releases_and_acquires_again(cp: Any) -> None:
 
 
 def test_a_single_host_slice_recreated_under_its_name_is_not_taken_for_the_preempted_one(
-    compute_url: str, tmp_path: Path
+    compute_url: str, tmp_path: Path, google_auth: Any
 ) -> None:
     """Compute Engine keeps the ``compute.instances.preempted`` operation of a deleted instance; the
     new instance of the same name (the same slice id after recovery) must read as running."""
-    h = ComputeHarness(compute_url, tmp_path)
+    h = ComputeHarness(compute_url, tmp_path, google_auth)
     h.accelerator = "v5p-8"
     h.reset()
     provider = h.provider()

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from tpu_ops.provision import Outcome, provision, teardown
@@ -44,13 +43,14 @@ KINDS = ("instances", "instance_templates", "resource_policies", "instance_group
 
 
 class Fake:
-    def __init__(self, url: str, tmp: Path) -> None:
+    def __init__(self, url: str, tmp: Path, google: Any) -> None:
         self.url = url.rstrip("/")
         self.settings = Settings(
             dry_run=True, gcp_project=PROJECT, compute_endpoint=self.url, poll_interval_s=0.02, retry_attempts=8,
             retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp / "state",
+            **google.settings_overrides(),
         )  # fmt: skip
-        kw: dict[str, Any] = {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=url)}
+        kw: dict[str, Any] = {"credentials": google.credentials(), "client_options": ClientOptions(api_endpoint=url)}
         self.futures = compute_v1.FutureReservationsClient(**kw)
         self.rrs = compute_v1.InstanceGroupManagerResizeRequestsClient(**kw)
         self.groups = compute_v1.InstanceGroupManagersClient(**kw)
@@ -96,8 +96,8 @@ class Fake:
 
 
 @pytest.fixture
-def fake(compute_url: str, tmp_path: Path) -> Iterator[Fake]:
-    f = Fake(compute_url, tmp_path)
+def fake(compute_url: str, tmp_path: Path, google_auth: Any) -> Iterator[Fake]:
+    f = Fake(compute_url, tmp_path, google_auth)
     f.req("POST", "/_fake/reset")
     with loopback_only() as blocked:
         yield f
@@ -209,6 +209,7 @@ def test_kill_9_while_a_resize_request_waits_is_reaped(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_OPS_")}
     env.update({
         "TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCP_PROJECT": PROJECT, "TPU_OPS_COMPUTE_ENDPOINT": fake.url,
+        "TPU_OPS_GCP_CREDENTIALS_FILE": str(fake.settings.gcp_credentials_file),
         "TPU_OPS_STATE_DIR": str(fake.settings.state_dir), "TPU_OPS_POLL_INTERVAL_S": "0.05",
         "NO_GCE_CHECK": "true", "PYTHONPATH": str(ROOT),
     })  # fmt: skip
@@ -241,6 +242,7 @@ def test_capacity_calendar_lists_the_windows_a_spec_could_use(fake: Fake, tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_OPS_")}
     env.update({
         "TPU_OPS_DRY_RUN": "true", "TPU_OPS_GCP_PROJECT": PROJECT, "TPU_OPS_COMPUTE_ENDPOINT": fake.url,
+        "TPU_OPS_GCP_CREDENTIALS_FILE": str(fake.settings.gcp_credentials_file),
         "TPU_OPS_STATE_DIR": str(tmp_path / "state"), "NO_GCE_CHECK": "true", "PYTHONPATH": str(ROOT),
     })  # fmt: skip
     cmd = [sys.executable, "-m", "flows.cli", "capacity", "calendar", "--spec", str(spec_file), "--json"]

@@ -22,11 +22,10 @@ from tpu_ops.train.supervisor import Supervisor
 def _calculator(stack: Any, run_id: str, cache: Path) -> Any:
     """Google's calculator with its own reader (``_CloudLogger.read_cloud_logging_entries``: its filter,
     its ordering), only the logging client pointed at the fake instead of built with defaults."""
-    from google.auth.credentials import AnonymousCredentials
     from google.cloud import logging as cloud_logging
     from ml_goodput_measurement.src import goodput as mgm
 
-    client = cloud_logging.Client(project=stack.project, credentials=AnonymousCredentials(), _use_grpc=False,
+    client = cloud_logging.Client(project=stack.project, credentials=stack.google_credentials(), _use_grpc=False,
                                   client_options={"api_endpoint": stack.logging_endpoint})  # fmt: skip
     reader = mgm._CloudLogger.__new__(mgm._CloudLogger)  # its __init__ builds a default client: the only difference
     reader.job_name, reader.log_name, reader.project_id = run_id, f"goodput_{run_id}", stack.project

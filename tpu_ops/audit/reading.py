@@ -105,7 +105,7 @@ def parse_record(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
         return None, "no positive integer seq"
     if not isinstance(obj.get("chain"), str) or not isinstance(obj.get("prev_hash"), str):
         return None, "no chain or prev_hash"
-    if not isinstance(obj.get("hash"), str) or not _HEX64.match(obj["hash"]):
+    if not isinstance(obj.get("hash"), str) or not _HEX64.fullmatch(obj["hash"]):
         return None, "no SHA-256 hash"
     return obj, None
 
@@ -140,7 +140,7 @@ def item_from_object(key: str, body: bytes) -> Item:
     if m is None:
         return Item(key, None, None, None, "not under chains/<chain>/", foreign=True)
     chain, name = m.group(1), m.group(2)
-    seq = _SEQ_NAME.match(name)
+    seq = _SEQ_NAME.fullmatch(name)
     if seq is None:
         return Item(key, None, chain, None, f"{name!r} is not a record key (<seq:012d>.json)", foreign=True)
     return _item(key, body, chain, int(seq.group(1)))

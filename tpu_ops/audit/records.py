@@ -54,7 +54,7 @@ def signed_bytes(record: dict[str, Any]) -> bytes:
 
 def check_chain(name: str) -> str:
     """``name`` if it can name a chain (a run id, or ``_digests``), else ``ValueError``."""
-    if not _CHAIN.match(name):
+    if not _CHAIN.fullmatch(name):
         raise ValueError(
             f"audit chain {name!r} is not a run id ([a-z][-a-z0-9]*, ≤ 63), {DIGEST_CHAIN!r} or {QUARANTINE_CHAIN!r}"
         )
@@ -147,7 +147,7 @@ def new_event(
     """An unsealed event (no ``seq``/``prev_hash``/``hash`` yet): what the spool holds."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
-    if not re.match(r"^[a-z][a-z0-9_.-]{0,79}$", event):
+    if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,79}", event):
         raise ValueError(f"event name {event!r} is not allowed: lowercase dotted name like 'model.exported'")
     clean, redacted = redact(params or {})
     body: dict[str, Any] = {

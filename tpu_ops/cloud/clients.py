@@ -2,6 +2,14 @@
 
 Every factory checks the settings first, so a dry run with a missing or non-loopback endpoint
 fails before any request leaves the process.
+
+Google credentials are the same in a dry run as in production: a service-account key (a Prefect
+``GcpCredentials`` block's, or a key file) becomes ``google.oauth2.service_account.Credentials``
+the way prefect-gcp's ``GcpCredentials.get_credentials_from_service_account`` makes them, and each
+client signs its own token request to the key's ``token_uri`` (the local stack's OAuth endpoint in
+a dry run, whose fakes refuse a request without a token it issued). Without a key: application
+default credentials in production; in a dry run, a one-line ``CredentialsError`` naming what is
+missing, before any request (only the GCS emulator, which is not ours, takes anonymous requests).
 """
 
 from __future__ import annotations
@@ -11,26 +19,100 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tpu_ops.settings import Settings
+from tpu_ops.errors import ConfigError, CredentialsError
+from tpu_ops.settings import Settings, env_name, is_loopback
+
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"  # the scope prefect-gcp's blocks ask for
 
 
-def _google_credentials(settings: Settings, emulated: bool) -> Any:
-    from google.auth.credentials import AnonymousCredentials
+def _service_account_key(settings: Settings) -> dict[str, Any] | None:
+    """The service-account key JSON the settings name (a block's key, else a key file), or None."""
+    if settings.gcp_credentials_info:
+        where = "the GcpCredentials block's service_account_info"
+        text = settings.gcp_credentials_info.get_secret_value()
+    elif settings.gcp_credentials_file:
+        where = f"{env_name('gcp_credentials_file')}={settings.gcp_credentials_file}"
+        try:
+            text = settings.gcp_credentials_file.read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read the service-account key {where}: {e.strerror or e}") from None
+    else:
+        return None
+    try:
+        key = json.loads(text)
+    except ValueError:
+        key = None
+    if not isinstance(key, dict) or key.get("type") != "service_account" or not key.get("private_key"):
+        raise ConfigError(f"{where} is not a service-account key (JSON with type service_account and a private_key)")
+    return key
 
-    if emulated:
-        return AnonymousCredentials()  # type: ignore[no-untyped-call]
-    if not (settings.gcp_credentials_info or settings.gcp_credentials_file):
-        return None  # application default credentials
+
+def missing_google_credentials() -> CredentialsError:
+    """The dry run's "no key" error: which credentials are missing and where they come from."""
+    err = CredentialsError(
+        "Google Cloud credentials not found: no service-account key (no GcpCredentials block named, "
+        f"{env_name('gcp_credentials_file')} unset); the emulated Google APIs answer 401 without a token",
+        service="google",
+    )
+    err.fix = (
+        "name a Prefect GcpCredentials block (gcp_credentials_block) or set TPU_OPS_GCP_CREDENTIALS_FILE to a "
+        "service-account key; the local stack writes one (`tpu-ops local up --env-file FILE` names it)"
+    )
+    return err
+
+
+def _google_credentials(settings: Settings, emulated: bool, *, anonymous_ok: bool = False) -> Any:
+    """The run's Google credentials (see the module docstring); None: application default credentials.
+
+    ``anonymous_ok``: an emulator that takes any request (fake-gcs-server) may be called without a key.
+    """
+    key = _service_account_key(settings)
+    if key is None:
+        if emulated and anonymous_ok:
+            from google.auth.credentials import AnonymousCredentials
+
+            return AnonymousCredentials()  # type: ignore[no-untyped-call]
+        if emulated or settings.dry_run:
+            raise missing_google_credentials()
+        return None
+    token_uri = str(key.get("token_uri") or "")
+    if settings.dry_run and not is_loopback(token_uri):  # a refresh would ask Google's real token endpoint
+        raise ConfigError(f"dry run: the service-account key's token_uri {token_uri!r} is not on loopback; refusing")
+    return service_account_credentials(key, loopback=emulated or settings.dry_run)
+
+
+def service_account_credentials(key: dict[str, Any], *, loopback: bool) -> Any:
+    """``service_account.Credentials`` of ``key`` with the cloud-platform scope (prefect-gcp's way).
+
+    ``loopback``: for emulated endpoints. google-auth (2.6x) asks Google's IAM Credentials API
+    (``iamcredentials.googleapis.com/.../allowedLocations``) for the account's regional access
+    boundary in a background thread after each token; against the fakes that request would leave
+    loopback, so these credentials skip that lookup (the only difference).
+    """
     from google.oauth2 import service_account
 
-    if settings.gcp_credentials_info:
-        info = json.loads(settings.gcp_credentials_info.get_secret_value())
-        return service_account.Credentials.from_service_account_info(info)  # type: ignore[no-untyped-call]
-    if settings.gcp_credentials_file:
-        return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-            str(settings.gcp_credentials_file)
-        )
-    return None  # application default credentials
+    cls = _LoopbackCredentials() if loopback else service_account.Credentials
+    try:
+        return cls.from_service_account_info(key, scopes=[CLOUD_PLATFORM])
+    except ValueError as e:  # a field missing, a key that does not parse
+        raise ConfigError(f"the service-account key of {key.get('client_email', '?')} is unusable: {e}") from None
+
+
+_loopback_class: list[Any] = []
+
+
+def _LoopbackCredentials() -> Any:  # a class, made on first use (google-auth is imported lazily)
+    if not _loopback_class:
+        from google.oauth2 import service_account
+
+        class LoopbackCredentials(service_account.Credentials):
+            """Service-account credentials that never look up a regional access boundary at Google."""
+
+            def _is_regional_access_boundary_lookup_required(self) -> bool:
+                return False
+
+        _loopback_class.append(LoopbackCredentials)
+    return _loopback_class[0]
 
 
 def tpu_client(settings: Settings) -> Any:
@@ -70,7 +152,7 @@ def storage_client(settings: Settings) -> Any:
     opts = {"api_endpoint": endpoint.rstrip("/")} if endpoint else None
     return storage.Client(
         project=settings.gcp_project,
-        credentials=_google_credentials(settings, bool(endpoint)),
+        credentials=_google_credentials(settings, bool(endpoint), anonymous_ok=True),
         client_options=opts,
     )
 

@@ -69,22 +69,19 @@ def tpu_accelerator_types(tpu: Any, project: str, zone: str, *, timeout_s: float
 def tpu_rest_get(settings: Settings, path: str, *, timeout_s: float) -> dict[str, Any]:
     """One GET on the TPU REST API (the emulator's endpoint, or tpu.googleapis.com with credentials),
     for what the v2 client has no method for (v2alpha1's reservations)."""
-    import requests
 
     from tpu_ops.cloud.clients import _google_credentials
 
     settings.check_safe("tpu_endpoint")
     endpoint = (settings.tpu_endpoint or "https://tpu.googleapis.com").rstrip("/")
-    if settings.tpu_endpoint:
-        session: Any = requests.Session()
-    else:  # pragma: no cover - real cloud only
-        import google.auth
-        from google.auth.transport.requests import AuthorizedSession
+    from google.auth.transport.requests import AuthorizedSession
 
-        creds = _google_credentials(settings, emulated=False)
-        if creds is None:
-            creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
+    creds = _google_credentials(settings, emulated=bool(settings.tpu_endpoint))
+    if creds is None:  # pragma: no cover - real cloud only
+        import google.auth
+
+        creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    session: Any = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
     with session:
         resp = session.get(endpoint + path, timeout=timeout_s)
         resp.raise_for_status()

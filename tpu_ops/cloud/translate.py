@@ -300,8 +300,13 @@ def _refused(e: BaseException) -> TpuOpsError | None:
     if isinstance(response, dict):  # botocore's ClientError
         code = str((response.get("Error") or {}).get("Code", ""))
         status = status or (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    if status == 401 and type(e).__module__.startswith("google.api_core"):  # who, not what: the token was refused
+        out: TpuOpsError = CredentialsError("Google Cloud credentials were refused (401 UNAUTHENTICATED)",
+                                            service="google", status=401)  # fmt: skip
+        out.fix = GOOGLE_CREDENTIALS_FIX
+        return out
     if code in _INVALID_AWS_CREDENTIALS:
-        out: TpuOpsError = CredentialsError(f"AWS refused the credentials ({code})", service="aws", status=status)
+        out = CredentialsError(f"AWS refused the credentials ({code})", service="aws", status=status)
         out.fix = AWS_CREDENTIALS_FIX
         return out
     if isinstance(e, AccessDeniedError) or status in (401, 403) or code in ("AccessDenied", "AccessDeniedException"):

@@ -15,7 +15,7 @@ from typing import Any
 from tpu_ops.errors import NotFoundError, PolicyError, SpecError
 
 PENDING, APPROVED, REJECTED = "PendingManualApproval", "Approved", "Rejected"
-_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}(/\d+)?$")
+_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}(/\d+)?$", re.ASCII)
 _ENDPOINT = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
 
@@ -39,7 +39,7 @@ class Package:
 
 def check_package_arn(arn: str) -> str:
     """``arn`` if it is a versioned model package ARN, else ``SpecError``."""
-    if not _ARN.match(arn):
+    if not _ARN.fullmatch(arn):
         raise SpecError(
             f"{arn!r} is not a model package ARN like arn:aws:sagemaker:REGION:ACCOUNT:model-package/GROUP/1"
         )
@@ -47,7 +47,7 @@ def check_package_arn(arn: str) -> str:
 
 
 def check_endpoint_name(name: str) -> str:
-    if not _ENDPOINT.match(name):
+    if not _ENDPOINT.fullmatch(name):
         raise SpecError(f"endpoint name {name!r} is not allowed: letters, digits and '-', ≤ 63, no leading '-'")
     return name
 

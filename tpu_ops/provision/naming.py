@@ -34,7 +34,7 @@ def resource_id(run_id: str, attempt: int, slice_index: int = 0) -> str:
     if not 1 <= attempt < SLICE_STRIDE:
         raise ValueError(f"attempt must be in 1..{SLICE_STRIDE - 1}, not {attempt}")
     rid = f"{run_id}-a{slice_index * SLICE_STRIDE + attempt}"
-    assert len(rid) <= 63 and _RESOURCE_ID.match(rid), rid
+    assert len(rid) <= 63 and _RESOURCE_ID.fullmatch(rid), rid
     return rid
 
 

@@ -19,7 +19,7 @@ from tpu_ops.uris import check_key, parse_gs, parse_s3
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.ASCII)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
@@ -75,7 +75,7 @@ def _name(max_len: int) -> Any:
         bad = unsafe_char(value)
         if bad:
             raise ValueError(f"{value!r} is not allowed: it contains {bad}")
-        if not _NAME.match(value) or len(value) > max_len:
+        if not _NAME.fullmatch(value) or len(value) > max_len:
             raise ValueError(
                 f"{value!r} is not allowed: use 1-{max_len} lowercase letters, digits and '-', "
                 "starting with a letter and not ending with '-'"
@@ -131,7 +131,7 @@ def parse_duration(value: Any) -> Any:
     if isinstance(value, int | float):
         return timedelta(seconds=value)
     if isinstance(value, str):
-        m = _DURATION.match(value)
+        m = _DURATION.fullmatch(value)
         if m:
             return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
     return value  # let pydantic try ISO 8601 and report the error
@@ -193,9 +193,9 @@ def _check_labels(labels: dict[str, str]) -> dict[str, str]:
     if len(labels) > 48:
         raise ValueError(f"{len(labels)} labels given; at most 48 (tpu-ops adds its own)")
     for key, value in labels.items():
-        if not _LABEL_KEY.match(key):
+        if not _LABEL_KEY.fullmatch(key):
             raise ValueError(f"label key {key!r} is not allowed: lowercase letter, then [a-z0-9_-], ≤ 63")
-        if not _LABEL_VALUE.match(value):
+        if not _LABEL_VALUE.fullmatch(value):
             raise ValueError(f"label value {value!r} for {key!r} is not allowed: [a-z0-9_-], ≤ 63")
         if key.startswith("tpu-ops"):
             raise ValueError(f"label key {key!r} is reserved: keys starting 'tpu-ops' are set by tpu-ops")

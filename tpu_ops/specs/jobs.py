@@ -17,13 +17,13 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za
 _HP_KEY = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _PACKAGE_GROUP = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128}|@sha256:[0-9a-f]{64})$")
-_CRON = re.compile(r"^(\S+\s+){4}\S+$")
+_CRON = re.compile(r"^(\S+\s+){4}\S+$", re.ASCII)
 
 
 def _upper_locations(values: list[str]) -> list[str]:
     out = [v.upper() for v in values]
     for v in out:
-        if not _LOCATION.match(v):
+        if not _LOCATION.fullmatch(v):
             raise ValueError(f"bucket location {v!r} is not a GCS location like 'US', 'EU' or 'US-CENTRAL1'")
     return out
 
@@ -79,20 +79,20 @@ def _check_command(argv: list[str] | None) -> list[str] | None:
 
 
 def _check_trainer(value: str) -> str:
-    if not _MODULE.match(value):
+    if not _MODULE.fullmatch(value):
         raise ValueError(f"trainer {value!r} is not a Python module path like 'pkg.mod:main'")
     return value
 
 
 def _check_subdir(value: str) -> str:
-    if value and not _SUBDIR.match(value):
+    if value and not _SUBDIR.fullmatch(value):
         raise ValueError(f"checkpoint_subdir {value!r} is not allowed: '/'-separated names of [A-Za-z0-9_-]")
     return value
 
 
 def _check_hyperparameters(values: dict[str, float | int | str | bool]) -> dict[str, float | int | str | bool]:
     for key, value in values.items():
-        if not _HP_KEY.match(key):
+        if not _HP_KEY.fullmatch(key):
             raise ValueError(f"hyperparameter name {key!r} is not allowed: lowercase identifier, ≤ 63")
         if isinstance(value, str) and len(value) > 256:
             raise ValueError(f"hyperparameter {key!r} value is longer than 256 characters")
@@ -215,12 +215,12 @@ class ExportSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> ExportSpec:
-        if not _PACKAGE_GROUP.match(self.model_package_group):
+        if not _PACKAGE_GROUP.fullmatch(self.model_package_group):
             raise ValueError(
                 f"model_package_group {self.model_package_group!r} is not allowed: letters, digits and '-', "
                 "≤ 63, starting with a letter or digit"
             )
-        if not _IMAGE.match(self.image_uri):
+        if not _IMAGE.fullmatch(self.image_uri):
             raise ValueError(f"image_uri {self.image_uri!r} is not a container image reference with a tag")
         return self
 
@@ -244,6 +244,6 @@ class PipelineSpec(StrictModel):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
-        if value is not None and not _CRON.match(value):
+        if value is not None and not _CRON.fullmatch(value):
             raise ValueError(f"schedule {value!r} is not a 5-field cron expression like '0 3 * * 1' (UTC)")
         return value

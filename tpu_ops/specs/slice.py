@@ -47,13 +47,13 @@ AcceleratorName = Annotated[
 
 
 def _check_region(value: str) -> str:
-    if not _REGION.match(value):
+    if not _REGION.fullmatch(value):
         raise ValueError(f"{value!r} is not a region name like 'us-central2'")
     return value
 
 
 def _check_zone(value: str) -> str:
-    if not _ZONE.match(value):
+    if not _ZONE.fullmatch(value):
         raise ValueError(f"{value!r} is not a zone name like 'us-central2-b'")
     return value
 
@@ -122,7 +122,7 @@ class Rung(StrictModel):
 
     def _check_reservation(self) -> None:
         assert self.name is not None
-        m = _RESERVATION_PATH.match(self.name)
+        m = _RESERVATION_PATH.fullmatch(self.name)
         if m:
             if self.zone is not None and self.zone != m.group(2):
                 raise ValueError(f"reservation {self.name!r} is in zone {m.group(2)!r}, not {self.zone!r}")
@@ -130,7 +130,7 @@ class Rung(StrictModel):
             leaf = m.group(3)
         else:
             leaf = self.name
-        if not _RESERVATION.match(leaf):
+        if not _RESERVATION.fullmatch(leaf):
             raise ValueError(f"reservation name {leaf!r} is not allowed: lowercase letters, digits, '-', ≤ 63")
         if self.zone is None:
             raise ValueError(f"reservation {self.name!r} needs a zone (a reservation belongs to one zone)")
@@ -252,7 +252,7 @@ class SliceSpec(StrictModel):
                 raise ValueError(f"zone {zone!r} is not in region {self.region!r}")
         if len(set(self.zones)) != len(self.zones):
             raise ValueError(f"zones {self.zones} has duplicates")
-        if self.runtime_version is not None and not _RUNTIME.match(self.runtime_version):
+        if self.runtime_version is not None and not _RUNTIME.fullmatch(self.runtime_version):
             raise ValueError(f"runtime_version {self.runtime_version!r} is not a valid image name")
         return self
 

@@ -19,6 +19,8 @@ from typing import Any
 from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wrappers import Request, Response
 
+from infra.local.core.exceptions import ApiError
+from infra.local.core.oauth import TokenAuthority, unauthenticated
 from infra.local.tpu.server import _QuietHandler
 
 _TOKEN = re.compile(
@@ -190,14 +192,20 @@ class LoggingBackend:
 class CloudLoggingServer:
     """``start()`` binds 127.0.0.1 on a free port; ``url`` has no trailing slash."""
 
-    def __init__(self, backend: LoggingBackend | None = None) -> None:
+    def __init__(self, backend: LoggingBackend | None = None, auth: TokenAuthority | None = None) -> None:
         self.backend = backend or LoggingBackend()
+        self.auth = auth  # set: refuse a request without a token it issued (401), as Google does
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
 
     def app(self, environ: dict[str, Any], start_response: Any) -> Any:
         request = Request(environ)
+        if self.auth is not None:
+            try:
+                self.auth.check(request.headers.get("Authorization"), "logging")
+            except ApiError as e:
+                return unauthenticated(e)(environ, start_response)
         try:
             body = json.loads(request.get_data() or b"{}")
             if request.method == "POST" and request.path == "/v2/entries:write":

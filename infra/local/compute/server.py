@@ -6,6 +6,7 @@ from typing import Self
 
 from infra.local.compute.models import ComputeBackend
 from infra.local.compute.responses import ComputeResponses, LogsProvider
+from infra.local.core.oauth import TokenAuthority
 from infra.local.core.server import LoopbackServer
 
 
@@ -22,9 +23,11 @@ class ComputeServer(LoopbackServer):
         port: int = 0,
         tick_s: float = 0.02,
         logs: LogsProvider | None = None,
+        auth: TokenAuthority | None = None,
     ) -> None:
         self.backend = backend or ComputeBackend()
-        super().__init__(ComputeResponses(self.backend, logs), port, tick=self.backend.tick, tick_s=tick_s)
+        app = ComputeResponses(self.backend, logs)
+        super().__init__(app, port, tick=self.backend.tick, tick_s=tick_s, auth=auth)
 
     def start(self) -> Self:
         super().start()

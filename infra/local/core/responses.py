@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from werkzeug.wrappers import Request, Response
 
 from infra.local.core import exceptions as exc
 from infra.local.core.routing import Routes, known_in, match_in
+
+if TYPE_CHECKING:
+    from infra.local.core.oauth import TokenAuthority
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -35,14 +38,27 @@ def json_body(req: Request) -> dict[str, Any]:
 
 
 class JsonApp:
-    """A WSGI application: ``routes`` -> handler methods; errors as Google's error JSON."""
+    """A WSGI application: ``routes`` -> handler methods; errors as Google's error JSON.
+
+    With ``auth`` set (the local stack sets it), every request but the ``/_fake/*`` controls must
+    carry a bearer token ``auth`` issued, or is refused 401 ``UNAUTHENTICATED`` as Google refuses it.
+    """
 
     routes: Routes = []
+    auth: TokenAuthority | None = None
+    fake_name = "fake"
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         return self.handle(Request(environ))(environ, start_response)
 
     def handle(self, req: Request) -> Response:
+        if self.auth is not None:
+            from infra.local.core.oauth import unauthenticated
+
+            try:
+                self.auth.guard(req, self.fake_name)
+            except exc.ApiError as e:
+                return unauthenticated(e)
         try:
             found = match_in(self.routes, req.method, req.path)
             if found is None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+if TYPE_CHECKING:
+    from infra.local.core.oauth import TokenAuthority
 
 
 class QuietHandler(WSGIRequestHandler):
@@ -18,15 +21,23 @@ class LoopbackServer:
     """``start()`` binds 127.0.0.1:``port`` (0 = any free port); ``url`` has no trailing slash.
 
     ``tick`` (if given) is called every ``tick_s`` seconds, so time-driven transitions (latency,
-    deadlines, grace periods) happen even when nobody polls.
+    deadlines, grace periods) happen even when nobody polls. ``auth`` (a ``JsonApp``'s) makes the
+    fake refuse requests without a token that authority issued; without it the fake is open.
     """
 
     name = "fake"
 
     def __init__(
-        self, app: Callable[..., Any], port: int = 0, tick: Callable[[], None] | None = None, tick_s: float = 0.02
+        self,
+        app: Callable[..., Any],
+        port: int = 0,
+        tick: Callable[[], None] | None = None,
+        tick_s: float = 0.02,
+        auth: TokenAuthority | None = None,
     ) -> None:
         self.app = app
+        if auth is not None:
+            app.auth, app.fake_name = auth, self.name  # type: ignore[attr-defined]
         self._port = port
         self._tick = tick
         self._tick_s = tick_s

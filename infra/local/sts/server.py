@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infra.local.core.oauth import TokenAuthority
 from infra.local.core.server import LoopbackServer
 from infra.local.sts.models import StsBackend
 from infra.local.sts.responses import StsResponses
@@ -12,9 +13,9 @@ class StsServer(LoopbackServer):
 
     name = "fake-sts"
 
-    def __init__(self, backend: StsBackend | None = None, port: int = 0) -> None:
+    def __init__(self, backend: StsBackend | None = None, port: int = 0, auth: TokenAuthority | None = None) -> None:
         self.backend = backend or StsBackend()
-        super().__init__(StsResponses(self.backend), port)
+        super().__init__(StsResponses(self.backend), port, auth=auth)
 
     def stop(self) -> None:
         self.backend.stall(False)  # let held workers finish rather than hang a daemon thread

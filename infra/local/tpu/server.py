@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infra.local.core.oauth import TokenAuthority
 from infra.local.core.server import LoopbackServer, QuietHandler
 from infra.local.tpu.models import TpuBackend
 from infra.local.tpu.responses import LogsProvider, TpuResponses
@@ -15,7 +16,12 @@ class TpuServer(LoopbackServer):
     name = "fake-tpu"
 
     def __init__(
-        self, backend: TpuBackend | None = None, port: int = 0, tick_s: float = 0.02, logs: LogsProvider | None = None
+        self,
+        backend: TpuBackend | None = None,
+        port: int = 0,
+        tick_s: float = 0.02,
+        logs: LogsProvider | None = None,
+        auth: TokenAuthority | None = None,
     ) -> None:
         self.backend = backend or TpuBackend()
-        super().__init__(TpuResponses(self.backend, logs), port, tick=self.backend.tick, tick_s=tick_s)
+        super().__init__(TpuResponses(self.backend, logs), port, tick=self.backend.tick, tick_s=tick_s, auth=auth)
