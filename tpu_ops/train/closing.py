@@ -30,6 +30,7 @@ def finish(
     settings: Settings,
     accelerator: AcceleratorType | str,
     save: Callable[[], None],
+    slices: int = 1,
 ) -> GoodputReport:
     """The report (derived from the run's state, cost from the ledger) to GCS; best effort, never masks an error."""
     if state.final_step is None:
@@ -44,7 +45,7 @@ def finish(
     try:
         cost = ledger.summary(load_prices(settings)).to_json()
         report = GoodputReport.derive(state, time.time(), cost)
-        report.efficiency = efficiency(state, cost, accelerator).to_json()
+        report.efficiency = efficiency(state, cost, accelerator, slices=slices).to_json()
         put_json(gcs, layout.goodput, report.to_json())
         if state.outcome == "failed":
             state.finished_at = None  # a later supervisor resumes the run: its wall goes on

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tpu_ops.errors import TransientError
 from tpu_ops.layout import RunLayout
 from tpu_ops.train.layout import list_json
 
@@ -27,24 +26,6 @@ def notices(gcs: Any, layout: RunLayout, incarnation_id: str, since: float = 0.0
     if incarnation_id:
         return [d for d in docs if d.get("incarnation") == incarnation_id]
     return [d for d in docs if float(d.get("time") or 0) >= since]
-
-
-def check(gcs: Any, layout: RunLayout, incarnation_id: str, since: float, into: list[dict[str, Any]]) -> str | None:
-    """Between full polls: why the slice is going away if a worker sent its notice, else None.
-
-    ``into`` receives the notices, so recovery knows to give the workers their grace.
-    """
-    try:
-        found = notices(gcs, layout, incarnation_id, since)
-    except TransientError:
-        return None
-    into[:] = found
-    return reason(found) if found else None
-
-
-def reason(found: list[dict[str, Any]]) -> str:
-    workers = sorted(int(d.get("worker", -1)) for d in found)
-    return f"preemption notice (SIGTERM) from worker {', '.join(map(str, workers))}"
 
 
 def wait_for_exit_reports(gcs: Any, layout: RunLayout, incarnation_id: str, hosts: int, found: list[dict[str, Any]],

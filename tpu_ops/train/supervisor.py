@@ -401,10 +401,9 @@ class Supervisor:
             raise TrainingError(f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached")
 
     def _finish(self) -> None:
-        acc = self.job.provision.slice.accelerator
-        self.report = finish(
-            self.state, self.report, self.gcs, self.layout, self.ledger, self.settings, acc, self._save
-        )
+        sl = self.job.provision.slice  # the MFU's peak is every slice's
+        args = (self.state, self.report, self.gcs, self.layout, self.ledger, self.settings, sl.accelerator)
+        self.report = finish(*args, self._save, sl.slices)
 
 
 def supervise(job: TrainJobSpec, run: Run, **kw: Any) -> GoodputReport:
