@@ -78,4 +78,4 @@ mutmut: $(STAMP)
 	$(VENV)/bin/mutmut results | grep -v ': not checked$$' || true
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants .tpu-ops/dry-run

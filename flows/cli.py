@@ -28,6 +28,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from flows.privacy import telemetry_off
 from tpu_ops.errors import SpecError
 
 DEBUG_ENV = "TPU_OPS_DEBUG"
@@ -140,6 +141,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``tpu-ops`` command line; returns the exit code."""
+    telemetry_off()
     return _call(_parse(list(sys.argv[1:] if argv is None else argv)))
 
 
@@ -156,6 +158,7 @@ def _keep_freed_memory() -> None:
 
 def console() -> None:
     """The console script: ``main``, with the process-wide shortcuts a command asks for."""
+    telemetry_off()  # before any command module can import Prefect (docs/privacy.md)
     args = _parse(sys.argv[1:])
     if getattr(args, "keep_freed_memory", False):
         _keep_freed_memory()

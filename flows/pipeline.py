@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
 from flows import report
+from flows.budget import refusal
 from flows.export import export_and_seal
 from flows.failures import missing_buckets_named
 from flows.mirror import mirror_dataset
@@ -136,6 +137,10 @@ def retraining_pipeline(
         get_run_logger().error("%s", exc)
         problems = "; ".join(f"spec.{e['field']}: {e['message']}" for e in exc.errors) or str(exc)
         return Failed(message=f"invalid spec: {problems}")
+    over = refusal(spec.provision)  # before the mirror step: copying the dataset already pays S3 egress
+    if over:
+        get_run_logger().error("%s", over)
+        return Failed(message=over)
     from flows.chaos import injected_preemption
     from flows.settings import resolve_settings
     from tpu_ops.layout import RunLayout
@@ -191,7 +196,8 @@ def _run(
         "workers_verified": len({(r["node_id"], r["worker_number"]) for r in reports}),
         "training": {
             k: training[k]
-            for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "recoveries")
+            for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "badput_s", "recoveries")
+            if k in training
         }
         | {"efficiency": training.get("efficiency") or {}},  # $/M tokens and MFU, when the trainer reports them
         "preemptions": training["preemptions"],

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
-from prefect import flow, get_run_logger, task
+from prefect import State, flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as current_run
@@ -222,11 +222,24 @@ def _quota(spec: ProvisionSpec) -> Iterator[None]:
         yield
 
 
+def _over_budget(spec: ProvisionSpec) -> State | None:
+    """The failed state of a flow whose spec is over budget (logged on one line), before any cloud call."""
+    from prefect.states import Failed
+
+    from flows.budget import refusal
+
+    over = refusal(spec, "budget_usd")
+    if not over:
+        return None
+    get_run_logger().error("%s", over)
+    return Failed(message=over)
+
+
 @flow(name="provision-slice", log_prints=True, **HOOKS)
 def provision_slice(
     spec: ProvisionSpec, run_id: RunId, gcp_credentials_block: str | None = None,
     aws_credentials_block: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any] | State:  # fmt: skip
     """Provision a slice for ``run_id`` through the capacity ladder; tear it down if the flow fails.
 
     Args:
@@ -235,6 +248,8 @@ def provision_slice(
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
         aws_credentials_block: Name of a Prefect AwsCredentials block (the audit trail's); empty: the environment's.
     """
+    if over := _over_budget(spec):
+        return over
     run = open_run(run_id, aws_credentials_block, gcp_credentials_block)
     _tag_current_run(run.id)
     s = provision_task(spec, run)
@@ -253,7 +268,7 @@ def run_on_slice(
     hold_seconds: float = 0.0,
     gcp_credentials_block: str | None = None,
     aws_credentials_block: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | State:
     """Provision, run ``command`` (or hold the slice ``hold_seconds``), then always tear down.
 
     The slice's zone, node and endpoints are passed to the command as ``TPU_OPS_SLICE_*`` variables.
@@ -266,6 +281,8 @@ def run_on_slice(
         gcp_credentials_block: Name of a Prefect GcpCredentials block; empty: the environment's credentials.
         aws_credentials_block: Name of a Prefect AwsCredentials block (the audit trail's); empty: the environment's.
     """
+    if over := _over_budget(spec):
+        return over
     run = open_run(run_id, aws_credentials_block, gcp_credentials_block)
     _tag_current_run(run.id)
     zones = list(spec.slice.zones)

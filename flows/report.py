@@ -88,8 +88,42 @@ def winning_rung(attempts: list[dict[str, Any]]) -> str:
     return f"{rung_of(a)} in {a.get('zone')} ({a.get('resource_id')})"
 
 
+# The badput categories of goodput.json (tpu_ops.train.goodput, Google's ml-goodput-measurement names), in words.
+BADPUT_WORDS = {
+    "program_startup": "start-up",
+    "tpu_initialization": "TPU init",
+    "training_prep": "training prep",
+    "data_loading": "data loading",
+    "checkpoint_save": "checkpoint save",
+    "checkpoint_restore": "checkpoint restore",
+    "infrastructure_recovery_from_disruption": "recovery",
+    "wasted_progress_from_disruption": "lost progress",
+    "other": "other",
+}
+
+
+def _badput(training: dict[str, Any]) -> list[tuple[str, float]]:
+    """The badput categories with time in them (≥ 0.05 s), largest first, as ``(words, seconds)``."""
+    categories = (training.get("badput_s") or {}).items()
+    spent = [(BADPUT_WORDS.get(k, k.replace("_", " ")), float(v or 0)) for k, v in categories]
+    return sorted(((w, v) for w, v in spent if v >= 0.05), key=lambda wv: -wv[1])
+
+
+def goodput_line(training: dict[str, Any]) -> str:
+    """Goodput and where the rest of the wall time went, on one line:
+    ``16.5% = productive 2.3 s of 13.9 s; start-up 7.3 s, TPU init 1.9 s, ...``."""
+    pct = f"{float(training.get('goodput') or 0):.1%}"
+    if not training.get("badput_s"):
+        return pct
+    productive, wall = float(training.get("productive_s") or 0), float(training.get("wall_s") or 0)
+    line = f"{pct} = productive {productive:.1f} s of {wall:.1f} s"
+    rest = ", ".join(f"{w} {v:.1f} s" for w, v in _badput(training))
+    return f"{line}; {rest}" if rest else line
+
+
 def goodput_rows(training: dict[str, Any], preemptions: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The run's totals, then one row per preemption: the goodput table."""
+    """The run's totals, where the rest of the wall time went (one row per badput category), then one
+    row per preemption: the goodput table."""
     rows = [
         {
             "what": "run",
@@ -101,6 +135,19 @@ def goodput_rows(training: dict[str, Any], preemptions: list[dict[str, Any]]) ->
             "overhead (s)": "-",
         }
     ]
+    wall = float(training.get("wall_s") or 0)
+    for words, seconds in _badput(training):
+        rows.append(
+            {
+                "what": f"badput: {words}",
+                "steps": "-",
+                "goodput": f"{seconds / wall:.1%} of wall" if wall else "-",
+                "wall (s)": _f(seconds, 1),
+                "productive (s)": "-",
+                "steps lost": "-",
+                "overhead (s)": "-",
+            }
+        )
     for p in preemptions:
         rows.append(
             {
@@ -236,19 +283,20 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("preemptions / recoveries", f"{len(preemptions)} / {recovered}"),
         ("steps lost", str(sum(int(p.get("steps_lost") or 0) for p in preemptions))),
         ("training", f"step {training.get('final_step')}/{training.get('steps')}, {training.get('outcome', '-')}"),
-        ("goodput", f"{float(training.get('goodput') or 0):.1%}" if training else "-"),
+        ("goodput", goodput_line(training) if training else "-"),
         ("$/M tokens, MFU", efficiency_line(training.get("efficiency") or {}) or "-"),
         ("cost by tier", f"{by_tier} (total ${float(cost.get('usd_total') or 0):.4f})"),
         ("model package", str(export.get("package_arn", "-"))),
         ("audit verify", _audit_cell(audit, export)),
     ]
     if left is not None:
-        rows.append(("left behind", left_behind(left)))
+        rows.append(("left behind", left_behind(left, summary.get("disk"))))
     return rows
 
 
-def left_behind(left: dict[str, Any]) -> str:
-    """``nothing``, or what is still there in words (``2 TPU resources, 1 worker process``)."""
+def left_behind(left: dict[str, Any], disk: dict[str, Any] | None = None) -> str:
+    """``nothing``, or what is still there in words (``2 TPU resources, 1 worker process``); with
+    ``disk`` (a dry run's ``{"path", "bytes", "workers_kept"}``), the bytes it leaves on disk too."""
     if left.get("unconfirmed"):
         return "not confirmed gone: run `tpu-ops teardown RUN_ID`"
     parts = []
@@ -256,7 +304,16 @@ def left_behind(left: dict[str, Any]) -> str:
         n = int(left.get(key) or 0)
         if n:
             parts.append(f"{n} {one}{'' if n == 1 else ('es' if one.endswith('s') else 's')}")
-    return ", ".join(parts) or "nothing"
+    clouds = ", ".join(parts) or "nothing"
+    if not disk:
+        return clouds
+    kept = "workers' files kept (--keep)" if disk.get("workers_kept") else "workers' files removed"
+    return f"{clouds} in the clouds; {mib(int(disk.get('bytes') or 0))} on disk in {disk.get('path')} ({kept})"
+
+
+def mib(n: int) -> str:
+    """Bytes as MiB with one decimal (``23.4 MiB``)."""
+    return f"{n / 2**20:.1f} MiB"
 
 
 def glance_text(rows: list[tuple[str, str]]) -> str:
@@ -288,7 +345,8 @@ def publish(summary: dict[str, Any]) -> None:
                               description=f"Capacity ladder of run {run_id}: won {won}")  # fmt: skip
     if summary.get("training"):
         create_table_artifact(goodput_rows(summary["training"], summary.get("preemptions") or []),
-                              key="run-goodput", description=f"Goodput of run {run_id}")  # fmt: skip
+                              key="run-goodput",
+                              description=f"Goodput of run {run_id}: {goodput_line(summary['training'])}")  # fmt: skip
     create_markdown_artifact(key="run-lineage", markdown=lineage_markdown(summary))
 
 

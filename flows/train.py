@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import State, flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 
 from flows.audit import emit
+from flows.budget import refusal
 from flows.provision import HOOKS, _quota, _tag_current_run
 from flows.settings import open_run
 from tpu_ops.audit.events import AuditEvent
@@ -82,7 +84,7 @@ def supervise_task(job: TrainJobSpec, run: Run) -> dict[str, Any]:
 def train(
     spec: TrainJobSpec, run_id: RunId, gcp_credentials_block: str | None = None,
     aws_credentials_block: str | None = None, inject_preemption: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any] | State:  # fmt: skip
     """Train ``spec.train`` on a slice from ``spec.provision``, recovering from preemptions; always torn down.
 
     Args:
@@ -92,6 +94,10 @@ def train(
         aws_credentials_block: Name of a Prefect AwsCredentials block (the audit trail's); empty: the environment's.
         inject_preemption: Local stack only: preempt the slice once after the first checkpoint, to watch the recovery.
     """
+    over = refusal(spec.provision)  # before the run is opened: an over-budget spec costs nothing
+    if over:
+        get_run_logger().error("%s", over)
+        return Failed(message=over)
     from flows.chaos import injected_preemption
 
     t = spec.train

@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     what.add_argument("--accelerator", metavar="TYPE", help="e.g. v5p-128, v4-32, v5litepod-16")
     what.add_argument("--chips", type=int, help="a chip count (needs --generation or --price)")
     what.add_argument("--run", metavar="RUN_ID", help="the cost ledger of a run")
-    what.add_argument("--spec", metavar="FILE", help="the budget estimate of a provision spec")
+    what.add_argument(
+        "--spec", metavar="FILE", help="the estimate of a provision, train job or pipeline spec against its budget"
+    )
     c.add_argument("--generation", choices=["v4", "v5e", "v5p", "v6e"], help="price table row for --chips")
     c.add_argument("--price", type=float, metavar="USD", help="$ per chip-hour (overrides the table)")
     c.add_argument("--hours", type=float, default=1.0, help="hours of use (default 1)")
@@ -62,17 +64,43 @@ def run(args: argparse.Namespace) -> int:
         show(summary, args.json, text)
         return 0
     if args.spec:
-        from tpu_ops.specs import ProvisionSpec, load_spec
-
-        est = C.estimate(load_spec(args.spec, ProvisionSpec), table)
-        rows = [f"  {r.tier}{' ' + r.reservation if r.reservation else ''}: ${r.usd:,.2f}" for r in est.rungs]
-        text = (
-            f"{est.accelerator_type} ({est.chips} chips) x {est.hours:g} h, prices of {est.price_date}:\n"
-            + "\n".join(rows)
-        )
-        show(est.to_json(), args.json, text + f"\n  worst case ${est.worst_usd:,.2f}")
-        return 0
+        return _spec_estimate(args, table, C)
     return _what_if(args, table, C)
+
+
+def _spec_estimate(args: argparse.Namespace, table: Any, C: Any) -> int:
+    """The estimate of a spec that provisions (a provision, train job or pipeline spec) against its
+    budget; exit 1 when over it (the run would be refused before any cloud call)."""
+    from pathlib import Path
+
+    from flows.commands.validate import declared_kind, looks_like, spec_class
+    from tpu_ops.errors import BudgetError
+    from tpu_ops.specs import ProvisionSpec, parse_spec
+    from tpu_ops.specs.loader import read_document
+
+    path = Path(args.spec)
+    doc = read_document(path)
+    kind = declared_kind(path) or looks_like(doc)
+    if kind in ("pipeline", "train-job"):
+        whole: Any = parse_spec(spec_class(kind), doc, what=str(path))
+        spec, field = whole.provision, "provision.budget_usd"
+    else:
+        spec, field = parse_spec(ProvisionSpec, doc, what=str(path)), "budget_usd"
+    est = C.estimate(spec, table)
+    rows = [f"  {r.tier}{' ' + r.reservation if r.reservation else ''}: ${r.usd:,.2f}" for r in est.rungs]
+    text = f"{est.accelerator_type} ({est.chips} chips) x {est.hours:g} h, prices of {est.price_date}:\n" + "\n".join(
+        rows
+    )
+    text += f"\n  worst case ${est.worst_usd:,.2f}"
+    out = {**est.to_json(), "budget_usd": float(spec.budget_usd), "over_budget": False}
+    try:
+        C.check_budget(spec, table, field)
+    except BudgetError as exc:
+        out.update(over_budget=True, fix=exc.fix)
+        show(out, args.json, text + f"\n{C.budget_line(exc)}")
+        return 1
+    show(out, args.json, text + f"\n  within the budget ${float(spec.budget_usd):,.2f} ({field})")
+    return 0
 
 
 def _saves(usd: float, pct: float) -> str:

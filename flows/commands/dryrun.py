@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import sys
 import threading
 import time
@@ -49,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
         "--workdir", type=Path, default=Path(".tpu-ops/dry-run"), help="where workers' files and the run's trail go"
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the simulated workers' files (WORKDIR/workers: their venvs, logs; ~600 MB) for inspection",
     )
     p.set_defaults(handler=run)
 
@@ -146,12 +152,16 @@ def keep_files(settings: Any, spec: Any, run_id: str, lineage: dict[str, Any], w
 
 
 def inspect_commands(run_id: str, files: dict[str, str], state_dir: Path) -> list[str]:
-    """The commands that read a finished dry run's files (no emulated cloud needed)."""
-    trail = files["audit_trail"]
+    """The commands that read a finished dry run's files (no emulated cloud needed), runnable as printed
+    in a shell where the venv is not activated: they name this environment's ``tpu-ops`` by its path."""
+    from flows.commands._disk import tpu_ops_exe
+
+    exe, q = tpu_ops_exe(), shlex.quote
+    trail = q(files["audit_trail"])
     return [
-        f"tpu-ops audit verify {trail} --no-signatures",
-        f"tpu-ops audit lineage {run_id} --trail {trail}",
-        f"TPU_OPS_STATE_DIR={state_dir} tpu-ops cost --run {run_id}",
+        f"{exe} audit verify {trail} --no-signatures",
+        f"{exe} audit lineage {q(run_id)} --trail {trail}",
+        f"TPU_OPS_STATE_DIR={q(str(state_dir))} {exe} cost --run {q(run_id)}",
     ]
 
 
@@ -183,6 +193,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         doc = spec.model_dump(mode="json")
         doc["provision"]["slice"]["backend"] = args.backend
         spec = parse_spec(PipelineSpec, doc, what="--backend")
+    from flows.budget import refusal
+
+    over = refusal(spec.provision)  # like any run: refused before its first (emulated) cloud call
+    if over:
+        print(f"error: {over}", file=sys.stderr)
+        return 1
     # A temporary Prefect server must not try to phone home from a machine with no network.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # On a loaded machine the temporary server can take longer than Prefect's default 20 s to answer.
@@ -242,6 +258,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         summary["lineage"] = render_lineage(lineage)
         summary["backend"] = backend.value
         summary["files"] = keep_files(settings, spec, run_id, lineage, args.workdir / "runs" / run_id)
+    from flows.commands._disk import disk_bytes, remove_workers
+
+    if not args.keep:  # the stack (and every worker process) is gone: nothing reads them any more
+        remove_workers(args.workdir / "workers")
+    summary["disk"] = {"path": str(args.workdir), "bytes": disk_bytes(args.workdir), "workers_kept": args.keep}
     summary["seconds"] = round(time.monotonic() - started, 1)
     commands = inspect_commands(run_id, summary["files"], args.workdir / "state")
     if args.json:

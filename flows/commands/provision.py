@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         from flows.provision import provision_slice, run_tag
 
         with tags(run_tag(run_id)):
-            result = provision_slice(spec, run_id)
+            got = provision_slice(spec, run_id)
+        assert isinstance(got, dict)  # the budget, the flow's only refusal, was checked above
+        result = got
     what = (
         f"queued resource {result['queued_resource']}, node {result['node']}"
         if result.get("backend", "tpu-api") == "tpu-api"

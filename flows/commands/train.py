@@ -59,7 +59,7 @@ def run_train(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, TrainJobSpec)
     run_id = check_run_id(args.run_id)
     settings = resolve_settings()
-    check_budget(spec.provision, load(settings))  # refuse before starting Prefect or calling the cloud
+    check_budget(spec.provision, load(settings), "provision.budget_usd")  # refuse before Prefect or any cloud call
     from tpu_ops.train.incarnations import check_command
 
     check_command(spec, run_id)
@@ -76,6 +76,8 @@ def run_train(args: argparse.Namespace) -> int:
         from flows.train import train
 
         with tags(run_tag(run_id)):
-            doc = train(spec, run_id)
+            result = train(spec, run_id)
+        assert isinstance(result, dict)  # the budget, the flow's only refusal, was checked above
+        doc = result
     print(json.dumps(doc, indent=2, default=str) if args.json else format_report(doc))
     return 0

@@ -125,12 +125,16 @@ def check(path: Path, kind: str | None) -> tuple[str | None, list[dict[str, Any]
         msg = f"{path}: not a tpu-ops spec I recognise{hint}; pass --kind {'|'.join(KINDS)}"
         return None, [{"field": "(document)", "message": msg, "value": None}], msg
     try:
-        parse_spec(spec_class(kind), doc, what=f"{path}: {kind} spec")
+        spec = parse_spec(spec_class(kind), doc, what=f"{path}: {kind} spec")
     except SpecError as exc:
         msg = str(exc)
         if seems and seems != kind:
             msg += f"\n  (its keys look like a {seems} spec: try --kind {seems})"
         return kind, exc.errors, msg
+    over = over_budget(spec)
+    if over:
+        field, line = over
+        return kind, [{"field": field, "message": line, "value": None}], f"{path}: {line}"
     return kind, [], "\n".join(f"  note: {n}" for n in alias_notes(doc))
 
 
@@ -148,6 +152,20 @@ def alias_notes(doc: Any, where: str = "") -> list[str]:
         note = alias_note(value) if key == "accelerator_type" and isinstance(value, str) else ""
         notes += [f"{path}: {note}"] if note else alias_notes(value, path)
     return notes
+
+
+def over_budget(spec: Any) -> tuple[str, str] | None:
+    """``(field, one line)`` when a spec that provisions would be refused for its budget, else None."""
+    from flows.budget import refusal
+
+    provision = getattr(spec, "provision", None)
+    field = "provision.budget_usd"
+    if provision is None and hasattr(spec, "budget_usd"):  # a provision spec: the budget is top-level
+        provision, field = spec, "budget_usd"
+    if provision is None:
+        return None
+    line = refusal(provision, field)
+    return (field, line) if line else None
 
 
 def run(args: argparse.Namespace) -> int:

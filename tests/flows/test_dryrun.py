@@ -33,7 +33,8 @@ def _dry_run(tmp_path: Path, *args: str) -> tuple[dict[str, Any], subprocess.Com
 
 @pytest.mark.slow
 def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
-    summary, out, env = _dry_run(tmp_path)
+    summary, out, env = _dry_run(tmp_path, "--keep")  # the workers' logs are read below
+    assert summary["disk"]["workers_kept"] and (tmp_path / "work" / "workers").is_dir()
     assert summary["backend"] == "compute"
     # reservation too small (2 of 4 hosts), spot stocked out in b, a (spot: not BULK) group of 4 in c; again
     # after the injected preemption, which deleted the whole group and made a new one
@@ -63,19 +64,39 @@ def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
     assert (tmp_path / "work" / "prefect-home").is_dir() and not (tmp_path / "prefect").exists()
     _inspect_with_the_stack_down(tmp_path, env, summary)
     # A second dry run in a row (same Prefect home: its concurrency limit exists now) prints the table,
-    # the lineage and the commands, and no traceback.
-    again = subprocess.run([str(EXE), "dry-run", "--workdir", str(tmp_path / "work")],
+    # the lineage and the commands, and no traceback; without --keep it removes its workers' files, and
+    # the workdir grows by less than 20 MB (issue 31: it was 613 MB a run).
+    from flows.commands._disk import disk_bytes
+
+    work = tmp_path / "work"
+    staying = disk_bytes(work) - disk_bytes(work / "workers")  # what the first run leaves once cleaned
+    again = subprocess.run([str(EXE), "dry-run", "--workdir", str(work)],
                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Traceback" not in again.stdout + again.stderr, again.stderr[-3000:]
-    assert "| left behind              | nothing" in again.stdout
+    assert not (work / "workers").exists()
+    grew = disk_bytes(work) - staying
+    assert grew < 20 * 2**20, f"the workdir grew by {grew} bytes in one dry run"
+    left = next(line for line in again.stdout.splitlines() if line.startswith("| left behind "))
+    assert f"| nothing in the clouds; {disk_bytes(work) / 2**20:.1f} MiB on disk in {work}" in left, left
     assert "  → training run" in again.stdout and "audit chain" in again.stdout  # the lineage, as text
-    assert "tpu-ops audit verify " in again.stdout and "tpu-ops cost --run " in again.stdout
+    _printed_commands_run_without_the_venv(again.stdout, tmp_path)
+
+
+def _printed_commands_run_without_the_venv(stdout: str, cwd: Path) -> None:
+    """The commands the dry run prints work as printed in a shell with only the system PATH."""
+    printed = stdout[stdout.index("these read them:") :].splitlines()[1:]
+    commands = [line.strip() for line in printed if line.startswith("  ")]
+    assert len(commands) == 3 and all("tpu-ops" in c for c in commands), printed
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, (command, done.stderr[-2000:])
 
 
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path: Path) -> None:
-    summary, _, _ = _dry_run(tmp_path, "--backend", "tpu-api")
+    summary, _, _ = _dry_run(tmp_path, "--backend", "tpu-api", "--keep")
     assert summary["backend"] == "tpu-api"
     # the ladder had to work: reservation too small, spot stocked out in b, spot in c wins; and again
     # after the injected preemption
@@ -101,7 +122,12 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
 
     glance = dict(glance_rows(summary))
     assert glance["winning rung"].startswith("spot in us-central2-c")
-    assert glance["preemptions / recoveries"] == "1 / 1" and glance["left behind"] == "nothing"
+    assert glance["preemptions / recoveries"] == "1 / 1"
+    left = glance["left behind"]
+    assert left.startswith("nothing in the clouds; ") and "workers' files kept" in left, left
+    # goodput explained: productive of wall, then where the rest went, largest first
+    assert glance["goodput"].startswith(f"{summary['training']['goodput']:.1%} = productive ")
+    assert "start-up " in glance["goodput"] and "TPU init " in glance["goodput"]
     # the reference trainer reports tokens and model FLOPs per step: $/M tokens and MFU beside goodput
     eff = summary["training"]["efficiency"]
     assert eff["steps_kept"] == 60 and eff["tokens"] > 0 and eff["usd_per_million_tokens"] > 0 and eff["mfu"] > 0

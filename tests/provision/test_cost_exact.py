@@ -148,9 +148,16 @@ def test_check_budget_at_and_past_the_line(spec_factory: Any) -> None:
     with pytest.raises(BudgetError) as info:
         C.check_budget(spec_factory(hours=2.5, budget_usd=129.99), TABLE)
     assert str(info.value) == (
-        "estimated cost $130.00 exceeds the budget $129.99: 16 chips (v4-32) x 2.5 h x $3.25/chip-hour on the "
-        "on-demand rung (prices of 2030-01-02); raise budget_usd, cut hours, or drop that rung"
+        "over budget: estimated cost $130.00 exceeds the budget $129.99: 16 chips (v4-32) x 2.5 h x "
+        "$3.25/chip-hour on the on-demand rung (prices of 2030-01-02)"
     )
+    assert info.value.fix == (
+        "raise budget_usd to at least $130.00, or shrink the run: fewer hours, a smaller slice, or drop the "
+        "on-demand rung"
+    )
+    with pytest.raises(BudgetError) as info:  # the fix names the field where the spec the user wrote has it
+        C.check_budget(spec_factory(hours=2.5, budget_usd=129.99), TABLE, field="provision.budget_usd")
+    assert "raise provision.budget_usd to at least $130.00" in info.value.fix and "provision.hours" in info.value.fix
     assert info.value.estimate_usd == 130.0 and info.value.budget_usd == 129.99
     with pytest.raises(BudgetError) as info:  # rounding of the figure it reports: 2 decimals
         C.check_budget(spec_factory(hours=1.001, budget_usd=1, ladder=["spot"]), TABLE)

@@ -237,7 +237,8 @@ def test_cli_refuses_over_budget(fake: Any, env: dict[str, str], tmp_path: Path)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({**SPEC, "budget_usd": 1}))
     out = _cli("provision", "--spec", str(spec), "--run-id", "run-broke", env=env)
-    assert out.returncode == 1 and "exceeds the budget $1.00" in out.stderr
+    assert out.returncode == 1 and "over budget" in out.stderr and "$1.00" in out.stderr
+    assert "fix: raise budget_usd" in out.stderr
     assert "BudgetError" not in out.stderr  # the message, not the class name
     assert fake.state()["operations"] == 0
 

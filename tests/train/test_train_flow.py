@@ -43,7 +43,7 @@ BAD = [
     ("train.command", [], "train.command"),
     ("train.poll_interval", "1d", "train.poll_interval"),
     ("train.checkpoint_dir", "s3://not-gcs/x", "train.checkpoint_dir"),
-    ("provision.budget_usd", 0.001, "BudgetError"),
+    ("provision.budget_usd", 0.001, "over budget"),
 ]
 
 

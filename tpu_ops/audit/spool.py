@@ -91,6 +91,14 @@ class Spool:
         fh.flush()
         os.fsync(fh.fileno())
 
+    def holds(self, chain: str) -> bool:
+        """True if an entry of ``chain`` waits here (its run began: a record of it was kept)."""
+        if not self.path.exists():
+            return False
+        with self._locked() as fh:
+            fh.seek(0)
+            return any((e := _entry(line)) is not None and e["event"]["chain"] == chain for line in fh if line.strip())
+
     def pending(self) -> int:
         """How many lines wait (a torn line counts until a drain quarantines it)."""
         if not self.path.exists():

@@ -94,21 +94,29 @@ class AuditTrail:
         return Actor(identity=self.identity, **flow)
 
     # -- writing -------------------------------------------------------------------------------
-    def record(self, chain: str, event: str, actor: Actor | None = None, **fields: Any) -> Written:
+    def record(
+        self, chain: str, event: str, actor: Actor | None = None, *, spool: bool = True, **fields: Any
+    ) -> Written:
         """Append one event to ``chain``; spools it instead if S3 is unreachable (never loses it).
 
         ``fields`` are those of :func:`tpu_ops.audit.records.new_event` (params, outcome, error,
-        request_ids, subjects, links). Secrets in ``params`` are redacted.
+        request_ids, subjects, links). Secrets in ``params`` are redacted. ``spool=False``: an event
+        of a run that never began (refused before its first cloud call) is not kept when S3 does not
+        take it, since the spool would carry it into whatever trail the next command writes to.
         """
         body = new_event(chain, event, actor or self.actor(), **fields)
-        return self._submit({"kind": "record", "event": body})
+        return self._submit({"kind": "record", "event": body}, spool)
 
-    def digest(self, chain: str, actor: Actor | None = None) -> Written:
+    def digest(self, chain: str, actor: Actor | None = None, *, spool: bool = True) -> Written:
         """Seal ``chain``'s current head with a KMS-signed digest in the global digest chain."""
         if not self.key_id:
             raise ConfigError("no audit KMS key: set TPU_OPS_AUDIT_KMS_KEY_ID (the local stack creates one)")
         body = new_event(DIGEST_CHAIN, DIGEST_EVENT, actor or self.actor(), params={"chain": chain})
-        return self._submit({"kind": "digest", "event": body})
+        return self._submit({"kind": "digest", "event": body}, spool)
+
+    def began(self, chain: str) -> bool:
+        """True if ``chain`` is known to have begun: this trail wrote to it, or the spool keeps a record of it."""
+        return chain in self._heads or self.spool.holds(chain)
 
     def seal(
         self,
@@ -172,7 +180,7 @@ class AuditTrail:
             log.warning("audit chain %s: a spooled record cannot be sent (%s); its later records wait", chain, why)
         return drained
 
-    def _submit(self, entry: dict[str, Any]) -> Written:
+    def _submit(self, entry: dict[str, Any], spool: bool = True) -> Written:
         with self._lock:
             chain = entry["event"]["chain"]
             try:
@@ -186,11 +194,11 @@ class AuditTrail:
                 # expected; anything else is raised too, for the caller to see). A digest that
                 # failed for another reason (a KMS key refused) is not kept: it would block its chain.
                 unreachable = is_unreachable(exc)
-                if unreachable or entry["kind"] == "record":
+                if spool and (unreachable or entry["kind"] == "record"):
                     self.spool.append(entry)
                 if not unreachable:
                     raise
-                return Written(None, spooled=True)
+                return Written(None, spooled=spool)
             return Written(record, flushed=drained.sent)
 
     def _send(self, entry: dict[str, Any]) -> dict[str, Any]:

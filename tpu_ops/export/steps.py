@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tpu_ops.audit.events import AuditEvent
-from tpu_ops.audit.recorder import ActorOf, RunAudit
+from tpu_ops.audit.recorder import ActorOf, RunAudit, before_start
 from tpu_ops.audit.trail import AuditTrail
 from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import CheckpointError
@@ -33,7 +33,7 @@ def export(run: Run, spec: ExportSpec, manifest: str | None) -> dict[str, Any]:
         )  # fmt: skip
     except Exception as exc:
         run.audit.record(AuditEvent.MODEL_EXPORTED, params={"run_uri": run.run_uri, "destination": spec.destination},
-                         outcome="failure", error=failure_text(exc))  # fmt: skip
+                         outcome="failure", error=failure_text(exc), before_start=before_start(exc))  # fmt: skip
         raise
     return result.to_json()
 

@@ -57,23 +57,36 @@ def estimate(spec: ProvisionSpec, table: PriceTable) -> Estimate:
     return Estimate(acc.name, acc.chips, spec.hours, tuple(rows), worst, table.date, table.source)
 
 
-def check_budget(spec: ProvisionSpec, table: PriceTable) -> Estimate:
-    """Return the estimate, or raise ``BudgetError`` (with both numbers) if it exceeds the budget.
+def check_budget(spec: ProvisionSpec, table: PriceTable, field: str = "budget_usd") -> Estimate:
+    """Return the estimate, or raise ``BudgetError`` (with both numbers and the fix) if it exceeds the budget.
 
-    Any rung may be the one that wins, so the most expensive rung must fit the budget.
+    Any rung may be the one that wins, so the most expensive rung must fit the budget. ``field`` is
+    where the budget sits in the spec the user wrote (``provision.budget_usd`` in a pipeline), so the
+    fix names it.
     """
     est = estimate(spec, table)
     budget = float(spec.budget_usd)
     if est.worst_usd > budget + 1e-9:
         worst = max(est.rungs, key=lambda r: r.usd)
-        raise BudgetError(
-            f"estimated cost ${est.worst_usd:,.2f} exceeds the budget ${budget:,.2f}: {est.chips} chips "
-            f"({est.accelerator_type}) x {est.hours:g} h x ${worst.usd_per_chip_hour:g}/chip-hour on the "
-            f"{worst.tier} rung (prices of {table.date}); raise budget_usd, cut hours, or drop that rung",
+        hours = field.removesuffix("budget_usd") + "hours"
+        err = BudgetError(
+            f"over budget: estimated cost ${est.worst_usd:,.2f} exceeds the budget ${budget:,.2f}: {est.chips} "
+            f"chips ({est.accelerator_type}) x {est.hours:g} h x ${worst.usd_per_chip_hour:g}/chip-hour on the "
+            f"{worst.tier} rung (prices of {table.date})",
             estimate_usd=round(est.worst_usd, 2),
             budget_usd=budget,
         )
+        err.fix = (
+            f"raise {field} to at least ${est.worst_usd:,.2f}, or shrink the run: fewer {hours}, "
+            f"a smaller slice, or drop the {worst.tier} rung"
+        )
+        raise err
     return est
+
+
+def budget_line(err: BudgetError) -> str:
+    """The one line a person reads for an over-budget run: the figures, then the fix."""
+    return f"{err} — fix: {err.fix}" if err.fix else str(err)
 
 
 # -- what-if arithmetic for `tpu-ops cost` ---------------------------------------------------
