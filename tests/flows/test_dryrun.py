@@ -178,7 +178,7 @@ def test_dry_run_refuses_a_bad_spec_before_starting_anything(tmp_path: Path) -> 
 def test_dry_run_of_the_multislice_example(tmp_path: Path) -> None:
     """2 slices of 2 hosts, one of them preempted: the healthy one kept, the lost one replaced, no step lost."""
     spec = Path(__file__).resolve().parents[2] / "examples" / "multislice.yaml"
-    summary, _, _ = _dry_run(tmp_path, "--spec", str(spec))
+    summary, _, _ = _dry_run(tmp_path, "--spec", str(spec), "--keep")  # the workers' logs are read below
     run_id = summary["run_id"]
     assert summary["slice"]["slices"] == 2 and summary["slice"]["hosts"] == 4 and summary["workers_verified"] == 4
     assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
