@@ -166,7 +166,7 @@ def _run(
     snapshot = mirror_dataset(spec.mirror, aws_credentials_block, gcp_credentials_block, run_id=run_id)
     job = TrainJobSpec(provision=spec.provision, train=spec.train.model_copy(
         update={"dataset_manifest": snapshot.manifest_uri}))  # fmt: skip
-    hosts = spec.provision.slice.accelerator.hosts
+    hosts = spec.provision.slice.accelerator.hosts * spec.provision.slice.slices  # every host of every slice
     progress.stage("provisioning and training", 15, 90)
     progress.watch(_training_poll(run, spec.train.steps))
     try:
@@ -189,10 +189,11 @@ def _run(
             "zone": last.get("zone"),
             "tier": last.get("tier"),
             "hosts": hosts,
+            "slices": spec.provision.slice.slices,
         },
         "attempts": _attempts(run.ledger),
         "ladder": _ladder(run.ledger),
-        "workers_verified": len({r["worker_number"] for r in reports}),
+        "workers_verified": len({(r["node_id"], r["worker_number"]) for r in reports}),
         "training": {
             k: training[k]
             for k in ("outcome", "final_step", "steps", "wall_s", "productive_s", "goodput", "badput_s", "recoveries")

@@ -28,7 +28,10 @@ def collect_reports(
 
     def reports() -> list[Any] | None:
         with google_errors("gcs"):
-            blobs = [b for b in gcs.list_blobs(out.bucket, prefix=out.key("worker-")) if b.name.endswith(".json")]
+            listed = gcs.list_blobs(out.bucket, prefix=out.key(""))
+            # worker-N.json (slice 0, or the only slice) and slice-S-worker-N.json (agent.job.host_key)
+            blobs = [b for b in listed if b.name.rsplit("/", 1)[-1].startswith(("worker-", "slice-"))]
+            blobs = [b for b in blobs if b.name.endswith(".json")]
         seen[0] = len(blobs)
         return blobs if len(blobs) >= expected else None
 

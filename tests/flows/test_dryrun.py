@@ -172,3 +172,24 @@ def test_dry_run_refuses_a_bad_spec_before_starting_anything(tmp_path: Path) -> 
     assert out.returncode == 2
     assert "name: " in out.stderr and "mirror: Field required" in out.stderr
     assert "starting the local stack" not in out.stdout
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_multislice_example(tmp_path: Path) -> None:
+    """2 slices of 2 hosts, one of them preempted: the healthy one kept, the lost one replaced, no step lost."""
+    spec = Path(__file__).resolve().parents[2] / "examples" / "multislice.yaml"
+    summary, _, _ = _dry_run(tmp_path, "--spec", str(spec), "--keep")  # the workers' logs are read below
+    run_id = summary["run_id"]
+    assert summary["slice"]["slices"] == 2 and summary["slice"]["hosts"] == 4 and summary["workers_verified"] == 4
+    assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
+    (p,) = summary["preemptions"]  # one preemption, of one slice
+    lost = p["queued_resource"]
+    assert lost in (f"{run_id}-a1", f"{run_id}-a1001") and p["steps_lost"] == 0
+    kept = ({f"{run_id}-a1", f"{run_id}-a1001"} - {lost}).pop()
+    after = [r for r in summary["ladder"] if r["resource_id"] == kept]
+    assert [r["outcome"] for r in after] == ["active", "adopted"]  # the healthy slice kept through the recovery
+    assert [r["outcome"] for r in summary["ladder"] if r["resource_id"] == lost] == ["active", "active"]  # replaced
+    assert summary["left_behind"] == {"tpu_resources": 0, "worker_processes": 0}
+    reports = sorted((tmp_path / "work" / "workers").rglob("stdout.log"))
+    assert len(reports) == 6  # 2 x 2 workers, then the replaced slice's 2 (the kept slice's agents restarted)
+    assert sum("another slice was lost: stopping at the step in hand" in r.read_text() for r in reports) == 2

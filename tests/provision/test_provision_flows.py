@@ -349,3 +349,73 @@ def test_the_teardown_hook_finds_the_run_by_its_tag(fake: Any, inproc: None, set
         assert _run_resources(fake, "run-other"), "only the tagged run is torn down"
     finally:
         teardown("run-other", settings)
+
+
+GATHER = """
+import json, sys
+from tpu_ops.provision.lease import SliceLease
+from tpu_ops.settings import Settings
+from tpu_ops.specs.slice import ProvisionSpec
+SliceLease(ProvisionSpec.model_validate(json.loads(sys.argv[1])), sys.argv[2], Settings()).gather()
+"""
+
+
+def test_kill_9_while_gathering_an_allocation_then_reap_leaves_nothing_of_either_slice(
+    fake: Any, env: dict[str, str], procs: list[Any], waiter: Any
+) -> None:
+    # Room for one v4-32 in zone a: slice 0 is granted, slice 1 waits in the queue (the allocation is gathering).
+    fake.capacity({ZA: {"spot": 16}, ZB: {"spot": 0}})
+    spec = {**SPEC, "slice": {**SPEC["slice"], "slices": 2}}  # type: ignore[dict-item]
+    cmd = [sys.executable, "-c", GATHER, json.dumps(spec), "run-gather"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs.append(proc)
+
+    def gathering() -> bool:
+        states = _run_resources(fake, "run-gather")
+        return "READY" in states.values() and any(k.endswith("-a1001") for k in states)
+
+    waiter(gathering, timeout=60, what="slice 0 up and slice 1 queued")
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    out = _cli("reap", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "deleted run run-gather" in out.stdout
+    assert _run_resources(fake, "run-gather") == {}  # neither slice 0 (running) nor slice 1 (queued) is left
+    assert fake.state()["queued_resources"] == 0 and fake.state()["nodes"] == 0
+
+
+def test_kill_9_while_gathering_on_compute_engine_then_reap_leaves_nothing_of_either_slice(
+    env: dict[str, str], compute_url: str, procs: list[Any], waiter: Any
+) -> None:
+    """The same on Compute Engine, where each slice is its own group with its own workload policy."""
+    import urllib.request
+
+    def fake(method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
+        r = urllib.request.Request(compute_url.rstrip("/") + path, data=data, method=method)
+        r.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(r, timeout=10) as resp:
+            return json.loads(resp.read() or b"{}")
+
+    fake("POST", "/_fake/reset")
+    fake("POST", "/_fake/capacity", {"us-east5-a": {"SPOT": 16}, "us-east5-b": {"SPOT": 0}})  # room for one v5p-32
+    spec = {**SPEC, "slice": {"accelerator_type": "v5p-32", "region": "us-east5", "zones": ["us-east5-a"],
+                              "backend": "compute", "slices": 2}}  # fmt: skip
+    cmd = [sys.executable, "-c", GATHER, json.dumps(spec), "run-gather-ce"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs.append(proc)
+
+    def left() -> int:
+        st = fake("GET", "/_fake/state")
+        kinds = ("instances", "instance_templates", "resource_policies", "instance_group_managers")
+        return sum(int(st[k]) for k in kinds)
+
+    # slice 0's group (4 instances) is up and slice 1's group exists, waiting for hosts
+    waiter(lambda: fake("GET", "/_fake/state")["instance_group_managers"] >= 2, timeout=90, what="two groups")
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert left() > 0
+    out = _cli("reap", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "deleted run run-gather-ce" in out.stdout
+    assert left() == 0, fake("GET", "/_fake/state")  # groups, templates, workload policies, instances: all gone

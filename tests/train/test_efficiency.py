@@ -84,6 +84,9 @@ def test_dollars_per_million_tokens_and_mfu_of_a_known_run_exactly() -> None:
     assert "TPU v4" in doc["peak_source"] and "TPU7x" in doc["peak_source"]
     # the stored cost (as the goodput report keeps it) gives the same figures, and so does the table name
     assert efficiency(state, cost.to_json(), "v4-8") == eff
+    # a multislice allocation's peak is every slice's: the same work on 2 slices is half the MFU
+    two = efficiency(state, cost, "v4-8", slices=2)
+    assert two.peak_flops == 2 * eff.peak_flops and two.mfu == pytest.approx(eff.mfu / 2, rel=1e-12)
 
     # The run summary (goodput.json and its one line) carries them beside goodput.
     report = GoodputReport.derive(state, now=100.0, cost=cost.to_json())

@@ -56,6 +56,7 @@ class Job:
     # On SIGTERM, write RUN/_tpu_ops/notices/worker-N.json at once, so the supervisor recovers early.
     preemption_notice: bool = True
     incarnation: str = ""  # written by the supervisor before it asks for the slice
+    slices: int = 1  # the allocation's slice count: above 1, agents wait for ALLOCATION_DOC of their incarnation
     goodput: dict[str, Any] = field(default_factory=dict)  # step records, Cloud Logging (agent.goodput_hooks)
 
     @classmethod
@@ -106,18 +107,78 @@ class RunPaths:
     def done(self) -> str:
         return self.state("DONE")
 
-    def heartbeat(self, worker: int) -> str:
-        return self.state(f"heartbeats/worker-{worker}.json")
+    def heartbeat(self, worker: int, slice_index: int = 0) -> str:
+        return self.state(f"heartbeats/{host_key(slice_index, worker)}.json")
 
-    def worker_report(self, worker: int) -> str:
-        return self.state(f"workers/worker-{worker}.json")
+    def worker_report(self, worker: int, slice_index: int = 0) -> str:
+        return self.state(f"workers/{host_key(slice_index, worker)}.json")
 
-    def log_chunk(self, incarnation: str, worker: int, offset: int, at_ms: int) -> str:
+    @property
+    def allocation(self) -> str:
+        return self.state(ALLOCATION_DOC)
+
+    def log_chunk(self, incarnation: str, worker: int, offset: int, at_ms: int, slice_index: int = 0) -> str:
         """One piece of a trainer's output (``RunLayout.logs``): its byte offset, then when it was shipped."""
-        return self.state(f"logs/{incarnation}/worker-{worker}/{offset:012d}-{at_ms}.log")
+        return self.state(f"logs/{incarnation}/{host_key(slice_index, worker)}/{offset:012d}-{at_ms}.log")
 
-    def notice(self, worker: int) -> str:
-        return self.state(f"notices/worker-{worker}.json")
+    def notice(self, worker: int, slice_index: int = 0) -> str:
+        return self.state(f"notices/{host_key(slice_index, worker)}.json")
+
+
+def host_key(slice_index: int, worker: int) -> str:
+    """A host's name in the run's state paths: ``worker-N`` on slice 0 (as ever), else ``slice-S-worker-N``."""
+    return f"worker-{worker}" if slice_index == 0 else f"slice-{slice_index}-worker-{worker}"
+
+
+MEGASCALE_PORT = 8080  # the port JAX's multislice runtime listens on (its default)
+ALLOCATION_DOC = "allocation.json"  # RUN/_tpu_ops/allocation.json: the live allocation (supervisor writes)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one worker is in the run's allocation, computed from the *live* allocation each time the
+    workers start (never remembered): its slice, its host in that slice, and every live slice's hosts.
+
+    Process ids run over all hosts of all slices in slice order: slice ``s`` host ``h`` is
+    ``sum(hosts of slices < s) + h`` (``s * hosts + h`` when the slices are alike). One slice: the
+    process id is the worker number, as before multislice.
+    """
+
+    slice: int
+    host: int
+    slices: tuple[tuple[str, ...], ...]  # per live slice (in slice order), its hosts' addresses in worker order
+
+    @property
+    def process_id(self) -> int:
+        return sum(len(s) for s in self.slices[: self.slice]) + self.host
+
+    @property
+    def processes(self) -> int:
+        return sum(len(s) for s in self.slices)
+
+    def coordinator(self, port: int) -> str:
+        """Slice 0 host 0, ``host:port`` (jax.distributed's coordinator and multislice's)."""
+        first = self.slices[0][0] if self.slices and self.slices[0] else "127.0.0.1"
+        return f"{first}:{port}"
+
+
+def placement(who: WorkerIdentity, slice_index: int = 0, allocation: Mapping[str, Any] | None = None) -> Placement:
+    """This worker's placement: from the allocation document (``{"slices": [{"index", "endpoints"}, ...]}``,
+    see :func:`allocation_doc`) when the run has one, else its own slice alone."""
+    if not allocation:
+        return Placement(0, who.worker_number, (tuple(who.endpoints) or ("127.0.0.1",),))
+    ordered = sorted(allocation["slices"], key=lambda s: int(s["index"]))
+    if [int(s["index"]) for s in ordered] != list(range(len(ordered))) or not 0 <= slice_index < len(ordered):
+        raise ContractError(f"allocation slices {[s['index'] for s in ordered]} do not hold slice {slice_index}")
+    return Placement(slice_index, who.worker_number, tuple(tuple(s["endpoints"]) for s in ordered))
+
+
+def allocation_doc(incarnation: str, slices: list[tuple[str, list[str]]], port: int = MEGASCALE_PORT) -> dict[str, Any]:
+    """What the supervisor writes to ``RUN/_tpu_ops/allocation.json`` once every slice of an allocation is up:
+    per slice (in index order) its id and its hosts' addresses; agents of that incarnation wait for it."""
+    return {"incarnation": incarnation, "megascale_port": port,
+            "slices": [{"index": i, "id": sid, "hosts": len(eps), "endpoints": list(eps)}
+                       for i, (sid, eps) in enumerate(slices)]}  # fmt: skip
 
 
 def coordinator(job: Job, who: WorkerIdentity) -> str:
@@ -125,14 +186,30 @@ def coordinator(job: Job, who: WorkerIdentity) -> str:
 
 
 def contract_env(
-    job: Job, who: WorkerIdentity, resume: int | None, progress: Path, incarnation: str = ""
+    job: Job,
+    who: WorkerIdentity,
+    resume: int | None,
+    progress: Path,
+    incarnation: str = "",
+    where: Placement | None = None,
+    megascale_port: int = MEGASCALE_PORT,
 ) -> dict[str, str]:
-    """The job contract's variables for one worker (README, "Training")."""
-    coord = coordinator(job, who)
+    """The job contract's variables for one worker (docs/architecture.md, "The job contract").
+
+    ``TPU_OPS_WORKER``/``TPU_OPS_WORKERS`` stay the host within its slice; ``TPU_OPS_PROCESS_ID``/
+    ``TPU_OPS_PROCESSES`` (and ``JAX_*``) count every host of every live slice; the ``MEGASCALE_*``
+    variables are set only when the allocation has more than one slice.
+    """
+    where = where or placement(who)
+    coord = where.coordinator(job.coordinator_port)
     env = {
         "TPU_OPS_RUN_ID": job.run_id,
         "TPU_OPS_WORKER": str(who.worker_number),
         "TPU_OPS_WORKERS": str(who.worker_count),
+        "TPU_OPS_SLICE": str(where.slice),
+        "TPU_OPS_SLICES": str(len(where.slices)),
+        "TPU_OPS_PROCESS_ID": str(where.process_id),
+        "TPU_OPS_PROCESSES": str(where.processes),
         "TPU_OPS_CHECKPOINT_DIR": job.steps_uri,
         "TPU_OPS_STEPS": str(job.steps),
         "TPU_OPS_CHECKPOINT_EVERY": str(job.checkpoint_every),
@@ -142,12 +219,19 @@ def contract_env(
         "TPU_OPS_INCARNATION": incarnation,
         "TPU_OPS_COORDINATOR_ADDRESS": coord,
         "JAX_COORDINATOR_ADDRESS": coord,
-        "JAX_NUM_PROCESSES": str(who.worker_count),
-        "JAX_PROCESS_ID": str(who.worker_number),
+        "JAX_NUM_PROCESSES": str(where.processes),
+        "JAX_PROCESS_ID": str(where.process_id),
         # GKE-style names other frameworks read
         "TPU_WORKER_ID": str(who.worker_number),
         "TPU_WORKER_HOSTNAMES": ",".join(who.endpoints),
     }
+    if len(where.slices) > 1:  # JAX's multislice runtime (DCN between slices)
+        env.update({
+            "MEGASCALE_COORDINATOR_ADDRESS": where.coordinator(megascale_port),
+            "MEGASCALE_NUM_SLICES": str(len(where.slices)),
+            "MEGASCALE_SLICE_ID": str(where.slice),
+            "MEGASCALE_PORT": str(megascale_port),
+        })  # fmt: skip
     if resume is not None:
         env["TPU_OPS_RESUME_STEP"] = str(resume)
     if job.dataset_manifest:
@@ -173,6 +257,16 @@ class JobEnv:
     term_grace_s: float = 30.0
     incarnation: str = ""
     step_log: Path | None = None  # the trainer appends its step/save/restore records here (goodput)
+    slice: int = 0  # this worker's slice, of ``slices`` (multislice)
+    slices: int = 1
+    process_id: int = -1  # over every host of every slice; -1 (unset): ``worker``
+    processes: int = 0  # 0 (unset): ``workers``
+
+    def __post_init__(self) -> None:
+        if self.process_id < 0:  # one slice: a process is a worker
+            object.__setattr__(self, "process_id", self.worker)
+        if self.processes <= 0:
+            object.__setattr__(self, "processes", self.workers)
 
 
 class ContractError(ValueError):
@@ -214,5 +308,6 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
         progress_file=Path(progress) if progress else None,
         coordinator_address=env.get("TPU_OPS_COORDINATOR_ADDRESS") or None,
         term_grace_s=float(env.get("TPU_OPS_TERM_GRACE_S") or 30.0), incarnation=env.get("TPU_OPS_INCARNATION") or "",
-        step_log=Path(step_log) if step_log else None,
+        step_log=Path(step_log) if step_log else None, slice=number("SLICE", "0"), slices=number("SLICES", "1", low=1),
+        process_id=number("PROCESS_ID", "-1", low=-1), processes=number("PROCESSES", "0"),
     )  # fmt: skip

@@ -20,8 +20,11 @@ MAX_CHUNK = 4 << 20  # a trainer that floods its log ships it in pieces of at mo
 class LogShipper:
     """The bytes of ``path`` not yet shipped, uploaded on each ``ship()`` (best effort)."""
 
-    def __init__(self, gcs: Gcs, paths: RunPaths, incarnation: str, worker: int, path: Path) -> None:
+    def __init__(
+        self, gcs: Gcs, paths: RunPaths, incarnation: str, worker: int, path: Path, slice_index: int = 0
+    ) -> None:
         self.gcs, self.paths, self.incarnation, self.worker, self.path = gcs, paths, incarnation, worker, path
+        self.slice = slice_index
         try:  # a disk that survived (a restart, not a recreate) keeps the last incarnation's log: not ours
             self.offset = path.stat().st_size
         except OSError:
@@ -37,7 +40,7 @@ class LogShipper:
             return  # no log yet
         if not data:
             return
-        key = self.paths.log_chunk(self.incarnation, self.worker, self.offset, int(time.time() * 1000))
+        key = self.paths.log_chunk(self.incarnation, self.worker, self.offset, int(time.time() * 1000), self.slice)
         try:
             self.gcs.write(self.paths.bucket, key, data, "text/plain")
         except GcsError as exc:  # logs must never stop training

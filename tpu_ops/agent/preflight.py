@@ -77,7 +77,9 @@ def check_snapshot(gcs: Gcs, doc: dict[str, Any]) -> tuple[list[str], dict[str, 
     return problems, generations
 
 
-def preflight(gcs: Gcs, who: WorkerIdentity, run_id: str, manifest_uri: str, out_uri: str) -> PreflightReport:
+def preflight(
+    gcs: Gcs, who: WorkerIdentity, run_id: str, manifest_uri: str, out_uri: str, host: str = ""
+) -> PreflightReport:
     """Verify the snapshot from this worker and write the report; raise ``SnapshotMismatch`` on problems."""
     started = time.monotonic()
     doc = load_manifest(gcs, manifest_uri)
@@ -89,7 +91,7 @@ def preflight(gcs: Gcs, who: WorkerIdentity, run_id: str, manifest_uri: str, out
         seconds=round(time.monotonic() - started, 3), generations=generations,
     )  # fmt: skip
     bucket, key = split_gs(out_uri)
-    gcs.write_json(bucket, join(key, f"worker-{who.worker_number}.json"), asdict(report))
+    gcs.write_json(bucket, join(key, f"{host or f'worker-{who.worker_number}'}.json"), asdict(report))
     if problems:
         raise SnapshotMismatch(f"worker {who.worker_number}: snapshot {report.snapshot_id} differs: {problems[:5]}")
     return report

@@ -32,19 +32,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from tpu_ops.agent.allocation import commit_done, wait_for_document
 from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
+from tpu_ops.agent.job import MEGASCALE_PORT, contract_env, host_key, placement
 from tpu_ops.agent.job import Job as Job
-from tpu_ops.agent.job import contract_env
 from tpu_ops.agent.logship import LogShipper
 from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
 from tpu_ops.agent.metadata import Metadata
 from tpu_ops.agent.warm import release
 
 LOG_TAIL_BYTES = 4000
-DONE_WAIT_S = 120.0
 
 
 def _tail(*paths: Path) -> str:
@@ -94,28 +94,41 @@ class Agent:
         self.bucket = self.paths.bucket
         self.incarnation = incarnation or self.job.incarnation  # the supervisor writes it before asking
         self.who = metadata.identity()
+        # Which slice of the allocation this VM is on (the launch sets it per slice; absent: the only one).
+        self.slice = int((metadata.optional("tpu-ops-slice") or "0").strip() or 0)
+        self.where = placement(self.who, self.slice)  # until the allocation document says more
         self.workdir = Path(self.env.get("TPU_OPS_WORKER_DIR") or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "trainer.log"
         self.setup_log = self.workdir / "setup.log"
-        self.shipper = LogShipper(self.gcs, self.paths, self.incarnation, self.who.worker_number, self.log)
+        self.setup_s: float | None = None
+        self._metadata_get = metadata.get
+        self._signalled = False
+        self._begin(self.incarnation)
+
+    def _begin(self, incarnation: str) -> None:
+        """This worker's part of ``incarnation`` (again, on a slice kept while another was replaced)."""
+        self.incarnation = incarnation
+        self.shipper = LogShipper(self.gcs, self.paths, incarnation, self.who.worker_number, self.log, self.slice)
         self.goodput = GoodputHooks(  # the trainer's step log; worker 0's Cloud Logging entries
             self.workdir,
-            self.who.worker_number,
+            self.who.worker_number if self.slice == 0 else -1,  # the run's first host writes the run's records
             self.job.goodput,
-            self.incarnation,
-            metadata.get,
+            incarnation,
+            self._metadata_get,
             self.env.get("TPU_OPS_LOGGING_ENDPOINT") or None,
             (self.env.get("TPU_OPS_DRY_RUN") or "").strip().lower() in TRUE,
         )
         self.term_at: float | None = None  # monotonic time of the SIGTERM
         self.first_step_at: float | None = None  # wall time the trainer's first new step was seen
-        self.setup_s: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._notice: threading.Thread | None = None
+        self._port = MEGASCALE_PORT
+        self._asked_to_stop = False
 
     # -- signals -------------------------------------------------------------------------------
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        self._signalled = True  # this VM is going away (a stop asked by the supervisor is not a signal)
         if self.term_at is not None:
             return
         self.term_at = time.monotonic()
@@ -127,32 +140,58 @@ class Agent:
             self._notice.start()
 
     def _write_notice(self, at: float) -> None:
-        doc = {"worker": self.who.worker_number, "incarnation": self.incarnation, "time": at,
-               "grace_s": self.job.term_grace_s, "node": self.who.node_id}  # fmt: skip
+        doc = {
+            "worker": self.who.worker_number,
+            "slice": self.slice,
+            "incarnation": self.incarnation,
+            "time": at,
+            "grace_s": self.job.term_grace_s,
+            "node": self.who.node_id,
+        }
         try:
-            self.gcs.write_json(self.bucket, self.paths.notice(self.who.worker_number), doc)
+            self.gcs.write_json(self.bucket, self.paths.notice(self.who.worker_number, self.slice), doc)
             print(f"tpu-ops agent: SIGTERM: notice written; the trainer has {self.job.term_grace_s:g}s", flush=True)
         except GcsError as exc:
             print(f"tpu-ops agent: SIGTERM: notice not written: {exc}", file=sys.stderr, flush=True)
 
     # -- reports -------------------------------------------------------------------------------
     def _heartbeat(self, step: int | None, resume: int | None, state: str) -> None:
-        doc = {"worker": self.who.worker_number, "step": step, "resume_step": resume, "time": time.time(),
-               "log_bytes": _size(self.log) + _size(self.setup_log), "incarnation": self.incarnation,
-               "state": state, "first_step_at": self.first_step_at, "setup_s": self.setup_s,
-               **self.goodput.heartbeat_fields(state)}  # fmt: skip
+        doc = {
+            "worker": self.who.worker_number,
+            "slice": self.slice,
+            "step": step,
+            "resume_step": resume,
+            "time": time.time(),
+            "log_bytes": _size(self.log) + _size(self.setup_log),
+            "incarnation": self.incarnation,
+            "state": state,
+            "first_step_at": self.first_step_at,
+            "setup_s": self.setup_s,
+            **self.goodput.heartbeat_fields(state),
+        }
         self.shipper.ship()  # the trainer's output so far, for `tpu-ops logs`
         try:
-            self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number), doc)
+            self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number, self.slice), doc)
         except GcsError as exc:  # a missed heartbeat must not kill training
             print(f"tpu-ops agent: heartbeat failed: {exc}", file=sys.stderr, flush=True)
 
     def _report(self, rc: int, resume: int | None, step: int | None, phase: str, tail: str) -> None:
         terminated = self.term_at is not None or rc == -signal.SIGTERM
-        report = {"worker": self.who.worker_number, "incarnation": self.incarnation, "exit_code": rc,
-                  "terminated": terminated, "resume_step": resume, "last_step": step, "log_tail": tail,
-                  "time": time.time(), "node": self.who.node_id, "phase": phase, "setup_s": self.setup_s}  # fmt: skip
-        self.gcs.write_json(self.bucket, self.paths.worker_report(self.who.worker_number), report)
+        report = {
+            "worker": self.who.worker_number,
+            "slice": self.slice,
+            "incarnation": self.incarnation,
+            "exit_code": rc,
+            "terminated": terminated,
+            "resume_step": resume,
+            "last_step": step,
+            "log_tail": tail,
+            "time": time.time(),
+            "node": self.who.node_id,
+            "phase": phase,
+            "setup_s": self.setup_s,
+        }
+        self.gcs.write_json(self.bucket, self.paths.worker_report(self.who.worker_number, self.slice), report)
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -178,8 +217,15 @@ class Agent:
             self._release(None)
             self._report(-signal.SIGTERM, None, None, "setup", _tail(self.setup_log))
             return -signal.SIGTERM
+        if self.job.slices > 1 and not self._await_allocation():
+            self._release(None)
+            self._report(-signal.SIGTERM if self.term_at is not None else 1, None, None, "allocation", "")
+            return -signal.SIGTERM if self.term_at is not None else 1
         resume = latest_complete_step(self.gcs, self.job.steps_uri)
-        env = {**contract_env(self.job, self.who, resume, progress, self.incarnation), **self.goodput.env()}
+        env = {
+            **contract_env(self.job, self.who, resume, progress, self.incarnation, self.where, self._port),
+            **self.goodput.env(),
+        }
         trainer_env = {k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}
         trainer_env.update(env)
         try:
@@ -201,9 +247,42 @@ class Agent:
         if self._notice is not None:
             self._notice.join(timeout=5)
         print(f"tpu-ops agent: trainer exited {rc} at step {step}", flush=True)
-        if rc == 0 and self.who.worker_number == 0 and self.term_at is None:
+        if rc == 0 and self.where.process_id == 0 and self.term_at is None:
             self._commit_done()
+        if self._asked_to_stop and (nxt := self._kept_for()) is not None:
+            self._begin(nxt)  # this slice is kept: the next incarnation's workers include it
+            return self.run()
         return rc
+
+    def _kept_for(self) -> str | None:
+        """After a stop: the next incarnation if the supervisor keeps this slice in it, else None."""
+        doc = wait_for_document(
+            self.gcs,
+            self.bucket,
+            self.paths.allocation,
+            lambda d: d.get("incarnation") not in (None, self.incarnation),
+            lambda: self._signalled,
+        )
+        return str(doc["incarnation"]) if doc is not None and self.slice in doc.get("kept", []) else None
+
+    def _await_allocation(self) -> bool:
+        """Until the allocation document names this incarnation (every slice up), heartbeating; then this
+        worker's placement in it. False on SIGTERM or after ``allocation.WAIT_S``."""
+        doc = wait_for_document(
+            self.gcs,
+            self.bucket,
+            self.paths.allocation,
+            lambda d: d.get("incarnation") == self.incarnation,
+            lambda: self.term_at is not None,
+            lambda: self._heartbeat(None, None, "waiting"),
+            self.job.heartbeat_s,
+        )
+        if doc is None:
+            print("tpu-ops agent: the allocation's other slices never came up", file=sys.stderr, flush=True)
+            return False
+        self.where = placement(self.who, self.slice, doc)
+        self._port = int(doc.get("megascale_port") or MEGASCALE_PORT)
+        return True
 
     def _start_trainer(self, resume: int | None, env: dict[str, str], trainer_env: dict[str, str]) -> None:
         """The warm trainer handed its environment, or a new trainer process."""
@@ -278,7 +357,8 @@ class Agent:
         assert self.job.dataset_manifest is not None
         out = "gs://" + join(self.bucket, self.paths.state("preflight"))
         try:
-            report = preflight(self.gcs, self.who, self.job.run_id, self.job.dataset_manifest, out)
+            host = host_key(self.slice, self.who.worker_number)  # slice and host: no two workers share a report
+            report = preflight(self.gcs, self.who, self.job.run_id, self.job.dataset_manifest, out, host)
         except (SnapshotMismatch, GcsError, ValueError) as exc:  # the job's input is wrong or unreadable
             self.log.write_text(f"pre-flight failed: {type(exc).__name__}: {exc}\n")
             self._report(1, None, None, "preflight", _tail(self.log))
@@ -299,6 +379,8 @@ class Agent:
             if first or time.monotonic() - last_beat >= self.job.heartbeat_s:
                 self._heartbeat(step, resume, "running")
                 last_beat = time.monotonic()
+                if self.job.slices > 1 and self.term_at is None and self._stopped():
+                    self._stop()
             try:
                 return self.proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
@@ -306,21 +388,24 @@ class Agent:
             if self.term_at is not None and time.monotonic() - self.term_at > self.job.term_grace_s:
                 self.proc.kill()
 
+    def _stopped(self) -> bool:
+        """Another slice of the allocation was lost: the supervisor asks every worker to stop (a marker)."""
+        try:
+            return self.gcs.exists(self.bucket, self.paths.state(f"stop/{self.incarnation}.json"))
+        except GcsError:
+            return False
+
+    def _stop(self) -> None:
+        """Stop as on SIGTERM (the trainer saves the step in hand with the others), without a notice: this
+        host is not being taken away."""
+        self.term_at = time.monotonic()
+        self._asked_to_stop = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        print("tpu-ops agent: another slice was lost: stopping at the step in hand", flush=True)
+
     def _commit_done(self) -> None:
-        """Worker 0: DONE once every worker of this incarnation reported exit 0."""
-        deadline = time.monotonic() + DONE_WAIT_S
-        workers = self.paths.state("workers")
-        while time.monotonic() < deadline:
-            reports = [r for r in self.gcs.list_json(self.bucket, workers) if r.get("incarnation") == self.incarnation]
-            if any(r["exit_code"] != 0 for r in reports):
-                return
-            if len({r["worker"] for r in reports}) >= self.who.worker_count:
-                done = {"run_id": self.job.run_id, "time": time.time(), "incarnation": self.incarnation}
-                self.gcs.write_json(self.bucket, self.paths.done, done)
-                print(f"tpu-ops agent: run {self.job.run_id} done", flush=True)
-                return
-            time.sleep(0.2)
-        print("tpu-ops agent: not every worker reported success; no DONE marker", file=sys.stderr, flush=True)
+        commit_done(self.gcs, self.paths, self.job.run_id, self.incarnation, self.where.processes)
 
 
 def run(job_uri: str, incarnation: str, warm: subprocess.Popen[bytes] | None = None,

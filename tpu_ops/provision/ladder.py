@@ -33,7 +33,7 @@ from tpu_ops.provision import calendar, partial, ranking
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.choose import Choice
 from tpu_ops.provision.cost import check_budget
-from tpu_ops.provision.naming import attempt_of, resource_id, run_labels
+from tpu_ops.provision.naming import SLICE_STRIDE, attempt_of, resource_id, run_labels, slice_of
 from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.providers import Phase, Provider, SliceRecord, SliceRequest, SliceState, for_spec
 from tpu_ops.provision.records import Attempt, Outcome, Slice
@@ -79,6 +79,7 @@ def provision(
     on_attempt: Callable[[Attempt], None] | None = None,
     progress: Callable[[], int | None] | None = None,
     clients: Clients | None = None,
+    slice_index: int = 0,
 ) -> Slice:
     """Get one slice for ``run_id`` through the ladder, or raise.
 
@@ -89,7 +90,8 @@ def provision(
     ``provider`` defaults to the spec's backend (``slice.backend``). With ``choose`` in the spec
     (``ladder: auto``) the attempts are ranked by expected $ per kept step at every walk, with the
     steps ``progress()`` says are kept and the time left (:mod:`tpu_ops.provision.ranking`).
-    ``clients`` are the run's (built from ``settings`` when not given).
+    ``clients`` are the run's (built from ``settings`` when not given). ``slice_index``: which slice of a
+    multislice allocation (``provision.allocation``) this walk obtains; its ids are its own.
     """
     check_run_id(run_id)
     table = prices or load(settings)
@@ -98,7 +100,7 @@ def provision(
     provider = provider or for_spec(spec, settings, clients)
     ledger = L.Ledger(settings, run_id)
     ledger.claim()
-    walk = _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt)
+    walk = _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt, slice_index)
     if spec.choose is not None:
         walk.rank = lambda steps: ranking.apply(spec, steps, clients, run_id, ledger, table, progress)
     return walk.run()
@@ -121,7 +123,9 @@ class _Ladder:
         recreate: bool,
         metadata: dict[str, str],
         on_attempt: Callable[[Attempt], None] | None,
+        slice_index: int = 0,
     ) -> None:
+        self.index = slice_index
         self.spec, self.run_id, self.settings, self.provider = spec, run_id, settings, provider
         self.ledger, self.recreate, self.metadata, self.on_attempt = ledger, recreate, metadata, on_attempt
         self.deadline = time.monotonic() + spec.overall_timeout.total_seconds()
@@ -144,9 +148,10 @@ class _Ladder:
             hold = self._hold(choice, start)
             for step in self.steps[start : hold[0] if hold else None]:
                 if time.monotonic() >= self.deadline:
-                    self._record(Attempt(step.number, step.tier, step.zone, resource_id(self.run_id, step.number),
-                                         Outcome.TIMEOUT, 0.0, "overall timeout reached before this attempt",
-                                         step.reservation))  # fmt: skip
+                    rid = resource_id(self.run_id, step.number, self.index)
+                    why = "overall timeout reached before this attempt"
+                    att = Attempt(step.number, step.tier, step.zone, rid, Outcome.TIMEOUT, 0.0, why, step.reservation)
+                    self._record(att)
                     continue
                 result = self._attempt(step)
                 if result is not None:
@@ -186,7 +191,9 @@ class _Ladder:
         """Adopt a live slice of this run; clean dead ones; find a queued request to resume."""
         waiting: list[tuple[int, SliceRecord]] = []
         for rec in self.provider.slices(self._zones(), self.run_id):
-            n = attempt_of(self.run_id, rec.slice_id) or 0
+            if (slice_of(self.run_id, rec.slice_id) or 0) != self.index:
+                continue  # another slice of the allocation: its own walk's
+            n = (attempt_of(self.run_id, rec.slice_id) or 0) % SLICE_STRIDE
             if rec.state in SliceState.RUNNING:
                 want = self.spec.slice.accelerator_type
                 if rec.accelerator_type and rec.accelerator_type != want:
@@ -232,7 +239,7 @@ class _Ladder:
 
     # -- one attempt -----------------------------------------------------------------------------
     def _attempt(self, step: Step) -> Slice | None:
-        rid = resource_id(self.run_id, step.number)
+        rid = resource_id(self.run_id, step.number, self.index)
         t0 = time.monotonic()
         rec: SliceRecord | None = None
         opens_in = 0.0  # a calendar window not open yet: how long the wait may add

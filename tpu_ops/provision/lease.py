@@ -13,12 +13,13 @@ run id: the same deletion, found by name and label, on every control plane.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
 from tpu_ops.cloud.clients import Clients
+from tpu_ops.provision.allocation import Allocation, gather
 from tpu_ops.provision.ladder import provision
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.provision.records import Attempt, Slice, TeardownReport
@@ -53,6 +54,24 @@ class SliceLease:
                                  metadata=metadata,
                                  on_attempt=self.on_attempt, **self.provision_kw)  # fmt: skip
         return self.current
+
+    def gather(self, metadata: Callable[[int], Mapping[str, str]] | None = None, **kw: Any) -> Allocation:
+        """The run's allocation: all ``slice.slices`` slices or none (:mod:`tpu_ops.provision.allocation`;
+        ``zone``/``within`` when slices were kept)."""
+        alloc = gather(
+            self.spec,
+            self.run_id,
+            self.settings,
+            metadata=metadata,
+            give_back=self.release,
+            **kw,
+            provider=self.provider,
+            clients=self.clients,
+            on_attempt=self.on_attempt,
+            **self.provision_kw,
+        )
+        self.current = alloc.slices[0]
+        return alloc
 
     def release(self) -> TeardownReport:
         """Delete everything of the run in the spec's zones and confirm it gone (safe to repeat)."""

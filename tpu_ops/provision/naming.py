@@ -21,12 +21,19 @@ ATTEMPT_LABEL: Final = "tpu-ops-attempt"
 _RESOURCE_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-def resource_id(run_id: str, attempt: int) -> str:
-    """The queued-resource (and node) id of ``attempt`` (1-based) of ``run_id``."""
+# Slice i of a multislice allocation numbers its attempts from i * SLICE_STRIDE + 1 (``{run_id}-a1001`` is
+# slice 1's first): every id of the run keeps the one form ``{run_id}-a{n}`` that teardown and the reaper
+# match, and no run id can be mistaken for another's (a ``-s1`` infix would make run ``x``'s slice 1 look
+# like run ``x-s1``'s slice 0). A ladder has at most 10 rungs of 8 zones: far below the stride.
+SLICE_STRIDE: Final = 1000
+
+
+def resource_id(run_id: str, attempt: int, slice_index: int = 0) -> str:
+    """The queued-resource (and node) id of ``attempt`` (1-based) of ``run_id``'s slice ``slice_index``."""
     check_run_id(run_id)
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, not {attempt}")
-    rid = f"{run_id}-a{attempt}"
+    if not 1 <= attempt < SLICE_STRIDE:
+        raise ValueError(f"attempt must be in 1..{SLICE_STRIDE - 1}, not {attempt}")
+    rid = f"{run_id}-a{slice_index * SLICE_STRIDE + attempt}"
     assert len(rid) <= 63 and _RESOURCE_ID.fullmatch(rid), rid
     return rid
 
@@ -35,6 +42,12 @@ def attempt_of(run_id: str, rid: str) -> int | None:
     """The attempt number if ``rid`` was derived from ``run_id``, else None."""
     m = re.fullmatch(re.escape(run_id) + r"-a([1-9][0-9]*)", rid)
     return int(m.group(1)) if m else None
+
+
+def slice_of(run_id: str, rid: str) -> int | None:
+    """Which slice of the run's allocation ``rid`` is (0 for a single-slice run), or None if not the run's."""
+    n = attempt_of(run_id, rid)
+    return None if n is None else n // SLICE_STRIDE
 
 
 def run_labels(run_id: str, tier: str, attempt: int, *, now: float | None = None) -> dict[str, str]:

@@ -213,6 +213,18 @@ class SliceSpec(StrictModel):
         pattern=r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$",
         description="Service account email the TPU VMs run as; default: the compute default.",
     )
+    slices: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Slices in the run's allocation (multislice: JAX joins them over the data-center network). "
+        "All of them are obtained, in one zone, before training starts, and given back together.",
+    )
+    keep_healthy_for: Duration(timedelta(0), timedelta(hours=6)) = Field(  # type: ignore[valid-type]
+        timedelta(minutes=5),
+        description="Multislice: how long the healthy slices are kept (and billed) while a lost one is replaced; "
+        "past it, the whole allocation is given back and a new one obtained.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SliceSpec:

@@ -101,13 +101,18 @@ def kept_work(state: RunState) -> tuple[int, float | None, float | None]:
 
 
 def efficiency(
-    state: RunState, cost: RunCost | Mapping[str, Any], accelerator: AcceleratorType | str, now: float | None = None
+    state: RunState,
+    cost: RunCost | Mapping[str, Any],
+    accelerator: AcceleratorType | str,
+    now: float | None = None,
+    slices: int = 1,
 ) -> Efficiency:
     """The run's efficiency figures; a running run is measured up to ``now`` (default: the clock), its live
     slice's steps up to the newest one its heartbeats showed.
 
     ``cost`` is the ledger's summary (``Ledger.summary(prices)``, or its ``to_json()``, as the goodput
-    report stores it); ``accelerator`` the slice shape (a table row or its name, e.g. ``v4-32``).
+    report stores it); ``accelerator`` the slice shape (a table row or its name, e.g. ``v4-32``); ``slices``
+    how many such slices the run's allocation holds (the peak is theirs together).
     """
     acc = lookup(accelerator) if isinstance(accelerator, str) else accelerator
     end = state.finished_at if state.finished_at is not None else (time.time() if now is None else now)
@@ -119,7 +124,7 @@ def efficiency(
     usd = cost.usd_total if isinstance(cost, RunCost) else float(cost.get("usd_total", 0.0))
     steps, tokens, flops = kept_work(state)
     return Efficiency(
-        accelerator=acc.name, peak_flops=acc.peak_flops, steps_kept=steps, tokens=tokens, model_flops=flops,
+        accelerator=acc.name, peak_flops=acc.peak_flops * slices, steps_kept=steps, tokens=tokens, model_flops=flops,
         productive_s=productive, wall_s=max(0.0, end - state.started_at), usd=usd,
     )  # fmt: skip
 

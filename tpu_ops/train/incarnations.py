@@ -8,7 +8,6 @@ from typing import Any
 from tpu_ops.agent.job import WORK_FIELDS, Job
 from tpu_ops.errors import NotFoundError, SpecError, TrainingError
 from tpu_ops.layout import RunLayout
-from tpu_ops.provision.providers import Phase, Provider, SliceState
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.layout import get_json
@@ -38,7 +37,7 @@ def job_document(job: TrainJobSpec, layout: RunLayout, run_id: str, project: str
         dataset_manifest=t.dataset_manifest, hyperparameters=dict(t.hyperparameters),
         heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
         coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
-        preemption_notice=t.preemption_notice, goodput=goodput,
+        preemption_notice=t.preemption_notice, goodput=goodput, slices=job.provision.slice.slices,
     )  # fmt: skip
 
 
@@ -70,16 +69,6 @@ def absorb_heartbeats(inc: IncarnationState, beats: list[dict[str, Any]]) -> tup
             inc.first_step_at = min(seen, default=time.time())
         inc.last_step = top
     return top, sum(int(b.get("log_bytes", 0)) for b in beats)
-
-
-def slice_lost(provider: Provider, inc: IncarnationState) -> str | None:
-    """Why the incarnation's slice is gone (as its provider describes it), or None while it is healthy."""
-    rec = provider.describe(inc.zone, inc.queued_resource)
-    if rec is None:
-        return "slice missing"
-    if rec.state in SliceState.RUNNING or rec.state == Phase.BOOTING:
-        return None
-    return rec.raw_state
 
 
 def mine(inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:

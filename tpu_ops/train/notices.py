@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tpu_ops.errors import TransientError
 from tpu_ops.layout import RunLayout
 from tpu_ops.train.layout import list_json
 
@@ -29,30 +28,12 @@ def notices(gcs: Any, layout: RunLayout, incarnation_id: str, since: float = 0.0
     return [d for d in docs if float(d.get("time") or 0) >= since]
 
 
-def check(gcs: Any, layout: RunLayout, incarnation_id: str, since: float, into: list[dict[str, Any]]) -> str | None:
-    """Between full polls: why the slice is going away if a worker sent its notice, else None.
-
-    ``into`` receives the notices, so recovery knows to give the workers their grace.
-    """
-    try:
-        found = notices(gcs, layout, incarnation_id, since)
-    except TransientError:
-        return None
-    into[:] = found
-    return reason(found) if found else None
-
-
-def reason(found: list[dict[str, Any]]) -> str:
-    workers = sorted(int(d.get("worker", -1)) for d in found)
-    return f"preemption notice (SIGTERM) from worker {', '.join(map(str, workers))}"
-
-
 def wait_for_exit_reports(gcs: Any, layout: RunLayout, incarnation_id: str, hosts: int, found: list[dict[str, Any]],
                           poll_s: float = 0.1) -> None:  # fmt: skip
     """Until every host's exit report of the incarnation exists, at most the notices' grace after the SIGTERM."""
     until = max(float(d.get("time", 0)) + float(d.get("grace_s", 0)) for d in found) if found else 0.0
     while time.time() < until:
         reports = [r for r in list_json(gcs, layout.workers) if r.get("incarnation") == incarnation_id]
-        if len({r.get("worker") for r in reports}) >= hosts:
+        if len({(r.get("slice", 0), r.get("worker")) for r in reports}) >= hosts:
             return
         time.sleep(poll_s)

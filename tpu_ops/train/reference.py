@@ -38,6 +38,7 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -107,12 +108,22 @@ def _npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _wait_for(gcs: Gcs, bucket: str, step_key: str, names: set[str], step: int, timeout: float = PART_WAIT_S) -> bool:
+def _wait_for(
+    gcs: Gcs,
+    bucket: str,
+    step_key: str,
+    names: set[str],
+    step: int,
+    timeout: float = PART_WAIT_S,
+    stop: Callable[[], bool] | None = None,
+) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         have = {i["name"][len(step_key) + 1 :] for i in gcs.list_objects(bucket, step_key + "/")}
         if names <= have:
             return True
+        if stop is not None and stop():  # SIGTERM while waiting for others that may be gone: save on term
+            return False
         if time.monotonic() > deadline:
             if timeout < PART_WAIT_S:
                 return False
@@ -121,7 +132,13 @@ def _wait_for(gcs: Gcs, bucket: str, step_key: str, names: set[str], step: int, 
 
 
 def save(
-    gcs: Gcs, env: JobEnv, step: int, params: np.ndarray, hp: dict[str, Any], timeout: float = PART_WAIT_S
+    gcs: Gcs,
+    env: JobEnv,
+    step: int,
+    params: np.ndarray,
+    hp: dict[str, Any],
+    timeout: float = PART_WAIT_S,
+    stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Write this worker's part; worker 0 commits the step once every part exists.
 
@@ -130,18 +147,19 @@ def save(
     """
     bucket, root = split_gs(env.checkpoint_dir)
     step_key = join(root, str(step)) if root else str(step)
-    part = np.array_split(params, env.workers)[env.worker]
-    gcs.write(bucket, join(step_key, f"params/part-{env.worker:05d}.npy"), _npy(part))
-    if env.worker != 0:
-        return _wait_for(gcs, bucket, step_key, {COMMIT_MARKER}, step, timeout)
-    if not _wait_for(gcs, bucket, step_key, {f"params/part-{w:05d}.npy" for w in range(env.workers)}, step, timeout):
+    part = np.array_split(params, env.processes)[env.process_id]
+    gcs.write(bucket, join(step_key, f"params/part-{env.process_id:05d}.npy"), _npy(part))
+    if env.process_id != 0:
+        return _wait_for(gcs, bucket, step_key, {COMMIT_MARKER}, step, timeout, stop)
+    parts = {f"params/part-{w:05d}.npy" for w in range(env.processes)}
+    if not _wait_for(gcs, bucket, step_key, parts, step, timeout, stop):
         return False
     gcs.write(bucket, join(step_key, f"params/{COMMIT_MARKER}"), b"")  # item-level marker, as Orbax writes
-    gcs.write(bucket, join(step_key, "meta.json"), json.dumps({"step": step, "workers": env.workers}))
+    gcs.write(bucket, join(step_key, "meta.json"), json.dumps({"step": step, "workers": env.processes}))
     if int(hp.get("slow_commit_step", -1)) == step:
         time.sleep(float(hp.get("commit_delay_s", 0.0)))
     gcs.write(bucket, join(step_key, COMMIT_MARKER), b"")  # last: this commits the step
-    print(f"worker {env.worker}: committed step {step}", flush=True)
+    print(f"worker {env.process_id}: committed step {step}", flush=True)
     return True
 
 
@@ -166,14 +184,14 @@ def _progress(path: Path | None, step: int) -> None:
 
 def agree_on_step(gcs: Gcs, env: JobEnv, step: int, deadline: float) -> int | None:
     """Every worker's step at SIGTERM → the highest (all train up to it, then save it); None on timeout."""
-    if env.workers == 1:
+    if env.processes == 1:
         return step
     bucket, root = split_gs(env.checkpoint_dir)
     head = join(root, "_preemption", env.incarnation or "0")
-    gcs.write_json(bucket, join(head, f"worker-{env.worker}.json"), {"worker": env.worker, "step": step})
+    gcs.write_json(bucket, join(head, f"worker-{env.process_id}.json"), {"worker": env.process_id, "step": step})
     while time.monotonic() < deadline:
         steps = [d["step"] for d in gcs.list_json(bucket, head) if isinstance(d, dict) and "step" in d]
-        if len(steps) >= env.workers:
+        if len(steps) >= env.processes:
             return int(max(steps))
         time.sleep(0.05)
     return None
@@ -198,10 +216,10 @@ def main() -> int:
         t0 = time.time()
         params, start = restore(gcs, env, env.resume_step), env.resume_step
         record(env.step_log, "restore", start, t0, time.time())
-        print(f"worker {env.worker}: restored step {start}", flush=True)
+        print(f"worker {env.process_id}: restored step {start}", flush=True)
     else:
         params, start = np.random.default_rng(int(hp.get("seed", 0))).normal(0, 0.1, x.shape[1] + 1), 0
-        print(f"worker {env.worker}: fresh start", flush=True)
+        print(f"worker {env.process_id}: fresh start", flush=True)
     lr, batch = float(hp.get("learning_rate", 0.1)), int(hp.get("batch_size", 64))
     delay = float(hp.get("step_delay_s", 0))
     tokens, flops = step_work(x.shape[1], batch)
@@ -213,10 +231,10 @@ def main() -> int:
             return _save_on_term(gcs, env, hp, params, step, saved, save_s, term["at"], x, y, lr, batch)
         step += 1
         if int(hp.get("fail_at_step", -1)) == step:
-            print(f"worker {env.worker}: injected failure at step {step}", file=sys.stderr, flush=True)
+            print(f"worker {env.process_id}: injected failure at step {step}", file=sys.stderr, flush=True)
             return 1
         if int(hp.get("hang_at_step", -1)) == step and env.resume_step is None:
-            print(f"worker {env.worker}: injected hang at step {step}", flush=True)
+            print(f"worker {env.process_id}: injected hang at step {step}", flush=True)
             while True:
                 time.sleep(3600)
         t0 = t_mark
@@ -228,14 +246,15 @@ def main() -> int:
         record(env.step_log, "step", step, t0, t_mark, tokens, flops)
         if step % env.checkpoint_every == 0 or step == env.steps:
             t0 = time.monotonic()
-            save(gcs, env, step, params, hp)
-            saved, save_s = step, time.monotonic() - t0
-            done = time.time()
-            record(env.step_log, "save", step, t_mark, done)
-            t_mark = done
+            # A SIGTERM during the save's barrier (a slice of the job is gone) ends it: the term path saves.
+            if save(gcs, env, step, params, hp, stop=lambda: "at" in term):
+                saved, save_s = step, time.monotonic() - t0
+                done = time.time()
+                record(env.step_log, "save", step, t_mark, done)
+                t_mark = done
         _progress(env.progress_file, step)
     loss = float(np.mean((x @ params[:-1] + params[-1] - y) ** 2))
-    print(f"worker {env.worker}: done at step {env.steps}, loss {loss:.6f}", flush=True)
+    print(f"worker {env.process_id}: done at step {env.steps}, loss {loss:.6f}", flush=True)
     return 0
 
 
@@ -247,7 +266,7 @@ def _save_on_term(
     deadline = term_at + env.term_grace_s
     target = agree_on_step(gcs, env, step, deadline - max(save_s, 0.5))
     if target is None or target <= saved:
-        print(f"worker {env.worker}: SIGTERM at step {step}; nothing new to save", flush=True)
+        print(f"worker {env.process_id}: SIGTERM at step {step}; nothing new to save", flush=True)
         return 143
     while step < target:  # a worker behind the others catches up (steps are cheap next to a lost run)
         step += 1
@@ -255,13 +274,13 @@ def _save_on_term(
         params = sgd_step(params, x, y, step, lr, batch)
         record(env.step_log, "step", step, t0, time.time())
     if time.monotonic() + 2 * save_s > deadline:
-        print(f"worker {env.worker}: SIGTERM at step {step}; no time to save it", flush=True)
+        print(f"worker {env.process_id}: SIGTERM at step {step}; no time to save it", flush=True)
         return 143
     t0 = time.time()
     if save(gcs, env, step, params, hp, timeout=max(0.1, deadline - time.monotonic())):
         record(env.step_log, "save", step, t0, time.time())
         _progress(env.progress_file, step)
-        print(f"worker {env.worker}: SIGTERM: saved step {step}", flush=True)
+        print(f"worker {env.process_id}: SIGTERM: saved step {step}", flush=True)
     return 143
 
 

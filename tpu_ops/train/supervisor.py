@@ -21,18 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from tpu_ops.audit.events import AuditEvent
-from tpu_ops.errors import TpuOpsError, TrainingError, TransientError
+from tpu_ops.errors import TrainingError, TransientError
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.lease import SliceLease
-from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.providers import Provider, for_spec
-from tpu_ops.provision.records import Slice
 from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.train import cancel, choice, notices
 from tpu_ops.train.checkpoints import latest_complete_step
-from tpu_ops.train.efficiency import efficiency
+from tpu_ops.train.closing import finish
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import (
     absorb_heartbeats,
@@ -42,12 +40,13 @@ from tpu_ops.train.incarnations import (
     job_document,
     mine,
     preemption_event,
-    slice_lost,
-    startup_script,
     trainer_failed,
 )
+from tpu_ops.train.keeper import Keeper
 from tpu_ops.train.layout import list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, Lease, LeaseLostError, PreemptionState, RunState
+from tpu_ops.train.verdict import Kind, Verdict, decide
+from tpu_ops.train.watch import observe
 
 Notify = Callable[[AuditEvent, dict[str, Any]], None]
 LEASE_MIN_S, LEASE_POLLS = 30.0, 20  # the lease lasts max(30 s, 20 polls); renewed every third of that
@@ -55,26 +54,40 @@ STATE_SAVE_S = 2.0  # run state written every max(2 s, 6 polls) while steps go b
 
 
 class _Preempted(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, v: Verdict) -> None:
+        super().__init__(v.reason)
+        self.reason = v.reason
+        self.slice = v.slice if v.kind in Kind.LOST else None  # a slice lost, not a stall: the others may stay
 
 
 class Supervisor:
     """One training run from first slice to teardown (see the module docstring)."""
 
-    def __init__(self, job: TrainJobSpec, run: Run, *, provider: Provider | None = None,
-                 wheel: Path | None = None, notify: Notify | None = None,
-                 on_attempt: Callable[[Any], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        job: TrainJobSpec,
+        run: Run,
+        *,
+        provider: Provider | None = None,
+        wheel: Path | None = None,
+        notify: Notify | None = None,
+        on_attempt: Callable[[Any], None] | None = None,
+    ) -> None:
         job = choice.for_job(job)  # a cost-ranked ladder learns the run's length
         self.job, self.run_id, self.settings, self.ledger = job, run.id, run.settings, run.ledger
         run_id, settings = run.id, run.settings
         check_command(job, run_id)
         # The slice's owner here (provider seam); ``self.lease`` fences the run.
         provider = provider or for_spec(job.provision, settings, run.clients)
-        self.slices = SliceLease(job.provision, run_id, settings, provider=provider, clients=run.clients,
-                                 on_attempt=choice.noting_stockouts(self, on_attempt),
-                                 progress=choice.kept_steps(self))  # fmt: skip
+        self.slices = SliceLease(
+            job.provision,
+            run_id,
+            settings,
+            provider=provider,
+            clients=run.clients,
+            on_attempt=choice.noting_stockouts(self, on_attempt),
+            progress=choice.kept_steps(self),
+        )
         self.provider = self.slices.provider
         self.gcs, self.layout = run.clients.gcs(), run.layout
         self.doc = job_document(job, self.layout, run_id, settings.gcp_project)
@@ -98,7 +111,7 @@ class Supervisor:
         self._progress_mark: tuple[Any, ...] = ()
         self._progress_mono = time.monotonic()
         self._notices: list[dict[str, Any]] = []  # the current incarnation's SIGTERM notices
-        self._slice: Slice | None = None
+        self.keeper = Keeper(self.slices, job.provision.slice, self.gcs, self.layout, self.ledger)
 
     def run(self) -> GoodputReport:
         """Train to the end (or fail); always tear down and write the goodput report.
@@ -177,7 +190,7 @@ class Supervisor:
                 self._watch(inc)
                 return
             except _Preempted as p:
-                preemption = self._recover(inc, p.reason)
+                preemption = self._recover(inc, p.reason, lost=p.slice)
 
     def _resume(self) -> PreemptionState | None:
         """Take over a live incarnation left by a predecessor: adopt a healthy slice, else record the
@@ -189,28 +202,30 @@ class Supervisor:
         if not live.queued_resource:
             return None
         self._heartbeats(live)  # progress meanwhile
-        lost = self._preemption_signal(live, mine(live, list_json(self.gcs, self.layout.workers)))
-        if lost is None:
+        v = self._judge(live, with_done=False)  # a DONE run is _train's to close
+        if v.kind not in Kind.LOST:
             return None  # _provision adopts it (same incarnation id: reports stay current)
-        return self._recover(live, lost, unsupervised=True)
+        return self._recover(live, v.reason, unsupervised=True)
 
     def _provision(self, preemption: PreemptionState | None) -> IncarnationState:
         self._check_deadline()
         inc = self.state.live
         if inc is None:  # a new incarnation: its id is stored before the slice boots
             number = len(self.state.incarnations)
-            inc = IncarnationState(number, f"{number}-{uuid.uuid4().hex[:8]}", time.time(),
-                                   resume_step=latest_complete_step(self.gcs, self.layout.steps_uri))  # fmt: skip
+            inc = IncarnationState(
+                number,
+                f"{number}-{uuid.uuid4().hex[:8]}",
+                time.time(),
+                resume_step=latest_complete_step(self.gcs, self.layout.steps_uri),
+            )
             self.state.incarnations.append(inc)
             self.doc.incarnation = inc.id
             self.doc.goodput.update(run_started_at=self.state.started_at, requested_at=inc.requested_at)
             put_json(self.gcs, self.layout.job, asdict(self.doc))
             self._save()
         self.doc.incarnation = inc.id
-        script = startup_script(self.run_id, self.layout, inc.id)
         t0 = time.monotonic()
-        s = self.slices.acquire(metadata={"startup-script": script})
-        self._slice = s
+        s = self.keeper.obtain(self.run_id, inc.id)[0]  # all k slices or none
         if inc.queued_resource and inc.queued_resource != s.queued_resource:
             raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
         adopted = bool(inc.queued_resource)
@@ -223,9 +238,18 @@ class Supervisor:
             preemption.steps_lost = max(0, (preemption.last_step or 0) - (inc.resume_step or 0))
         self._save()
         self.report.incarnations = self.state.incarnations
-        self.notify(AuditEvent.SLICE_PROVISIONED, {"incarnation": inc.number, "queued_resource": s.queued_resource,
-                                        "node": s.node, "zone": s.zone, "tier": s.tier, "adopted": adopted,
-                                        "resume_step": inc.resume_step})  # fmt: skip
+        self.notify(
+            AuditEvent.SLICE_PROVISIONED,
+            {
+                "incarnation": inc.number,
+                "queued_resource": s.queued_resource,
+                "node": s.node,
+                "zone": s.zone,
+                "tier": s.tier,
+                "adopted": adopted,
+                "resume_step": inc.resume_step,
+            },
+        )
         return inc
 
     def _watch(self, inc: IncarnationState) -> None:
@@ -243,9 +267,10 @@ class Supervisor:
             nonlocal next_full
             if time.monotonic() < next_full:  # between full polls: only the workers' SIGTERM notices
                 self.lease.check()
-                why = notices.check(self.gcs, self.layout, inc.id, inc.ready_at or 0.0, self._notices)
-                if why:
-                    raise _Preempted(why)
+                with contextlib.suppress(TransientError):
+                    v = self._judge(inc, full=False)
+                    if v.recover:
+                        raise _Preempted(v)
                 return None
             next_full = time.monotonic() + self.poll_s
             return self._check(inc, preemption)
@@ -253,55 +278,56 @@ class Supervisor:
         remaining = self.deadline - time.monotonic()
         every = min(self.poll_s, notices.POLL_S) if self.doc.preemption_notice else self.poll_s
         try:
-            poll(check, timeout_s=max(remaining, 0.01), interval_s=every, max_interval_s=every,
-                       what=f"run {self.run_id} to finish")  # fmt: skip
+            poll(
+                check,
+                timeout_s=max(remaining, 0.01),
+                interval_s=every,
+                max_interval_s=every,
+                what=f"run {self.run_id} to finish",
+            )
         except TimeoutError:
             raise TrainingError(
                 f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached at step {inc.last_step}"
             ) from None
 
     def _check(self, inc: IncarnationState, preemption: PreemptionState | None) -> bool | None:
+        """A full poll: observe, judge, act on the verdict."""
         self.lease.check()
         try:
             cancel.check(self.gcs, self.layout, self.run_id)
-            reports = mine(inc, list_json(self.gcs, self.layout.workers))
             self._heartbeats(inc, preemption)
-            done = self._done()
-            if done is not None:
-                self._completed(inc, done)
+            v = self._judge(inc, stall_limit_s=self.stall_s)
+            if v.kind == Kind.FINISHED:
+                self._completed(inc, dict(v.detail))
                 return True
-            lost = self._preemption_signal(inc, reports)
         except TransientError:
             return None  # this poll failed; the next one tries again
-        if lost:
-            raise _Preempted(lost)
-        trainer_failed(self.run_id, reports)
-        if time.monotonic() - self._progress_mono > self.stall_s and len(reports) < self._hosts:
+        if v.kind == Kind.FAILED:
+            trainer_failed(self.run_id, [dict(v.detail)])
+        if v.kind == Kind.STALLED:
             step = inc.last_step if inc.last_step is not None else inc.resume_step
             self.stalls[step] = self.stalls.get(step, 0) + 1
             if self.stalls[step] >= 2:
                 raise TrainingError(f"run {self.run_id}: no progress past step {step} twice in a row; giving up")
-            raise _Preempted(f"stalled: no new step for {self.stall_s:.0f}s")
+        if v.recover:
+            raise _Preempted(v)
         if time.monotonic() - self._saved_at >= self._save_every:
             self._save()  # the step records so far
         return None
 
-    def _preemption_signal(self, inc: IncarnationState, reports: list[dict[str, Any]]) -> str | None:
-        """Why the slice is being taken away (None: it is not): the agents' SIGTERM notices (at once),
-        the slice's state, terminated workers."""
-        self._notices = notices.notices(self.gcs, self.layout, inc.id, inc.ready_at or 0.0)
-        if self._notices:
-            return notices.reason(self._notices)
-        lost = slice_lost(self.provider, inc)
-        if lost:
-            return lost
-        if any(r.get("terminated") and r["exit_code"] != 0 for r in reports):
-            return "workers terminated"
-        return None
+    def _judge(self, inc: IncarnationState, *, full: bool = True, **kw: Any) -> Verdict:
+        """The verdict on the incarnation's allocation (``train.verdict``); full: the slices' states too."""
+        since = time.monotonic() - self._progress_mono
+        kw.setdefault("slices", [(s.zone, s.queued_resource) for s in self.keeper.slices])
+        facts = observe(
+            self.gcs, self.layout, self.provider if full else None, inc, hosts=self._hosts, since_progress_s=since, **kw
+        )
+        self._notices = [dict(n) for n in facts.notices]  # recovery gives the workers their grace
+        return decide(facts)
 
     @property
     def _hosts(self) -> int:
-        return self._slice.hosts if self._slice is not None else 1
+        return sum(s.hosts for s in self.keeper.slices) or 1
 
     def _done(self) -> dict[str, Any] | None:
         return done_marker(self.gcs, self.layout)
@@ -326,22 +352,38 @@ class Supervisor:
             payload = preemption_event(self.run_id, preemption, resumed_from=inc.resume_step, step=mark[0])
             self.notify(AuditEvent.SLICE_RECOVERED, payload)
 
-    def _recover(self, inc: IncarnationState, reason: str, *, unsupervised: bool = False) -> PreemptionState:
+    def _recover(
+        self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int | None = None
+    ) -> PreemptionState:
+        """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back."""
         detected = time.time()
-        p = PreemptionState(len(self.state.preemptions) + 1, inc.number, reason, inc.queued_resource, inc.zone,
-                            inc.tier, detected, inc.last_seen_at, inc.last_step, unsupervised)  # fmt: skip
+        alloc = self.keeper.slices
+        rid = alloc[lost or 0].queued_resource if (lost or 0) < len(alloc) else inc.queued_resource
+        p = PreemptionState(
+            len(self.state.preemptions) + 1,
+            inc.number,
+            reason,
+            rid,
+            inc.zone,
+            inc.tier,
+            detected,
+            inc.last_seen_at,
+            inc.last_step,
+            unsupervised,
+        )
         p.detect_s = max(0.0, detected - (inc.last_seen_at or detected))
         inc.end, inc.ended_at = "preempted", detected
         self.state.preemptions.append(p)
         self.report.preemptions = self.state.preemptions
         self._save()
-        self.ledger.append(L.PREEMPTED, resource_id=inc.queued_resource, zone=inc.zone,
-                                                    state=reason, t=detected)  # fmt: skip
+        self.ledger.append(L.PREEMPTED, resource_id=rid, zone=inc.zone, state=reason, t=detected)
+        if len(self.keeper.slices) > 1:  # the healthy slices' workers stop at the step in hand too (agent.run)
+            put_json(self.gcs, self.layout.state(f"stop/{inc.id}.json"), {"slice": lost, "reason": reason})
         self.notify(AuditEvent.SLICE_PREEMPTED, preemption_event(self.run_id, p))
         if self._notices:  # the workers are saving: their grace first
             notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
         t0 = time.monotonic()
-        self.slices.release()
+        self.keeper.give_back(lost)
         p.delete_s = time.monotonic() - t0
         # Exit heartbeats and reports (written on SIGTERM) name the step each worker reached.
         with contextlib.suppress(TransientError):
@@ -359,26 +401,9 @@ class Supervisor:
             raise TrainingError(f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached")
 
     def _finish(self) -> None:
-        """The report (derived from the run's state, cost from the ledger) to GCS; best effort, never masks an error."""
-        if self.state.final_step is None:
-            with contextlib.suppress(TpuOpsError):
-                self.state.final_step = latest_complete_step(self.gcs, self.layout.steps_uri)
-        live, ended = self.state.live, self.state.outcome in ("failed", cancel.CANCELLED)
-        if live is not None and ended:
-            live.end, live.ended_at = self.state.outcome, time.time()
-            live.kept_until = self.state.final_step
-        if ended and self.state.finished_at is None:
-            self.state.finished_at = time.time()
-        try:
-            cost = self.ledger.summary(load_prices(self.settings)).to_json()
-            self.report = GoodputReport.derive(self.state, time.time(), cost)
-            self.report.efficiency = efficiency(self.state, cost, self.job.provision.slice.accelerator).to_json()
-            put_json(self.gcs, self.layout.goodput, self.report.to_json())
-            if self.state.outcome == "failed":
-                self.state.finished_at = None  # a later supervisor resumes the run: its wall goes on
-            self._save()
-        except (TpuOpsError, OSError) as exc:
-            self.report.error = self.report.error or f"goodput report not written: {exc}"
+        sl = self.job.provision.slice  # the MFU's peak is every slice's
+        args = (self.state, self.report, self.gcs, self.layout, self.ledger, self.settings, sl.accelerator)
+        self.report = finish(*args, self._save, sl.slices)
 
 
 def supervise(job: TrainJobSpec, run: Run, **kw: Any) -> GoodputReport:

@@ -1,0 +1,70 @@
+"""Multislice end to end on the emulated clouds: 2 slices of 2 hosts, one slice preempted."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from train_helpers import ZONE, Run, job_spec, params_bytes, run_reference_locally, wait_for
+
+from tpu_ops.cloud.tpu import TpuApi
+from tpu_ops.provision.ledger import Ledger
+from tpu_ops.train.checkpoints import latest_complete_step
+from tpu_ops.train.wheel import agent_wheel
+
+pytestmark = pytest.mark.usefixtures("nothing_left")
+
+
+def _ready(settings: Any, node_id: str) -> str | None:
+    nodes = [n for n in TpuApi(settings).list_nodes(ZONE) if n.node_id == node_id and n.state == "READY"]
+    return nodes[0].node_id if nodes else None
+
+
+def test_two_slices_one_preempted_the_healthy_one_kept_resume_bit_identical(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any
+) -> None:
+    every, steps, run_id = 5, 30, "ms-2"
+    job = job_spec(ckpt_bucket, "v4-16", steps=steps, checkpoint_every=every, term_grace=10)
+    job = job.model_copy(update={"provision": job.provision.model_copy(
+        update={"slice": job.provision.slice.model_copy(update={"slices": 2})})})  # fmt: skip
+    run_uri = f"gs://{ckpt_bucket}/runs/{run_id}"
+    run = Run(job, run_id, train_settings, wheel=agent_wheel(train_settings))
+    wait_for(lambda: (latest_complete_step(gcs, run_uri) or 0) >= every, what="a first committed step")
+    first = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/allocation.json").download_as_bytes())
+    assert [s["id"] for s in first["slices"]] == [f"{run_id}-a1", f"{run_id}-a1001"]
+    stack.preempt(ZONE, wait_for(lambda: _ready(train_settings, f"{run_id}-a1001")))  # slice 1 only
+    report = run.result(timeout=240)
+
+    assert report.outcome == "done" and report.final_step == steps
+    assert len(report.preemptions) == 1, report.preemptions
+    p = report.preemptions[0]
+    assert p.queued_resource == f"{run_id}-a1001"  # the lost slice is named, not slice 0
+    assert p.steps_lost == 0  # every worker of both slices saved the step in hand
+    # the workers of the new allocation started from its document: 4 processes over 2 slices
+    last = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/allocation.json").download_as_bytes())
+    assert last["incarnation"] == report.incarnations[-1].id != first["incarnation"]
+    assert [s["hosts"] for s in last["slices"]] == [2, 2]
+    # the healthy slice was kept (same slice, its workers restarted on the new incarnation), the lost one replaced
+    assert last["kept"] == [0] and last["slices"][0]["endpoints"] == first["slices"][0]["endpoints"]
+    assert report.incarnations[0].queued_resource == report.incarnations[1].queued_resource == f"{run_id}-a1"
+    events = Ledger(train_settings, run_id).events()
+    assert [e["kind"] for e in events if e.get("resource_id") == f"{run_id}-a1"].count("active") == 1
+    gone = [e["resource_id"] for e in events if e["kind"] == "gone"]
+    assert gone[0] == f"{run_id}-a1001"  # the lost slice went first; the kept one only at the end
+    listing = gcs.list_blobs(ckpt_bucket, prefix=f"runs/{run_id}/_tpu_ops/workers/")
+    reports = [json.loads(b.download_as_bytes()) for b in listing]
+    final = [r for r in reports if r["incarnation"] == last["incarnation"]]
+    assert sorted((r["slice"], r["worker"]) for r in final) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert {r["exit_code"] for r in final} == {0}
+    parts = {b.name.rsplit("/", 1)[-1] for b in gcs.list_blobs(ckpt_bucket, prefix=f"runs/{run_id}/{steps}/params/")}
+    assert {f"part-0000{w}.npy" for w in range(4)} <= parts  # one part per process of the 2 x 2
+    # bit-identical to an uninterrupted run of the same trainer
+    run_reference_locally(dict(os.environ, **stack.env()), f"gs://{ckpt_bucket}/baseline", steps, every, "{}")
+    assert params_bytes(gcs, ckpt_bucket, f"runs/{run_id}/{steps}") == params_bytes(
+        gcs, ckpt_bucket, f"baseline/{steps}"
+    )
+    doc = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/goodput.json").download_as_bytes())
+    per_slice = {s["resource_id"] for s in doc["cost"]["slices"]}
+    assert {f"{run_id}-a1", f"{run_id}-a1001"} <= per_slice  # chip-hours accounted per slice

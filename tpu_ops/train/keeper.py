@@ -1,0 +1,62 @@
+"""The run's allocation across incarnations: gathered, described to the workers, given back whole or but one slice.
+
+When one slice of a multislice allocation is lost, only that slice is deleted: the healthy ones are
+kept (still billed, their workers stopped at the step in hand and waiting) while the ladder replaces
+it, at most ``keep_healthy_for``; if the replacement does not come in that time everything is given
+back and a whole new allocation is gathered. A stall, a single slice or ``keep_healthy_for: 0``
+gives everything back at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_ops.agent.job import ALLOCATION_DOC
+from tpu_ops.errors import ProvisioningError
+from tpu_ops.layout import RunLayout
+from tpu_ops.provision import ledger as L
+from tpu_ops.provision.allocation import Allocation
+from tpu_ops.provision.launch import Launch
+from tpu_ops.provision.lease import SliceLease
+from tpu_ops.provision.records import Slice
+from tpu_ops.specs.slice import SliceSpec
+from tpu_ops.train.incarnations import startup_script
+from tpu_ops.train.layout import put_json
+
+
+class Keeper:
+    """Owns ``slices`` (the live allocation, slice 0 first) and ``kept`` (indices kept for the next one)."""
+
+    def __init__(self, lease: SliceLease, spec: SliceSpec, gcs: Any, layout: RunLayout, ledger: L.Ledger) -> None:
+        self.lease, self.spec, self.gcs, self.layout, self.ledger = lease, spec, gcs, layout, ledger
+        self.slices: tuple[Slice, ...] = ()
+        self.kept: tuple[int, ...] = ()
+
+    def obtain(self, run_id: str, incarnation: str) -> tuple[Slice, ...]:
+        """The allocation of ``incarnation`` (kept slices adopted, the lost one replaced), its document written."""
+        launch = Launch(startup_script(run_id, self.layout, incarnation), self.spec.slices)
+        alloc: Allocation | None = None
+        if self.kept:
+            try:
+                alloc = self.lease.gather(launch.metadata, zone=self.slices[0].zone, within=self.spec.keep_healthy_for)
+            except ProvisioningError:
+                self.kept = ()  # gather gave everything back: a whole new allocation
+        if alloc is None:
+            alloc = self.lease.gather(launch.metadata)
+        if self.spec.slices > 1:  # where each worker is: its agent waits for this (agent.job.placement)
+            doc = {**alloc.document(incarnation), "kept": list(self.kept)}
+            put_json(self.gcs, self.layout.state(ALLOCATION_DOC), doc)
+        self.slices, self.kept = alloc.slices, ()
+        return self.slices
+
+    def give_back(self, lost: int | None, timeout_s: float = 900.0) -> None:
+        """Everything, or (``lost`` of a multislice allocation, keep_healthy_for > 0) that slice only."""
+        if lost is None or len(self.slices) < 2 or not self.spec.keep_healthy_for.total_seconds():
+            self.kept = ()
+            self.lease.release()
+            return
+        s = self.slices[lost]
+        self.ledger.append(L.DELETE_REQUESTED, resource_id=s.queued_resource, zone=s.zone)
+        self.lease.provider.delete_slice(s.zone, s.queued_resource, timeout_s)
+        self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)
+        self.kept = tuple(i for i in range(len(self.slices)) if i != lost)
