@@ -111,14 +111,19 @@ def test_lineage_links_dataset_to_model_package() -> None:
 
 def test_run_progress_moves_through_stages_and_a_watched_step(prefect_api: None) -> None:
     import threading
+    from uuid import UUID
 
     from prefect import flow
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.runtime import flow_run
 
     from flows.report import RunProgress
 
-    by_key = ArtifactFilter(key=ArtifactFilterKey(any_=["pipeline-progress"]))
+    def mine(run_id: str) -> ArtifactFilter:  # the session's server holds other tests' pipelines' progress too
+        return ArtifactFilter(key=ArtifactFilterKey(any_=["pipeline-progress"]),
+                              flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(run_id)]))  # fmt: skip
+
     seen: list[float] = []
     polled = threading.Event()
 
@@ -136,14 +141,14 @@ def test_run_progress_moves_through_stages_and_a_watched_step(prefect_api: None)
         assert polled.wait(10)
         progress.unwatch()
         with get_client(sync_client=True) as client:
-            mid = client.read_artifacts(artifact_filter=by_key)
+            mid = client.read_artifacts(artifact_filter=mine(flow_run.id))
         progress.done()
-        return f"{float(mid[0].data)}|{mid[0].description}"
+        return f"{float(mid[0].data)}|{mid[0].description}|{flow_run.id}"
 
-    mid = run()
+    mid, _, run_id = run().rpartition("|")
     assert mid == "55.0|run r-1: training step 500/1000"  # halfway through the 20..90 stage
     with get_client(sync_client=True) as client:
-        [art] = client.read_artifacts(artifact_filter=by_key)
+        [art] = client.read_artifacts(artifact_filter=mine(run_id))
     assert art.type == "progress" and art.data == 100.0 and art.description == "run r-1: done"
 
 

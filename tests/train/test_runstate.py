@@ -94,7 +94,7 @@ def test_kill9_rerun_adopts_the_live_slice_a_second_supervisor_is_refused_a_fini
     wait_for(lambda: lease_pid() == second.pid, 60, what="the second supervisor holding the lease")
     # a third supervisor of the same run, while the second runs: refused, naming the holder
     rc, _, err = cli.finish(cli.start())
-    assert rc == 1 and "LeaseHeldError" in err and f"pid {second.pid}" in err, err
+    assert rc == 1 and "another supervisor holds this run" in err and f"pid {second.pid}" in err, err
     rc, out, err = cli.finish(second)
     assert rc == 0, err
     doc, raw = goodput_doc(gcs, ckpt_bucket, "adopt")
