@@ -135,6 +135,7 @@ def _record(kind: str, spec: Any, run_id: str, provision: Any) -> Any:
         run_id, kind, PROCESS,
         checkpoint_dir=str(t.checkpoint_dir) if t else "", checkpoint_subdir=t.checkpoint_subdir if t else "",
         zones=list(provision.slice.zones), hosts=provision.slice.accelerator.hosts,
+        accelerator=provision.slice.accelerator.name, slices=provision.slice.slices,
         heartbeat_s=t.heartbeat_interval.total_seconds() if t else 0.0,
         max_duration_s=t.max_duration.total_seconds() if t else provision.overall_timeout.total_seconds(),
     )  # fmt: skip

@@ -108,7 +108,8 @@ def test_launch_status_logs_preempt_status_cancel_and_nothing_left(stack: Any, t
     (sl,) = doc["slices"]
     assert sl["slice_id"].startswith(RUN) and sl["tier"] == "spot" and sl["hosts_alive"] == 2
     assert doc["cost_usd"] > 0 and doc["open_slices"] == 1 and 0 < doc["goodput"] < 1
-    assert {"tokens", "mfu", "usd_per_million_tokens"} <= doc.keys()  # filled once trainers report them
+    # the reference trainer reports tokens and model FLOPs per step: $ per million tokens and MFU so far
+    assert doc["tokens"] > 0 and doc["mfu"] > 0 and doc["usd_per_million_tokens"] > 0, doc
     # a served reaper, which finds no Prefect flow run of it, leaves the launched run's slice alone
     from tpu_ops.provision.reaper import reap
 

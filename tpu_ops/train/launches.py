@@ -43,6 +43,8 @@ class LaunchRecord:
     checkpoint_subdir: str = ""
     zones: list[str] = field(default_factory=list)
     hosts: int = 0
+    accelerator: str = ""  # the slice shape (its peak FLOPs give MFU); empty in records of older launches
+    slices: int = 1
     heartbeat_s: float = 0.0
     max_duration_s: float = 0.0
     host: str = field(default_factory=socket.gethostname)

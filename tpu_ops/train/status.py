@@ -17,6 +17,7 @@ from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.settings import Settings
 from tpu_ops.train import cancel
 from tpu_ops.train.checkpoints import latest_complete_step
+from tpu_ops.train.efficiency import efficiency
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import absorb_heartbeats, mine
 from tpu_ops.train.launches import PIPELINE, PROVISION, LaunchRecord
@@ -161,6 +162,10 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
         out.goodput, out.wall_s = round(report.goodput, 4), round(report.wall_s, 1)
     except TpuOpsError:  # a state written half-way through an event: no figure rather than a wrong one
         pass
+    if record.accelerator:
+        eff = efficiency(state, cost, record.accelerator, now, slices=record.slices)
+        out.tokens = None if eff.tokens is None else int(eff.tokens)
+        out.mfu, out.usd_per_million_tokens = eff.mfu, eff.usd_per_million_tokens
     if state.outcome != "running":
         out.state = state.outcome
         if state.outcome == cancel.CANCELLED:
