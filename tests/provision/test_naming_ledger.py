@@ -118,3 +118,33 @@ def test_plan_numbers_attempts_consecutively() -> None:
         (4, "on-demand", "a", ""),
         (5, "on-demand", "b", ""),
     ]
+
+
+def test_run_cost_to_json_pins_every_figure(tmp_path: Path) -> None:
+    """The stored cost document, worked out by hand: slice a (8 chips, spot) runs 1000 s, is preempted
+    100 s, deleting 30 s, gone; slice b (4 chips, on-demand) runs 700 s up to now, still open. Prices
+    of the shipped table: v5p spot $2.10, on-demand $4.20 per chip-hour. Rounding: 6 places for
+    chip-hours, 4 for dollars, 3 for seconds."""
+    led = L.Ledger(Settings(state_dir=tmp_path), "run-1")
+    led.append(L.ATTEMPT, t=0.0, number=1, seconds_waited=12.3456, zone="z-a")
+    led.append(L.ACTIVE, t=0.0, resource_id="r-a", zone="z-a", tier="spot", chips=8, generation="v5p")
+    led.append(L.PREEMPTED, t=1000.0, resource_id="r-a")
+    led.append(L.DELETE_REQUESTED, t=1100.0, resource_id="r-a")
+    led.append(L.GONE, t=1130.0, resource_id="r-a")
+    led.append(L.ACTIVE, t=2000.0, resource_id="r-b", zone="z-b", tier="on-demand", chips=4, generation="v5p")
+    assert led.summary(shipped(), now=2700.0).to_json() == {
+        "run_id": "run-1",
+        "chip_hours_by_tier": {"spot": 2.511111, "on-demand": 0.777778},  # 8 x 1130 s, 4 x 700 s
+        "usd_by_tier": {"spot": 5.2733, "on-demand": 3.2667},
+        "chip_hours_by_phase": {"running": 3.0, "preempted": 0.222222, "deleting": 0.066667},
+        "usd_total": 8.54,
+        "queue_seconds": 12.346,
+        "open_slices": 1,
+        "price_date": shipped().date,
+        "slices": [
+            {"resource_id": "r-a", "zone": "z-a", "tier": "spot", "chips": 8, "open": False,
+             "hours": {"running": 0.277778, "preempted": 0.027778, "deleting": 0.008333}},
+            {"resource_id": "r-b", "zone": "z-b", "tier": "on-demand", "chips": 4, "open": True,
+             "hours": {"running": 0.194444, "preempted": 0.0, "deleting": 0.0}},
+        ],
+    }  # fmt: skip
