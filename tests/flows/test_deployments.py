@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 
@@ -58,25 +61,20 @@ def test_serve_without_a_prefect_api_says_so_plainly() -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) -> None:
-    """Prefect's runner retries pausing its schedules against a vanished API for minutes; the
-    deadline armed by SIGTERM ends the process after --shutdown-grace seconds instead."""
+@contextlib.contextmanager
+def _served(tmp_path: Path, grace_s: int) -> Iterator[tuple[Any, Any, list[bytes]]]:
+    """A real ``prefect server start`` and ``tpu-ops serve --shutdown-grace grace_s`` on it, serving:
+    ``(server, serve, serve's stdout lines so far)``; both stopped at the end."""
     import os
-    import signal
     import subprocess
     import sys
     import threading
-    import time
 
     from infra.local._proc import free_port, http_ok, kill_group, wait_until
 
     port = free_port()
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PYTHONPATH": str(ROOT),
-    }
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
     env.pop("PREFECT_API_URL", None)
     prefect = str(Path(sys.executable).with_name("prefect"))
     server = subprocess.Popen(
@@ -88,7 +86,7 @@ def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) 
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/api/health"), 90, interval=0.2, what="prefect server")
         env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
         serve = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--shutdown-grace", "3"],
+            [sys.executable, "-m", "flows.cli", "serve", "--shutdown-grace", str(grace_s)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
         out: list[bytes] = []
@@ -96,6 +94,23 @@ def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) 
         reader.start()
         wait_until(lambda: any(b"serving " in line for line in out) or serve.poll() is not None, 60, what="serving")
         assert serve.poll() is None
+        yield server, serve, out
+        reader.join(5)
+    finally:
+        if serve is not None and serve.poll() is None:
+            kill_group(serve, grace=1)
+        kill_group(server, grace=5)
+
+
+def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) -> None:
+    """Prefect's runner retries pausing its schedules against a vanished API for minutes; the
+    deadline armed by SIGTERM ends the process after --shutdown-grace seconds instead."""
+    import signal
+    import time
+
+    from infra.local._proc import kill_group
+
+    with _served(tmp_path, 3) as (server, serve, _):
         kill_group(server, grace=5)  # the API goes away
         t0 = time.monotonic()
         serve.send_signal(signal.SIGTERM)
@@ -104,10 +119,6 @@ def test_serve_shuts_down_within_its_grace_when_the_api_is_gone(tmp_path: Path) 
         assert serve.returncode == 1, err.decode()[-2000:]
         assert b"shutdown did not finish within 3 s" in err
         assert took < 15
-    finally:
-        if serve is not None and serve.poll() is None:
-            kill_group(serve, grace=1)
-        kill_group(server, grace=5)
 
 
 def test_reap_every_sets_the_reapers_interval_and_refuses_what_is_not_allowed(capsys) -> None:
@@ -146,44 +157,12 @@ def test_serve_without_an_api_url_refuses_at_once(tmp_path: Path) -> None:
 
 def test_serve_ends_cleanly_on_sigterm(tmp_path: Path) -> None:
     """SIGTERM with the API up: the schedules are paused, exit 0, no "coroutine ... never awaited"."""
-    import os
     import signal
-    import subprocess
-    import sys
-    import threading
 
-    from infra.local._proc import free_port, http_ok, kill_group, wait_until
-
-    port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    env.pop("PREFECT_API_URL", None)
-    prefect = str(Path(sys.executable).with_name("prefect"))
-    server = subprocess.Popen(
-        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    serve = None
-    try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/api/health"), 90, interval=0.2, what="prefect server")
-        env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--shutdown-grace", "30"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        out: list[bytes] = []
-        reader = threading.Thread(target=lambda: out.extend(serve.stdout), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        wait_until(lambda: any(b"serving " in line for line in out) or serve.poll() is not None, 60, what="serving")
-        assert serve.poll() is None
+    with _served(tmp_path, 30) as (_, serve, out):
         serve.send_signal(signal.SIGTERM)
         rest, err = serve.communicate(timeout=60)
         text = err.decode()
         assert serve.returncode == 0, text[-2000:]
         assert "never awaited" not in text and "Traceback" not in text and "did not finish" not in text, text[-2000:]
-        reader.join(5)
-        assert b"SIGTERM: stopping" in b"".join(out) + (rest or b"")
-    finally:
-        if serve is not None and serve.poll() is None:
-            kill_group(serve, grace=1)
-        kill_group(server, grace=5)
+    assert b"SIGTERM: stopping" in b"".join(out) + (rest or b"")
