@@ -285,7 +285,12 @@ def _walk_through(page: Any, served: Served) -> None:
     submit.click()
     wait_until(lambda: len(_flow_runs(served.api)) == 1, 30, interval=0.2, what="the flow run the form created")
     run_id, run_name = _flow_runs(served.api)[0]["id"], _flow_runs(served.api)[0]["name"]
-    page.get_by_role("link", name=run_name, exact=True).first.click()
+    # the submit lands on the run's page, or on a list that may not show the new run yet: go to it by id
+    link = page.get_by_role("link", name=run_name, exact=True)
+    if f"/runs/flow-run/{run_id}" not in page.url and link.count():
+        link.first.click()
+    if f"/runs/flow-run/{run_id}" not in page.url:
+        page.goto(f"{served.ui}/runs/flow-run/{run_id}")
     page.wait_for_url(re.compile(rf"/runs/flow-run/{run_id}"))
     page.locator(".state-badge", has_text="Completed").first.wait_for(timeout=150_000)
     shot("05-run-completed")
