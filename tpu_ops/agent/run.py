@@ -19,8 +19,6 @@ Standard library only (Python ≥ 3.10), so it runs on a TPU image's own interpr
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -42,35 +40,11 @@ from tpu_ops.agent.job import Job as Job
 from tpu_ops.agent.logship import LogShipper
 from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
 from tpu_ops.agent.metadata import Metadata
+from tpu_ops.agent.setup import read_step as _read_step
+from tpu_ops.agent.setup import run_setup
+from tpu_ops.agent.setup import size as _size
+from tpu_ops.agent.setup import tail as _tail
 from tpu_ops.agent.warm import release
-
-LOG_TAIL_BYTES = 4000
-
-
-def _tail(*paths: Path) -> str:
-    out = b""
-    for path in paths:
-        try:
-            with path.open("rb") as f:
-                f.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
-                out += f.read()
-        except OSError:
-            continue
-    return out[-LOG_TAIL_BYTES:].decode(errors="replace")
-
-
-def _read_step(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 class Agent:
@@ -309,44 +283,14 @@ class Agent:
                 self.warm.wait(timeout=30)
 
     def _setup(self) -> int:
-        """Run the job's setup command once per disk (a marker in the worker directory); its exit status."""
+        """Run the job's setup command once per disk; its exit status."""
         if not self.job.setup:
             return 0
-        digest = hashlib.sha256(json.dumps(self.job.setup).encode()).hexdigest()[:16]
-        marker = self.workdir / f".setup-{digest}.done"
-        if marker.exists():
-            return 0
-        print(f"tpu-ops agent: setup: {self.job.setup[0]} ...", flush=True)
         env = dict(self.env)
         env.update({"TPU_OPS_AGENT_PYTHON": sys.executable, "TPU_OPS_WORKER_DIR": str(self.workdir),
                     "TPU_OPS_RUN_URI": self.job.run_uri, "TPU_OPS_WORKER": str(self.who.worker_number)})  # fmt: skip
-        t0 = time.monotonic()
-        with self.setup_log.open("ab") as out:
-            try:
-                proc = subprocess.Popen(self.job.setup, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
-                                        env=env, stdin=subprocess.DEVNULL)  # fmt: skip
-            except OSError as exc:
-                out.write(f"setup could not start: {exc}\n".encode())
-                self.setup_s = round(time.monotonic() - t0, 3)
-                return 127
-            self.proc = proc
-            last = 0.0
-            while True:
-                try:
-                    rc = proc.wait(timeout=0.1)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if time.monotonic() - last >= self.job.heartbeat_s:
-                    self._heartbeat(None, None, "setup")
-                    last = time.monotonic()
-                if self.term_at is not None and time.monotonic() - self.term_at > self.job.term_grace_s:
-                    proc.kill()
-        self.proc = None
-        self.setup_s = round(time.monotonic() - t0, 3)
-        if rc == 0:
-            marker.touch()
-            print(f"tpu-ops agent: setup done in {self.setup_s:.1f}s", flush=True)
+        rc, took = run_setup(self.job, self.job.setup, env, self.workdir, self.setup_log, self)
+        self.setup_s = took if took is not None else self.setup_s  # a kept disk: the first run's time
         return rc
 
     def _preflight(self) -> bool:

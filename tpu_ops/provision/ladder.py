@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tpu_ops.cloud import retry
@@ -33,38 +32,16 @@ from tpu_ops.provision import calendar, partial, ranking
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.choose import Choice
 from tpu_ops.provision.cost import check_budget
-from tpu_ops.provision.naming import SLICE_STRIDE, attempt_of, resource_id, run_labels, slice_of
+from tpu_ops.provision.naming import SLICE_STRIDE, attempt_of, resource_id, slice_of
 from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.providers import Phase, Provider, SliceRecord, SliceRequest, SliceState, for_spec
 from tpu_ops.provision.records import Attempt, Outcome, Slice
+from tpu_ops.provision.steps import Step, obtained, plan, slice_request
 from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec
 from tpu_ops.tiers import Tier
 
-
-@dataclass(frozen=True)
-class Step:
-    """One planned attempt: attempt number, tier, zone, reservation name (if any), run-time bound."""
-
-    number: int
-    tier: Tier
-    zone: str
-    reservation: str = ""
-    max_run_duration_s: int | None = None
-
-
-def plan(spec: ProvisionSpec) -> list[Step]:
-    """The attempts in order: each rung over its zones (a reservation lives in one zone)."""
-    steps: list[Step] = []
-    for rung in spec.ladder:
-        bound = int(rung.max_run_duration.total_seconds()) if rung.max_run_duration is not None else None
-        if rung.kind in (Tier.RESERVATION, Tier.CALENDAR):
-            assert rung.zone is not None and rung.name is not None  # the rung checked both
-            steps.append(Step(len(steps) + 1, rung.kind, rung.zone, rung.name, bound))
-        else:
-            for zone in spec.slice.zones:
-                steps.append(Step(len(steps) + 1, rung.kind, zone, max_run_duration_s=bound))
-    return steps
+__all__ = ["Step", "plan", "provision", "recover"]  # Step and plan live in .steps
 
 
 def provision(
@@ -202,8 +179,16 @@ class _Ladder:
                         f"{rec.zone}), not {want}; tear it down first (`tpu-ops teardown {self.run_id}`)"
                     )
                 step = next((s for s in self.steps if s.number == n), None)
-                att = Attempt(n, rec.tier, rec.zone, rec.slice_id, Outcome.ADOPTED, 0.0, f"{rec.raw_state} already",
-                              step.reservation if step else "")  # fmt: skip
+                att = Attempt(
+                    n,
+                    rec.tier,
+                    rec.zone,
+                    rec.slice_id,
+                    Outcome.ADOPTED,
+                    0.0,
+                    f"{rec.raw_state} already",
+                    step.reservation if step else "",
+                )
                 self._record(att)
                 return self._slice(rec), 0
             if rec.state in SliceState.PENDING:
@@ -224,8 +209,9 @@ class _Ladder:
     def _dead(self, rec: SliceRecord) -> None:
         """A slice of the run that was granted and then lost (preempted, suspended, host stopped)."""
         now = time.time()
-        self.ledger.append(L.PREEMPTED, resource_id=rec.slice_id, zone=rec.zone, state=rec.raw_state,
-                           node_state=rec.detail, t=now)  # fmt: skip
+        self.ledger.append(
+            L.PREEMPTED, resource_id=rec.slice_id, zone=rec.zone, state=rec.raw_state, node_state=rec.detail, t=now
+        )
         self.ledger.append(L.DELETE_REQUESTED, resource_id=rec.slice_id, zone=rec.zone)
         self.provider.delete_slice(rec.zone, rec.slice_id, self._remaining())
         self.ledger.append(L.GONE, resource_id=rec.slice_id, zone=rec.zone)
@@ -246,12 +232,22 @@ class _Ladder:
         self.hold = partial.Hold()
         try:
             if step.tier == Tier.CALENDAR:
-                gate = calendar.step_gate(self.provider, self.spec, step.zone, step.reservation, step.number,
-                                          self.deadline, self.ledger)  # fmt: skip
+                gate = calendar.step_gate(
+                    self.provider, self.spec, step.zone, step.reservation, step.number, self.deadline, self.ledger
+                )
                 if not gate.go:
-                    self._record(Attempt(step.number, step.tier, step.zone, rid,
-                                         Outcome.TIMEOUT if gate.late else Outcome.FAILED, 0.0, gate.reason,
-                                         step.reservation))  # fmt: skip
+                    self._record(
+                        Attempt(
+                            step.number,
+                            step.tier,
+                            step.zone,
+                            rid,
+                            Outcome.TIMEOUT if gate.late else Outcome.FAILED,
+                            0.0,
+                            gate.reason,
+                            step.reservation,
+                        )
+                    )
                     return None
                 opens_in = gate.wait_s
             existing = self.provider.describe(step.zone, rid)
@@ -269,9 +265,17 @@ class _Ladder:
             outcome, detail = Outcome.ERROR, f"{type(exc).__name__}: {_short(exc)}"
         waited = time.monotonic() - t0
         if outcome != Outcome.ACTIVE and self.hold:  # some hosts came up, never all: not obtained
-            detail = partial.release(self.hold, ledger=self.ledger, provider=self.provider, zone=step.zone,
-                                     slice_id=rid, tier=step.tier, accelerator=self.spec.slice.accelerator,
-                                     why=detail, timeout_s=self._remaining())  # fmt: skip
+            detail = partial.release(
+                self.hold,
+                ledger=self.ledger,
+                provider=self.provider,
+                zone=step.zone,
+                slice_id=rid,
+                tier=step.tier,
+                accelerator=self.spec.slice.accelerator,
+                why=detail,
+                timeout_s=self._remaining(),
+            )
             outcome = Outcome.PARTIAL
         self._record(Attempt(step.number, step.tier, step.zone, rid, outcome, waited, detail, step.reservation))
         if outcome == Outcome.ACTIVE and rec is not None:
@@ -282,15 +286,7 @@ class _Ladder:
 
     def request(self, step: Step, rid: str) -> SliceRequest:
         """What this step asks the provider for."""
-        sl = self.spec.slice
-        return SliceRequest(
-            run_id=self.run_id, attempt=step.number, slice_id=rid, zone=step.zone, region=sl.region, tier=step.tier,
-            accelerator=sl.accelerator, runtime_version=sl.runtime,
-            valid_until_s=int(self.spec.queue_timeout.total_seconds()),
-            labels={**sl.labels, **run_labels(self.run_id, step.tier, step.number)},
-            reservation=step.reservation, network=sl.network, service_account=sl.service_account,
-            metadata=self.metadata, max_run_duration_s=step.max_run_duration_s,
-        )  # fmt: skip
+        return slice_request(self.spec, self.run_id, step, rid, self.metadata)
 
     def _create(self, step: Step, rid: str) -> None:
         """Create the slice once: a retry first checks that the last try did not land."""
@@ -355,26 +351,7 @@ class _Ladder:
 
     def _slice(self, rec: SliceRecord, since: float | None = None) -> Slice:
         """The slice handed out; billed from ``since`` (its first host up, if it came up host by host)."""
-        acc = self.spec.slice.accelerator
-        if not self.ledger.is_open(rec.slice_id):
-            self.ledger.append(L.ACTIVE, resource_id=rec.slice_id, zone=rec.zone, tier=rec.tier, chips=acc.chips,
-                               generation=acc.generation, accelerator_type=acc.name,
-                               backend=self.provider.name, t=since or time.time())  # fmt: skip
-        return Slice(
-            run_id=self.run_id,
-            queued_resource=rec.slice_id,
-            node=rec.slice_id,
-            zone=rec.zone,
-            tier=rec.tier,
-            accelerator_type=rec.accelerator_type or acc.name,
-            chips=acc.chips,
-            hosts=len(rec.hosts) or acc.hosts,
-            endpoints=rec.endpoints,
-            attempts=tuple(self.attempts),
-            created_at=rec.created_at,
-            backend=self.provider.name,
-            host_names=tuple(h.name for h in sorted(rec.hosts, key=lambda h: h.index)),
-        )
+        return obtained(self.spec, self.run_id, rec, self.ledger, self.provider.name, tuple(self.attempts), since)
 
     def _remaining(self) -> float:
         return max(30.0, float(self.deadline - time.monotonic()))

@@ -28,7 +28,7 @@ from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.train import cancel, choice, notices
+from tpu_ops.train import cancel, choice, notices, recovery
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.closing import finish
 from tpu_ops.train.goodput import GoodputReport
@@ -228,28 +228,10 @@ class Supervisor:
         s = self.keeper.obtain(self.run_id, inc.id)[0]  # all k slices or none
         if inc.queued_resource and inc.queued_resource != s.queued_resource:
             raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
-        adopted = bool(inc.queued_resource)
-        inc.queued_resource, inc.zone, inc.tier = s.queued_resource, s.zone, s.tier
-        if inc.ready_at is None:
-            inc.ready_at = time.time()
-        if preemption is not None:
-            preemption.reprovision_s = time.monotonic() - t0
-            preemption.resume_step = inc.resume_step
-            preemption.steps_lost = max(0, (preemption.last_step or 0) - (inc.resume_step or 0))
+        adopted = recovery.ready(inc, s, preemption, time.monotonic() - t0)
         self._save()
         self.report.incarnations = self.state.incarnations
-        self.notify(
-            AuditEvent.SLICE_PROVISIONED,
-            {
-                "incarnation": inc.number,
-                "queued_resource": s.queued_resource,
-                "node": s.node,
-                "zone": s.zone,
-                "tier": s.tier,
-                "adopted": adopted,
-                "resume_step": inc.resume_step,
-            },
-        )
+        self.notify(AuditEvent.SLICE_PROVISIONED, recovery.provisioned_event(inc, s, adopted))
         return inc
 
     def _watch(self, inc: IncarnationState) -> None:
@@ -356,27 +338,12 @@ class Supervisor:
         self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int | None = None
     ) -> PreemptionState:
         """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back."""
-        detected = time.time()
         alloc = self.keeper.slices
         rid = alloc[lost or 0].queued_resource if (lost or 0) < len(alloc) else inc.queued_resource
-        p = PreemptionState(
-            len(self.state.preemptions) + 1,
-            inc.number,
-            reason,
-            rid,
-            inc.zone,
-            inc.tier,
-            detected,
-            inc.last_seen_at,
-            inc.last_step,
-            unsupervised,
-        )
-        p.detect_s = max(0.0, detected - (inc.last_seen_at or detected))
-        inc.end, inc.ended_at = "preempted", detected
-        self.state.preemptions.append(p)
+        p = recovery.open_preemption(self.state, inc, reason, rid, unsupervised=unsupervised)
         self.report.preemptions = self.state.preemptions
         self._save()
-        self.ledger.append(L.PREEMPTED, resource_id=rid, zone=inc.zone, state=reason, t=detected)
+        self.ledger.append(L.PREEMPTED, resource_id=rid, zone=inc.zone, state=reason, t=p.detected_at)
         if len(self.keeper.slices) > 1:  # the healthy slices' workers stop at the step in hand too (agent.run)
             put_json(self.gcs, self.layout.state(f"stop/{inc.id}.json"), {"slice": lost, "reason": reason})
         self.notify(AuditEvent.SLICE_PREEMPTED, preemption_event(self.run_id, p))
@@ -388,10 +355,7 @@ class Supervisor:
         # Exit heartbeats and reports (written on SIGTERM) name the step each worker reached.
         with contextlib.suppress(TransientError):
             self._heartbeats(inc)
-        reports = mine(inc, list_json(self.gcs, self.layout.workers))
-        reached = [s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None]
-        p.last_step = max(reached, default=None)
-        inc.kept_until = latest_complete_step(self.gcs, self.layout.steps_uri)
+        recovery.close_preemption(p, inc, self.gcs, self.layout)
         self._save()
         check_recoveries(self.run_id, len(self.state.preemptions), self.job.train.max_recoveries)
         return p
