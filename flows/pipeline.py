@@ -201,6 +201,7 @@ def _run(
         }
         | {"efficiency": training.get("efficiency") or {}},  # $/M tokens and MFU, when the trainer reports them
         "preemptions": training["preemptions"],
+        **({"shapes": training["shapes"]} if training.get("shapes") else {}),  # elastic: each shape's steps
         "checkpoints": run.run_uri,
         "cost": run.ledger.summary(load_prices(run.settings)).to_json(),
     }

@@ -14,6 +14,7 @@ its sources); a slice's peak (``peak_flops``) is what model FLOPs utilisation (M
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -124,3 +125,51 @@ def known_names() -> list[str]:
     """All accelerator type names, grouped by generation and ordered by size."""
     order = {g: i for i, g in enumerate(GENERATIONS)}
     return sorted(ACCELERATOR_TYPES, key=lambda n: (order[ACCELERATOR_TYPES[n].generation], ACCELERATOR_TYPES[n].chips))
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a run trains on: ``count`` slices of one accelerator type (``v5p-16``, or ``2xv5p-16`` multislice)."""
+
+    accelerator: AcceleratorType
+    count: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.accelerator.name if self.count == 1 else f"{self.count}x{self.accelerator.name}"
+
+    @property
+    def chips(self) -> int:
+        return self.count * self.accelerator.chips
+
+    @property
+    def hosts(self) -> int:
+        return self.count * self.accelerator.hosts
+
+
+def parse_shape(text: str) -> Shape:
+    """``v5p-16`` → one v5p-16 slice; ``2xv5p-16`` → two; ``ValueError`` naming the forms allowed."""
+    m = re.fullmatch(r"(?:([0-9]+)x)?(.*)", text.strip())
+    assert m is not None  # it matches any text; an empty name fails the lookup
+    count = int(m.group(1) or 1)
+    if not 1 <= count <= 64:
+        raise ValueError(f"shape {text!r}: N in 'NxTYPE' counts slices, 1-64 (e.g. '2xv5p-16')")
+    try:
+        return Shape(lookup(m.group(2)), count)
+    except KeyError as exc:
+        raise ValueError(f"shape {text!r}: {exc.args[0]}") from None
+
+
+def smaller_shapes(target: Shape) -> list[str]:
+    """Every shape a run with ``target`` may fall back to: same generation, chips dividing the target's
+    (one slice, or several alike), largest first (what an error lists as allowed)."""
+    out: list[Shape] = []
+    for row in ACCELERATOR_TYPES.values():
+        if row.generation != target.accelerator.generation:
+            continue
+        for count in range(1, target.chips // row.chips + 1):
+            shape = Shape(row, count)
+            if shape.chips <= target.chips and target.chips % shape.chips == 0:
+                out.append(shape)
+    out.sort(key=lambda s: (-s.chips, s.count))
+    return [s.name for s in out]

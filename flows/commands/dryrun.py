@@ -232,8 +232,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         run_id = args.run_id or spec.run_id or new_run_id(spec.name)
         # The run id travels in the spec (the flow has no second one), checked like any spec field.
         fixed = parse_spec(PipelineSpec, {**spec.model_dump(mode="json"), "run_id": run_id}, what="--run-id")
-        _step(f"running the retraining-pipeline flow as run {run_id} (one spot preemption will be injected)")
-        injector = PreemptOnce(stack, settings, spec, run_id)
+        elastic = len(spec.provision.slice.shape_list) > 1  # examples/elastic.yaml: its own scenario
+        from flows.commands._dryrun_elastic import ElasticScenario, final_params
+
+        what = "the target shape stocked out, then back" if elastic else "one spot preemption"
+        _step(f"running the retraining-pipeline flow as run {run_id} ({what} will be injected)")
+        injector = (ElasticScenario if elastic else PreemptOnce)(stack, settings, spec, run_id)
         injector.start()
         try:
             result = retraining_pipeline(fixed)
@@ -242,6 +246,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted
+        if isinstance(injector, ElasticScenario):
+            final = summary["training"].get("final_step")
+            check = final_params(spec, run_id, summary.get("manifest"), final)
+            summary["elastic"] = {"injected": injector.events, "final_params": check}
         # what the emulated clouds still hold (the flow checked its own teardown; this checks the hosts too)
         left = stack.state()
         ce = left.get("compute") or {}

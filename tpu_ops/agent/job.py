@@ -58,6 +58,10 @@ class Job:
     incarnation: str = ""  # written by the supervisor before it asks for the slice
     slices: int = 1  # the allocation's slice count: above 1, agents wait for ALLOCATION_DOC of their incarnation
     goodput: dict[str, Any] = field(default_factory=dict)  # step records, Cloud Logging (agent.goodput_hooks)
+    # Elastic shapes (docs/elastic.md): the target shape and its chips; set, agents wait for ALLOCATION_DOC
+    # (which names the live shape and its chips) whatever the slice count, and set TPU_OPS_ACCUM_STEPS.
+    target_shape: str = ""
+    target_chips: int = 0
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Job:
@@ -181,6 +185,24 @@ def allocation_doc(incarnation: str, slices: list[tuple[str, list[str]]], port: 
                        for i, (sid, eps) in enumerate(slices)]}  # fmt: skip
 
 
+def shape_env(job: Job, allocation: Mapping[str, Any] | None) -> dict[str, str]:
+    """The elastic-shape variables (docs/elastic.md), from the live allocation document's ``shape``/``chips``:
+    the trainer accumulates ``TPU_OPS_ACCUM_STEPS`` micro-batches so its step is the target shape's.
+    Empty for a run without shapes (or before a supervisor that writes them)."""
+    if not job.target_shape or not allocation or not allocation.get("chips"):
+        return {}
+    chips, target = int(allocation["chips"]), int(job.target_chips)
+    if chips <= 0 or target % chips:
+        raise ContractError(f"allocation of {chips} chips does not divide the target's {target} (no accumulation)")
+    return {
+        "TPU_OPS_ACCUM_STEPS": str(target // chips),
+        "TPU_OPS_CHIPS": str(chips),
+        "TPU_OPS_TARGET_CHIPS": str(target),
+        "TPU_OPS_SHAPE": str(allocation.get("shape") or ""),
+        "TPU_OPS_TARGET_SHAPE": job.target_shape,
+    }
+
+
 def coordinator(job: Job, who: WorkerIdentity) -> str:
     return f"{who.endpoints[0] if who.endpoints else '127.0.0.1'}:{job.coordinator_port}"
 
@@ -261,6 +283,12 @@ class JobEnv:
     slices: int = 1
     process_id: int = -1  # over every host of every slice; -1 (unset): ``worker``
     processes: int = 0  # 0 (unset): ``workers``
+    # Elastic shapes (docs/elastic.md): micro-batches per step, and the live and target shapes' chips and names
+    accum_steps: int = 1
+    chips: int = 0
+    target_chips: int = 0
+    shape: str = ""
+    target_shape: str = ""
 
     def __post_init__(self) -> None:
         if self.process_id < 0:  # one slice: a process is a worker
@@ -310,4 +338,7 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
         term_grace_s=float(env.get("TPU_OPS_TERM_GRACE_S") or 30.0), incarnation=env.get("TPU_OPS_INCARNATION") or "",
         step_log=Path(step_log) if step_log else None, slice=number("SLICE", "0"), slices=number("SLICES", "1", low=1),
         process_id=number("PROCESS_ID", "-1", low=-1), processes=number("PROCESSES", "0"),
+        accum_steps=number("ACCUM_STEPS", "1", low=1), chips=number("CHIPS", "0"),
+        target_chips=number("TARGET_CHIPS", "0"), shape=env.get("TPU_OPS_SHAPE") or "",
+        target_shape=env.get("TPU_OPS_TARGET_SHAPE") or "",
     )  # fmt: skip

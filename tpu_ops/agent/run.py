@@ -29,13 +29,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from tpu_ops.agent.allocation import commit_done, wait_for_document
 from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
-from tpu_ops.agent.job import MEGASCALE_PORT, contract_env, host_key, placement
+from tpu_ops.agent.job import MEGASCALE_PORT, contract_env, host_key, placement, shape_env
 from tpu_ops.agent.job import Job as Job
 from tpu_ops.agent.logship import LogShipper
 from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
@@ -98,6 +99,7 @@ class Agent:
         self.proc: subprocess.Popen[bytes] | None = None
         self._notice: threading.Thread | None = None
         self._port = MEGASCALE_PORT
+        self._allocation: dict[str, Any] | None = None  # the live allocation document, once read
         self._asked_to_stop = False
 
     # -- signals -------------------------------------------------------------------------------
@@ -191,13 +193,14 @@ class Agent:
             self._release(None)
             self._report(-signal.SIGTERM, None, None, "setup", _tail(self.setup_log))
             return -signal.SIGTERM
-        if self.job.slices > 1 and not self._await_allocation():
+        if (self.job.slices > 1 or self.job.target_shape) and not self._await_allocation():  # multislice, elastic
             self._release(None)
             self._report(-signal.SIGTERM if self.term_at is not None else 1, None, None, "allocation", "")
             return -signal.SIGTERM if self.term_at is not None else 1
         resume = latest_complete_step(self.gcs, self.job.steps_uri)
         env = {
             **contract_env(self.job, self.who, resume, progress, self.incarnation, self.where, self._port),
+            **shape_env(self.job, self._allocation),
             **self.goodput.env(),
         }
         trainer_env = {k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}
@@ -254,7 +257,7 @@ class Agent:
         if doc is None:
             print("tpu-ops agent: the allocation's other slices never came up", file=sys.stderr, flush=True)
             return False
-        self.where = placement(self.who, self.slice, doc)
+        self.where, self._allocation = placement(self.who, self.slice, doc), doc
         self._port = int(doc.get("megascale_port") or MEGASCALE_PORT)
         return True
 

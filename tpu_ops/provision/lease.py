@@ -55,11 +55,13 @@ class SliceLease:
                                  on_attempt=self.on_attempt, **self.provision_kw)  # fmt: skip
         return self.current
 
-    def gather(self, metadata: Callable[[int], Mapping[str, str]] | None = None, **kw: Any) -> Allocation:
+    def gather(
+        self, metadata: Callable[[int], Mapping[str, str]] | None = None, spec: ProvisionSpec | None = None, **kw: Any
+    ) -> Allocation:
         """The run's allocation: all ``slice.slices`` slices or none (:mod:`tpu_ops.provision.allocation`;
-        ``zone``/``within`` when slices were kept)."""
+        ``zone``/``within`` when slices were kept; ``spec``: another shape's, :mod:`tpu_ops.provision.shapes`)."""
         alloc = gather(
-            self.spec,
+            spec or self.spec,
             self.run_id,
             self.settings,
             metadata=metadata,

@@ -6,16 +6,27 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tpu_ops.accelerators import (
     ACCELERATOR_TYPES,
     COMPUTE_IMAGES,
     RUNTIME_VERSIONS,
     AcceleratorType,
+    Shape,
     canonical,
     known_names,
     lookup,
+    parse_shape,
+    smaller_shapes,
 )
 from tpu_ops.specs.choose import ChooseSpec, expand_auto
 from tpu_ops.specs.common import Duration, Labels, StrictModel, Usd
@@ -225,6 +236,47 @@ class SliceSpec(StrictModel):
         description="Multislice: how long the healthy slices are kept (and billed) while a lost one is replaced; "
         "past it, the whole allocation is given back and a new one obtained.",
     )
+
+    shapes: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=8,
+        description="Elastic shapes (docs/elastic.md): the shapes the run may train on, the target first (this "
+        "slice's own: accelerator_type, or 'NxTYPE' with slices: N), then smaller ones of the same generation whose "
+        "chips divide the target's, e.g. [v5p-32, v5p-16, 2xv5p-8]. A smaller shape is asked for only when the "
+        "target cannot be had; the job contract keeps the global batch (TPU_OPS_ACCUM_STEPS). Default: only the "
+        "target.",
+    )
+
+    @field_validator("shapes")
+    @classmethod
+    def _check_shapes(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if value is None or "accelerator_type" not in info.data:
+            return value
+        target = Shape(lookup(info.data["accelerator_type"]), int(info.data.get("slices") or 1))
+        allowed = smaller_shapes(target)
+        names: list[str] = []
+        for i, text in enumerate(value):
+            try:
+                name = parse_shape(text).name
+            except ValueError:
+                name = ""
+            if i == 0 and name != target.name:
+                raise ValueError(f"shapes[0] must be the target shape {target.name!r} (accelerator_type, slices)")
+            if name not in allowed:
+                raise ValueError(
+                    f"shapes[{i}] {text!r} is not a shape a {target.name} run can keep its global batch on "
+                    f"(same generation, chips dividing {target.chips}); allowed: {', '.join(allowed)}"
+                )
+            names.append(name)
+        if len(set(names)) != len(names):
+            raise ValueError(f"shapes {value} has duplicates")
+        return names
+
+    @property
+    def shape_list(self) -> list[Shape]:
+        """The shapes the run may train on, target first (only the target when ``shapes`` is unset)."""
+        return [parse_shape(n) for n in self.shapes or [Shape(self.accelerator, self.slices).name]]
 
     @model_validator(mode="after")
     def _check(self) -> SliceSpec:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_ops.errors import NotFoundError, TpuOpsError
+from tpu_ops.train.elastic import chip_goodput, shape_rows
 from tpu_ops.train.layout import get_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState
 from tpu_ops.uris import ObjectUri
@@ -195,6 +196,8 @@ class GoodputReport:
             spans = [s for s in intervals(_only(i), end) if s[0] in (PRODUCTIVE, CHECKPOINT_SAVE)]
             d["productive_s"] = round(categorise(spans, self.started_at, end)[PRODUCTIVE], 3)
             incs.append(d)
+        by_number = {d["number"]: float(d["productive_s"]) for d in incs}
+        shapes = shape_rows(self.incarnations, self.started_at + self.wall_s, lambda i: by_number[i.number])
         return {
             "run_id": self.run_id,
             "outcome": self.outcome,
@@ -213,6 +216,7 @@ class GoodputReport:
             "cost": self.cost,
             "error": self.error,
             **({"efficiency": self.efficiency} if self.efficiency else {}),
+            **({"shapes": shapes, "chip_goodput": chip_goodput(shapes)} if shapes else {}),  # elastic shapes
         }
 
     def rows(self) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from tpu_ops.agent.job import WORK_FIELDS, Job
 from tpu_ops.errors import NotFoundError, SpecError, TrainingError
 from tpu_ops.layout import RunLayout
 from tpu_ops.specs.jobs import TrainJobSpec
+from tpu_ops.specs.slice import SliceSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.layout import get_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState
@@ -38,7 +39,13 @@ def job_document(job: TrainJobSpec, layout: RunLayout, run_id: str, project: str
         heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
         coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
         preemption_notice=t.preemption_notice, goodput=goodput, slices=job.provision.slice.slices,
+        **elastic(job.provision.slice),
     )  # fmt: skip
+
+
+def elastic(sl: SliceSpec) -> dict[str, Any]:
+    """The job's target shape and chips when the slice has elastic ``shapes`` (docs/elastic.md), else nothing."""
+    return {"target_shape": sl.shape_list[0].name, "target_chips": sl.shape_list[0].chips} if sl.shapes else {}
 
 
 def merge_timeline(inc: IncarnationState, records: list[list[Any]]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpu_ops.accelerators import Shape
 from tpu_ops.agent.job import ALLOCATION_DOC
 from tpu_ops.errors import ProvisioningError
 from tpu_ops.layout import RunLayout
@@ -19,6 +20,7 @@ from tpu_ops.provision.allocation import Allocation
 from tpu_ops.provision.launch import Launch
 from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.records import Slice
+from tpu_ops.provision.shapes import gather_shapes, shape_fields
 from tpu_ops.specs.slice import SliceSpec
 from tpu_ops.train.incarnations import startup_script
 from tpu_ops.train.layout import put_json
@@ -31,27 +33,34 @@ class Keeper:
         self.lease, self.spec, self.gcs, self.layout, self.ledger = lease, spec, gcs, layout, ledger
         self.slices: tuple[Slice, ...] = ()
         self.kept: tuple[int, ...] = ()
+        self.shape: Shape = spec.shape_list[0]  # the live allocation's shape (elastic: maybe smaller than the target)
 
     def obtain(self, run_id: str, incarnation: str) -> tuple[Slice, ...]:
         """The allocation of ``incarnation`` (kept slices adopted, the lost one replaced), its document written."""
-        launch = Launch(startup_script(run_id, self.layout, incarnation), self.spec.slices)
+        script = startup_script(run_id, self.layout, incarnation)
+        launch = Launch(script, self.spec.slices)
         alloc: Allocation | None = None
-        if self.kept:
+        if self.spec.shapes:  # elastic: the target shape first, at every allocation (provision.shapes)
+            meta = lambda count: Launch(script, count).metadata  # noqa: E731
+            alloc, self.shape = gather_shapes(self.lease.spec, self.lease.gather, meta, self.ledger)
+        elif self.kept:
             try:
                 alloc = self.lease.gather(launch.metadata, zone=self.slices[0].zone, within=self.spec.keep_healthy_for)
             except ProvisioningError:
                 self.kept = ()  # gather gave everything back: a whole new allocation
         if alloc is None:
             alloc = self.lease.gather(launch.metadata)
-        if self.spec.slices > 1:  # where each worker is: its agent waits for this (agent.job.placement)
-            doc = {**alloc.document(incarnation), "kept": list(self.kept)}
+        if self.spec.slices > 1 or self.spec.shapes:  # where each worker is (and on what shape): agents wait for it
+            shape = shape_fields(self.spec.shape_list[0], self.shape) if self.spec.shapes else {}
+            doc = {**alloc.document(incarnation), "kept": list(self.kept), **shape}
             put_json(self.gcs, self.layout.state(ALLOCATION_DOC), doc)
         self.slices, self.kept = alloc.slices, ()
         return self.slices
 
     def give_back(self, lost: int | None, timeout_s: float = 900.0) -> None:
         """Everything, or (``lost`` of a multislice allocation, keep_healthy_for > 0) that slice only."""
-        if lost is None or len(self.slices) < 2 or not self.spec.keep_healthy_for.total_seconds():
+        # elastic shapes: the next allocation may be of another shape, so nothing is kept
+        if lost is None or len(self.slices) < 2 or not self.spec.keep_healthy_for.total_seconds() or self.spec.shapes:
             self.kept = ()
             self.lease.release()
             return

@@ -71,4 +71,5 @@ def provisioned_event(inc: IncarnationState, s: Slice, adopted: bool) -> dict[st
         "tier": s.tier,
         "adopted": adopted,
         "resume_step": inc.resume_step,
+        "shape": inc.shape,
     }

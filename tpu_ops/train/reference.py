@@ -22,6 +22,11 @@ usual 6 * parameters per predicted token (2 forward, 4 backward), one prediction
 ``6 * (features + 1) * batch_size``. Every worker trains the same batch (the model is replicated),
 so these are the slice's figures, counted once.
 
+Elastic shapes (docs/elastic.md): the step's gradient is the sum, in index order, of one micro-batch per
+chip of the target shape; on a smaller shape each chip accumulates ``TPU_OPS_ACCUM_STEPS`` of them, so the
+step, and the final parameters, are bit-identical to the target shape's. Having no interconnect, every
+process computes every micro-batch (what an all-reduce of the per-chip gradients would hand it).
+
 Hyperparameters (all optional): ``seed``, ``learning_rate``, ``batch_size``, ``features``,
 ``data_shards``, ``step_delay_s`` (make steps last longer in demos and tests), ``save_on_term``
 (default true), and fault hooks for tests: ``fail_at_step`` (exit 1 there), ``hang_at_step`` (hang
@@ -93,13 +98,42 @@ def step_work(features: int, batch: int) -> tuple[int, int]:
     return batch * (features + 1), 6 * params * batch
 
 
-def sgd_step(params: np.ndarray, x: np.ndarray, y: np.ndarray, step: int, lr: float, batch: int) -> np.ndarray:
-    """One step on the batch that ``step`` (alone) selects: mean-squared error of a linear model."""
+def sgd_step(
+    params: np.ndarray, x: np.ndarray, y: np.ndarray, step: int, lr: float, batch: int, micro: int = 1
+) -> np.ndarray:
+    """One step on the batch that ``step`` (alone) selects: mean-squared error of a linear model.
+
+    The batch's gradient is summed over ``micro`` equal micro-batches in their global order (elastic
+    shapes: one per target chip, :func:`micro_batches`), so the step is the same whatever shape computes it.
+    """
     rows = (np.arange(batch) + (step - 1) * batch) % len(x)
-    xb, yb = x[rows], y[rows]
-    err = xb @ params[:-1] + params[-1] - yb
-    grad = np.concatenate([xb.T @ err, [err.sum()]]) * (2.0 / batch)
-    return params - lr * grad
+    size = batch // micro
+    grad = np.zeros_like(params)
+    for k in range(micro):
+        xb, yb = x[rows[k * size : (k + 1) * size]], y[rows[k * size : (k + 1) * size]]
+        err = xb @ params[:-1] + params[-1] - yb
+        grad += np.concatenate([xb.T @ err, [err.sum()]])
+    return params - lr * grad * (2.0 / batch)
+
+
+def micro_batches(env: JobEnv, batch: int) -> int:
+    """How many micro-batches one step's batch is summed over: one per chip of the target shape.
+
+    With elastic shapes the global batch is split over the target's chips: on a shape with fewer chips
+    each chip accumulates ``accum_steps`` micro-batches (processes x chips per process x accumulation =
+    target chips), so the micro-batches, and their sum in index order, are the target's on every shape.
+    Without shapes (``target_chips`` 0): one batch, as before.
+    """
+    if env.target_chips <= 0:
+        return 1
+    if env.chips * env.accum_steps != env.target_chips or batch % env.target_chips:
+        raise SystemExit(
+            f"reference trainer: batch_size {batch} must split over the target's {env.target_chips} chips "
+            f"(chips {env.chips} x accum_steps {env.accum_steps})"
+        )
+    what = f"shape {env.shape} (target {env.target_shape}), {env.accum_steps} micro-batch(es) per chip"
+    print(f"worker {env.process_id}: {what}", flush=True)
+    return env.target_chips
 
 
 def _npy(arr: np.ndarray) -> bytes:
@@ -223,12 +257,13 @@ def main() -> int:
     lr, batch = float(hp.get("learning_rate", 0.1)), int(hp.get("batch_size", 64))
     delay = float(hp.get("step_delay_s", 0))
     tokens, flops = step_work(x.shape[1], batch)
+    micro = micro_batches(env, batch)
     saved, save_s = start, 0.0
     step = start
     t_mark = time.time()  # records back to back: the loop's own overhead belongs to the next step
     while step < env.steps:
         if "at" in term:
-            return _save_on_term(gcs, env, hp, params, step, saved, save_s, term["at"], x, y, lr, batch)
+            return _save_on_term(gcs, env, hp, params, step, saved, save_s, term["at"], x, y, lr, batch, micro)
         step += 1
         if int(hp.get("fail_at_step", -1)) == step:
             print(f"worker {env.process_id}: injected failure at step {step}", file=sys.stderr, flush=True)
@@ -238,7 +273,7 @@ def main() -> int:
             while True:
                 time.sleep(3600)
         t0 = t_mark
-        params = sgd_step(params, x, y, step, lr, batch)
+        params = sgd_step(params, x, y, step, lr, batch, micro)
         if delay:
             time.sleep(delay)
         t_mark = time.time()
@@ -260,7 +295,7 @@ def main() -> int:
 
 def _save_on_term(
     gcs: Gcs, env: JobEnv, hp: dict[str, Any], params: np.ndarray, step: int, saved: int, save_s: float,
-    term_at: float, x: np.ndarray, y: np.ndarray, lr: float, batch: int,
+    term_at: float, x: np.ndarray, y: np.ndarray, lr: float, batch: int, micro: int = 1,
 ) -> int:  # fmt: skip
     """SIGTERM: agree on a step, train up to it, save it if the grace allows; exit 143 either way."""
     deadline = term_at + env.term_grace_s
@@ -271,7 +306,7 @@ def _save_on_term(
     while step < target:  # a worker behind the others catches up (steps are cheap next to a lost run)
         step += 1
         t0 = time.time()
-        params = sgd_step(params, x, y, step, lr, batch)
+        params = sgd_step(params, x, y, step, lr, batch, micro)
         record(env.step_log, "step", step, t0, time.time())
     if time.monotonic() + 2 * save_s > deadline:
         print(f"worker {env.process_id}: SIGTERM at step {step}; no time to save it", flush=True)

@@ -205,6 +205,8 @@ class IncarnationState:
     timeline: list[list[Any]] = field(default_factory=list)  # worker 0's [kind, step, start, end] records
     tokens_per_step: float | None = None  # what one step does across the slice, as the trainer said
     model_flops_per_step: float | None = None  # (worker 0's heartbeat: agent.job.WORK_FIELDS)
+    shape: str = ""  # what it trained on (elastic shapes: maybe smaller than the target, docs/elastic.md)
+    chips: int = 0  # the allocation's chips (goodput counts chip-seconds)
 
 
 @dataclass

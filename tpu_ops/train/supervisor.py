@@ -229,6 +229,8 @@ class Supervisor:
         if inc.queued_resource and inc.queued_resource != s.queued_resource:
             raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
         adopted = recovery.ready(inc, s, preemption, time.monotonic() - t0)
+        if self.job.provision.slice.shapes:  # elastic shapes: what this incarnation trains on (train.elastic)
+            inc.shape, inc.chips = self.keeper.shape.name, sum(x.chips for x in self.keeper.slices)
         self._save()
         self.report.incarnations = self.state.incarnations
         self.notify(AuditEvent.SLICE_PROVISIONED, recovery.provisioned_event(inc, s, adopted))

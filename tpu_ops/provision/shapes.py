@@ -1,0 +1,80 @@
+"""Elastic shapes: the run's allocation at its target shape, else at the largest smaller shape there is.
+
+``provision.slice.shapes`` (docs/elastic.md) lists the shapes a run may train on, the target first.
+Every allocation (the first, and each recovery) walks the whole ladder at the target shape first; only
+when that walk fails (every rung refused, or none came within its wait) is the next shape's walk
+tried, and a ``shape`` ledger record says which shape the run got and why. So a run that fell back
+goes back to the target at its next recovery whenever the target can be had again.
+
+A shape is one slice type and a count (``2xv5p-16`` is a two-slice allocation); the chips of every
+shape divide the target's (the spec checks), so the trainer keeps the global batch by accumulating
+``target chips / chips`` micro-batches per step (the job contract's ``TPU_OPS_ACCUM_STEPS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from tpu_ops.accelerators import Shape
+from tpu_ops.errors import ProvisioningError
+from tpu_ops.provision import ledger as L
+from tpu_ops.provision.allocation import Allocation
+from tpu_ops.provision.records import Attempt
+from tpu_ops.specs.slice import ProvisionSpec
+
+SHAPE: Final = "shape"  # ledger record: the shape an allocation was obtained at (and what was tried before it)
+SHAPE_UNAVAILABLE: Final = "shape-unavailable"  # ledger record: a shape's walk failed; the next one is tried
+
+
+def shape_spec(spec: ProvisionSpec, shape: Shape) -> ProvisionSpec:
+    """``spec`` asking for ``shape``: its accelerator type and slice count, every other field the same."""
+    sl = spec.slice.model_copy(update={"accelerator_type": shape.accelerator.name, "slices": shape.count})
+    return spec.model_copy(update={"slice": sl})
+
+
+def accum_steps(target: Shape, shape: Shape) -> int:
+    """Micro-batches per step on ``shape`` so a step is the target's (the spec made it divide)."""
+    return target.chips // shape.chips
+
+
+def shape_fields(target: Shape, shape: Shape) -> dict[str, Any]:
+    """What the allocation document says of its shape (the agent's ``shape_env`` reads ``shape``, ``chips``)."""
+    return {
+        "shape": shape.name,
+        "chips": shape.chips,
+        "target_shape": target.name,
+        "target_chips": target.chips,
+        "accum_steps": accum_steps(target, shape),
+    }
+
+
+def gather_shapes(
+    spec: ProvisionSpec,
+    gather: Callable[..., Allocation],
+    metadata: Callable[[int], Callable[[int], Mapping[str, str]]],
+    ledger: L.Ledger,
+) -> tuple[Allocation, Shape]:
+    """The allocation at the first shape of ``spec.slice.shape_list`` that can be had, and that shape.
+
+    ``gather(metadata_fn, spec=...)`` obtains one allocation (``SliceLease.gather``); ``metadata(count)``
+    is the launch metadata of a ``count``-slice allocation. ``ProvisioningError`` (every shape's
+    attempts) when no shape can be had.
+    """
+    shapes = spec.slice.shape_list
+    target, failed, attempts = shapes[0], list[str](), list[Attempt]()
+    for i, shape in enumerate(shapes):
+        try:
+            alloc = gather(metadata(shape.count), spec=shape_spec(spec, shape))
+        except ProvisioningError as exc:
+            attempts.extend(getattr(exc, "attempts", []) or [])
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            failed.append(f"{shape.name}: {first}")
+            if i + 1 < len(shapes):
+                ledger.append(SHAPE_UNAVAILABLE, shape=shape.name, next=shapes[i + 1].name, reason=first)
+            continue
+        why = "the target shape" if shape == target else f"the target {target.name} could not be had"
+        ledger.append(SHAPE, **shape_fields(target, shape), why=why, unavailable=[f.split(":")[0] for f in failed])
+        return alloc, shape
+    lines = "\n  ".join(failed)
+    raise ProvisioningError(f"no shape of {[s.name for s in shapes]} could be had:\n  {lines}", attempts)
