@@ -97,8 +97,14 @@ def final_params(spec: Any, run_id: str, manifest: str | None, final_step: int |
 
     if final_step is None:
         return {"compared": False, "why": "the run left no complete checkpoint"}
+    from tpu_ops.agent.metadata import Metadata, MetadataError
+
+    class NoMetadata(Metadata):  # this process is no VM: no token, which the emulator does not need
+        def get(self, path: str) -> str:
+            raise MetadataError(f"no metadata server here ({path})", 404)
+
     hp = dict(spec.train.hyperparameters)
-    gcs = Gcs.from_env()
+    gcs = Gcs.from_env(metadata=NoMetadata())
     steps_uri = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir).steps_uri
     env = JobEnv(run_id, 0, 1, steps_uri, spec.train.steps, spec.train.checkpoint_every)
     got = reference.restore(gcs, env, final_step)

@@ -154,5 +154,13 @@ def plan(args: argparse.Namespace) -> int:
     found = ranking.history_for(spec, Clients(settings), strict=True)
     _, choice = ranking.order(spec, ladder_plan(spec), table, found, run)
     out = ranking.plan_document(spec, choice, run, table)
-    show(out, args.json, f"{spec.slice.accelerator_type}: {ranking.describe(choice)}\n{_table(ranking.plan_rows(out))}")
+    text = f"{spec.slice.accelerator_type}: {ranking.describe(choice)}\n{_table(ranking.plan_rows(out))}"
+    if spec.slice.shapes:  # elastic shapes: each one's expected $ per kept step (docs/elastic.md)
+        from tpu_ops.provision.shapes import plan_shapes
+
+        out["shapes"] = plan_shapes(spec, table, lambda s: ranking.history_for(s, Clients(settings)), args.steps_done)
+        rows = [{**r, "usd_per_step": _num(r["usd_per_step"], ".6f"), "wall_s": _num(r["wall_s"], ".0f")}
+                for r in out["shapes"]]  # fmt: skip
+        text += f"\nshapes (target first; a smaller one accumulates, so its step is the target's):\n{_table(rows)}"
+    show(out, args.json, text)
     return 0

@@ -9,6 +9,7 @@ goes back to the target at its next recovery whenever the target can be had agai
 A shape is one slice type and a count (``2xv5p-16`` is a two-slice allocation); the chips of every
 shape divide the target's (the spec checks), so the trainer keeps the global batch by accumulating
 ``target chips / chips`` micro-batches per step (the job contract's ``TPU_OPS_ACCUM_STEPS``).
+``plan_shapes`` is what ``tpu-ops capacity plan`` shows of each shape: its expected $ per kept step.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tpu_ops.accelerators import Shape
 from tpu_ops.errors import ProvisioningError
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.allocation import Allocation
+from tpu_ops.provision.prices import PriceTable
 from tpu_ops.provision.records import Attempt
 from tpu_ops.specs.slice import ProvisionSpec
 
@@ -78,3 +80,34 @@ def gather_shapes(
         return alloc, shape
     lines = "\n  ".join(failed)
     raise ProvisioningError(f"no shape of {[s.name for s in shapes]} could be had:\n  {lines}", attempts)
+
+
+def plan_shapes(
+    spec: ProvisionSpec, table: PriceTable, histories: Callable[[ProvisionSpec], Any], steps_done: int = 0
+) -> list[dict[str, Any]]:
+    """Each shape's expected cost per kept step (``capacity plan``): its ladder ranked as the target's is,
+    with a step taking ``accum_steps`` times the target's seconds (the same global batch on fewer chips,
+    scaling linearly) at its own chips' price and its own capacity history (``histories(shape_spec)``)."""
+    from tpu_ops.provision import ranking
+    from tpu_ops.provision.steps import plan
+
+    shapes = spec.slice.shape_list
+    rows = []
+    for shape in shapes:
+        k = accum_steps(shapes[0], shape)
+        sub = shape_spec(spec, shape).model_copy(update={"hours": spec.hours * k})
+        run = ranking.run_model(sub, steps_done=steps_done)
+        _, choice = ranking.order(sub, plan(sub), table, histories(sub), run)
+        first = choice.ranked[0].expectation.to_json() if choice.ranked else {}
+        rows.append(
+            {
+                "shape": shape.name,
+                "chips": shape.chips,
+                "accum_steps": k,
+                "seconds_per_step": run.seconds_per_step,
+                "first_rung": f"{first.get('tier', '-')} in {first.get('zone', '-')}",
+                "usd_per_step": first.get("usd_per_step"),
+                "wall_s": first.get("wall_s"),
+            }
+        )
+    return rows
