@@ -116,3 +116,15 @@ def final_params(spec: Any, run_id: str, manifest: str | None, final_step: int |
         want = reference.sgd_step(want, x, y, step, lr, batch, micro)
     rel = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-300)))
     return {"compared": True, "step": final_step, "bit_identical": bool(np.array_equal(got, want)), "max_rel_diff": rel}
+
+
+def shape_records(run_id: str) -> list[dict[str, Any]]:
+    """The run's ``shape`` / ``shape-unavailable`` ledger records (the ledger under ``TPU_OPS_STATE_DIR``):
+    which shape each allocation got, and why a larger one was not had."""
+    from tpu_ops.provision.ledger import Ledger
+    from tpu_ops.provision.shapes import SHAPE, SHAPE_UNAVAILABLE
+    from tpu_ops.settings import Settings
+
+    keep = ("kind", "shape", "accum_steps", "why", "next", "reason")
+    events = Ledger(Settings(), run_id).events()
+    return [{k: e[k] for k in keep if k in e} for e in events if e["kind"] in (SHAPE, SHAPE_UNAVAILABLE)]

@@ -193,3 +193,38 @@ def test_dry_run_of_the_multislice_example(tmp_path: Path) -> None:
     reports = sorted((tmp_path / "work" / "workers").rglob("stdout.log"))
     assert len(reports) == 6  # 2 x 2 workers, then the replaced slice's 2 (the kept slice's agents restarted)
     assert sum("another slice was lost: stopping at the step in hand" in r.read_text() for r in reports) == 2
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_elastic_example(tmp_path: Path) -> None:
+    """v5p-32 preempted and stocked out everywhere → v5p-16 accumulating 2 → v5p-32 again, bit-identical."""
+    spec = Path(__file__).resolve().parents[2] / "examples" / "elastic.yaml"
+    summary, _, _ = _dry_run(tmp_path, "--spec", str(spec), "--keep")  # the workers' logs are read below
+    assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
+    assert summary["training"]["recoveries"] == 2 and summary["left_behind"] == {
+        "tpu_resources": 0,
+        "worker_processes": 0,
+    }
+    injected = summary["elastic"]["injected"]
+    assert [e["event"] for e in injected] == ["target stocked out", "target back in stock"]
+    assert "(v5p-32)" in injected[0]["preempted"] and "(v5p-16)" in injected[1]["preempted"]
+    # every shape used and its steps: the target twice (before and after), the v5p-16 between
+    shapes = {s["shape"]: s for s in summary["shapes"]}
+    assert list(shapes) == ["v5p-32", "v5p-16"] and shapes["v5p-32"]["incarnations"] == 2
+    assert shapes["v5p-16"]["incarnations"] == 1 and shapes["v5p-16"]["steps"] > 0
+    assert shapes["v5p-32"]["steps"] + shapes["v5p-16"]["steps"] == 60
+    assert (shapes["v5p-32"]["chips"], shapes["v5p-16"]["chips"]) == (16, 8)
+    # the ledger says why: the target first each time, the v5p-16 only when no v5p-32 could be had
+    ledger = [(r["kind"], r["shape"]) for r in summary["elastic"]["ledger"]]
+    assert ledger == [("shape", "v5p-32"), ("shape-unavailable", "v5p-32"), ("shape", "v5p-16"), ("shape", "v5p-32")]
+    assert summary["elastic"]["ledger"][2]["accum_steps"] == 2
+    assert summary["elastic"]["final_params"] == {
+        "compared": True,
+        "step": 60,
+        "bit_identical": True,
+        "max_rel_diff": 0.0,
+    }
+    logs = [p.read_text() for p in (tmp_path / "work" / "workers").rglob("trainer.log")]
+    assert len(logs) == 10  # 4 hosts, 2, then 4 again (the hosts of a partial group never start a trainer)
+    assert sum("shape v5p-16 (target v5p-32), 2 micro-batch(es) per chip" in t for t in logs) == 2
+    assert sum("shape v5p-32 (target v5p-32), 1 micro-batch(es) per chip" in t for t in logs) == 8
