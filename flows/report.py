@@ -183,7 +183,8 @@ class RecoveryLog:
         elif name.endswith(".provisioned") and payload.get("incarnation"):
             self._log(
                 f"recovery: incarnation {payload['incarnation']} on {payload.get('tier')} in {payload.get('zone')} "
-                f"({payload.get('queued_resource')}) → resuming from step {_step(payload.get('resume_step'))}"
+                f"({payload.get('queued_resource')}{', ' + payload['shape'] if payload.get('shape') else ''}) → "
+                f"resuming from step {_step(payload.get('resume_step'))}"
             )
         elif name.endswith(".recovered"):
             self._log(f"preemption {n}: recovered, training again at step {_step(payload.get('step'))}")

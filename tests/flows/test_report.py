@@ -197,3 +197,13 @@ def test_what_was_left_behind_reads_as_words() -> None:
     rows = dict(glance_rows(SUMMARY))
     assert "took" not in rows, "the UI's summary and the dry run's table have the same rows"
     assert not any("{" in v for v in rows.values()), rows  # no Python reprs
+
+
+def test_a_recovery_on_another_shape_names_it() -> None:
+    from flows.report import RecoveryLog
+
+    lines: list[str] = []
+    log = RecoveryLog(lines.append)
+    log.event("tpu-ops.slice.provisioned", {"incarnation": 1, "tier": "spot", "zone": "z-b", "queued_resource": "r-a1",
+                                            "resume_step": 13, "shape": "v5p-16"})  # fmt: skip
+    assert lines == ["recovery: incarnation 1 on spot in z-b (r-a1, v5p-16) → resuming from step 13"]

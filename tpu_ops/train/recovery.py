@@ -71,5 +71,5 @@ def provisioned_event(inc: IncarnationState, s: Slice, adopted: bool) -> dict[st
         "tier": s.tier,
         "adopted": adopted,
         "resume_step": inc.resume_step,
-        "shape": inc.shape,
+        **({"shape": inc.shape} if inc.shape else {}),  # elastic shapes: what it trains on
     }
