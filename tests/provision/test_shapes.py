@@ -78,3 +78,25 @@ def test_no_shape_at_all_names_every_shape(fake: Any, settings: Any, spec_factor
         assert {a.outcome for a in info.value.attempts} <= {"stockout", "timeout"} and len(info.value.attempts) == 8
     finally:
         lease.release()
+
+
+def test_a_successor_adopts_a_live_smaller_allocation(fake: Any, settings: Any, spec_factory: Any) -> None:
+    from tpu_ops.provision.providers import SliceState
+
+    fake.capacity({ZA: {"spot": 8, "on-demand": 8}, ZB: {"spot": 8, "on-demand": 8}})
+    lease = SliceLease(_elastic(spec_factory), "run-shape-adopt", settings)
+    try:
+        first, _ = _gather(lease, settings)
+        fake.capacity({ZA: {"spot": 64, "on-demand": 64}})  # the target could be had now, but the run is training
+
+        def live() -> list[str]:
+            found = lease.provider.slices([ZA, ZB], lease.run_id)
+            return [r.accelerator_type for r in found if r.state in SliceState.RUNNING]
+
+        ledger = Ledger(settings, lease.run_id)
+        alloc, shape = gather_shapes(lease.spec, lease.gather, lambda count: lambda i: {}, ledger, live)
+        assert shape.name == "v4-16" and alloc.slices[0].queued_resource == first.slices[0].queued_resource
+    finally:
+        lease.release()
+    last = _shape_events(settings, "run-shape-adopt")[-1]
+    assert (last["kind"], last["shape"]) == (SHAPE, "v4-16") and last["why"].startswith("the run's live allocation")

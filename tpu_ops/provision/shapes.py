@@ -14,7 +14,7 @@ shape divide the target's (the spec checks), so the trainer keeps the global bat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from tpu_ops.accelerators import Shape
@@ -51,31 +51,45 @@ def shape_fields(target: Shape, shape: Shape) -> dict[str, Any]:
     }
 
 
+def live_shape(shapes: Sequence[Shape], live_types: Sequence[str]) -> Shape | None:
+    """The shape of the run's live (running) slices, when they are exactly one of ``shapes``."""
+    if not live_types or len(set(live_types)) != 1:
+        return None
+    return next((s for s in shapes if s.accelerator.name == live_types[0] and s.count == len(live_types)), None)
+
+
 def gather_shapes(
     spec: ProvisionSpec,
     gather: Callable[..., Allocation],
     metadata: Callable[[int], Callable[[int], Mapping[str, str]]],
     ledger: L.Ledger,
+    live: Callable[[], Sequence[str]] | None = None,
 ) -> tuple[Allocation, Shape]:
     """The allocation at the first shape of ``spec.slice.shape_list`` that can be had, and that shape.
 
     ``gather(metadata_fn, spec=...)`` obtains one allocation (``SliceLease.gather``); ``metadata(count)``
-    is the launch metadata of a ``count``-slice allocation. ``ProvisioningError`` (every shape's
+    is the launch metadata of a ``count``-slice allocation. ``live()``: the accelerator types of the
+    run's running slices; a live allocation of a smaller shape (a supervisor taking the run over) is
+    adopted as it is rather than torn down for the target. ``ProvisioningError`` (every shape's
     attempts) when no shape can be had.
     """
     shapes = spec.slice.shape_list
     target, failed, attempts = shapes[0], list[str](), list[Attempt]()
-    for i, shape in enumerate(shapes):
+    adopt = live_shape(shapes, live()) if live is not None else None
+    order = [adopt, *(s for s in shapes if s != adopt)] if adopt is not None else shapes
+    for i, shape in enumerate(order):
         try:
             alloc = gather(metadata(shape.count), spec=shape_spec(spec, shape))
         except ProvisioningError as exc:
             attempts.extend(getattr(exc, "attempts", []) or [])
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             failed.append(f"{shape.name}: {first}")
-            if i + 1 < len(shapes):
-                ledger.append(SHAPE_UNAVAILABLE, shape=shape.name, next=shapes[i + 1].name, reason=first)
+            if i + 1 < len(order):
+                ledger.append(SHAPE_UNAVAILABLE, shape=shape.name, next=order[i + 1].name, reason=first)
             continue
         why = "the target shape" if shape == target else f"the target {target.name} could not be had"
+        if shape == adopt and shape != target:
+            why = "the run's live allocation, adopted (the target is tried again at the next recovery)"
         ledger.append(SHAPE, **shape_fields(target, shape), why=why, unavailable=[f.split(":")[0] for f in failed])
         return alloc, shape
     lines = "\n  ".join(failed)

@@ -19,6 +19,7 @@ from tpu_ops.provision import ledger as L
 from tpu_ops.provision.allocation import Allocation
 from tpu_ops.provision.launch import Launch
 from tpu_ops.provision.lease import SliceLease
+from tpu_ops.provision.providers import SliceState
 from tpu_ops.provision.records import Slice
 from tpu_ops.provision.shapes import gather_shapes, shape_fields
 from tpu_ops.specs.slice import SliceSpec
@@ -42,7 +43,7 @@ class Keeper:
         alloc: Allocation | None = None
         if self.spec.shapes:  # elastic: the target shape first, at every allocation (provision.shapes)
             meta = lambda count: Launch(script, count).metadata  # noqa: E731
-            alloc, self.shape = gather_shapes(self.lease.spec, self.lease.gather, meta, self.ledger)
+            alloc, self.shape = gather_shapes(self.lease.spec, self.lease.gather, meta, self.ledger, self._live)
         elif self.kept:
             try:
                 alloc = self.lease.gather(launch.metadata, zone=self.slices[0].zone, within=self.spec.keep_healthy_for)
@@ -56,6 +57,11 @@ class Keeper:
             put_json(self.gcs, self.layout.state(ALLOCATION_DOC), doc)
         self.slices, self.kept = alloc.slices, ()
         return self.slices
+
+    def _live(self) -> list[str]:
+        """The accelerator types of the run's running slices (a successor adopts a live smaller shape)."""
+        found = self.lease.provider.slices(list(self.spec.zones), self.lease.run_id)
+        return [r.accelerator_type for r in found if r.state in SliceState.RUNNING]
 
     def give_back(self, lost: int | None, timeout_s: float = 900.0) -> None:
         """Everything, or (``lost`` of a multislice allocation, keep_healthy_for > 0) that slice only."""
