@@ -290,6 +290,10 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("model package", str(export.get("package_arn", "-"))),
         ("audit verify", _audit_cell(audit, export)),
     ]
+    if summary.get("shapes"):  # elastic shapes: each one used, and the steps kept on it
+        shapes = ", ".join(f"{s['shape']} {s['steps']} steps" for s in summary["shapes"])
+        held = sum(float(s["held_chip_s"]) for s in summary["shapes"])
+        rows.insert(6, ("shapes", f"{shapes}; chip-seconds held {held:.0f}"))
     if left is not None:
         rows.append(("left behind", left_behind(left, summary.get("disk"))))
     return rows

@@ -207,3 +207,15 @@ def test_a_recovery_on_another_shape_names_it() -> None:
     log.event("tpu-ops.slice.provisioned", {"incarnation": 1, "tier": "spot", "zone": "z-b", "queued_resource": "r-a1",
                                             "resume_step": 13, "shape": "v5p-16"})  # fmt: skip
     assert lines == ["recovery: incarnation 1 on spot in z-b (r-a1, v5p-16) → resuming from step 13"]
+
+
+def test_the_glance_names_each_shape_and_its_steps() -> None:
+    from flows.report import glance_rows
+
+    shapes = [
+        {"shape": "v5p-32", "steps": 49, "held_chip_s": 446.8},
+        {"shape": "v5p-16", "steps": 11, "held_chip_s": 56.5},
+    ]
+    rows = dict(glance_rows({"run_id": "r", "training": {"final_step": 60, "steps": 60}, "shapes": shapes}))
+    assert rows["shapes"] == "v5p-32 49 steps, v5p-16 11 steps; chip-seconds held 503"
+    assert "shapes" not in dict(glance_rows({"run_id": "r", "training": {"final_step": 60, "steps": 60}}))
