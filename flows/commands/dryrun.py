@@ -242,6 +242,18 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted
+        from flows.commands._baseline import compare_with_uninterrupted
+        from tpu_ops.cloud.clients import Clients
+
+        _step("checking the final parameters against the same trainer run uninterrupted")
+        summary["final_params"] = compare_with_uninterrupted(
+            os.environ,
+            Clients(settings).gcs(),
+            spec.train,
+            summary.get("checkpoints", ""),
+            summary.get("manifest"),
+            (summary.get("training") or {}).get("final_step"),
+        )
         # what the emulated clouds still hold (the flow checked its own teardown; this checks the hosts too)
         left = stack.state()
         ce = left.get("compute") or {}

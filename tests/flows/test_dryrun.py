@@ -48,6 +48,7 @@ def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
     (p,) = summary["preemptions"]
     assert "preempt" in p["reason"] and p["resume_step"] is not None and 0 <= p["steps_lost"] <= 10
     assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
+    assert summary["final_params"]["bit_identical"], summary["final_params"]  # as if never interrupted
     assert summary["workers_verified"] == 4
     assert summary["left_behind"] == {"tpu_resources": 0, "worker_processes": 0}
     assert summary["cost"]["open_slices"] == 0 and summary["cost"]["usd_total"] > 0
@@ -110,6 +111,7 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
     # trained with the reference trainer through one spot preemption, resuming from a committed step
     assert summary["injected_preemption"] and summary["training"]["recoveries"] == 1
     assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
+    assert summary["final_params"]["bit_identical"], summary["final_params"]  # as if never interrupted
     (p,) = summary["preemptions"]
     # the workers' SIGTERM notice lets them agree on and save the step in hand (so not only multiples of 10)
     assert p["resume_step"] is not None and p["resume_step"] >= 10 and 0 <= p["steps_lost"] <= 10
@@ -182,6 +184,7 @@ def test_dry_run_of_the_multislice_example(tmp_path: Path) -> None:
     run_id = summary["run_id"]
     assert summary["slice"]["slices"] == 2 and summary["slice"]["hosts"] == 4 and summary["workers_verified"] == 4
     assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
+    assert summary["final_params"]["bit_identical"], summary["final_params"]  # as if never interrupted
     (p,) = summary["preemptions"]  # one preemption, of one slice
     lost = p["queued_resource"]
     assert lost in (f"{run_id}-a1", f"{run_id}-a1001") and p["steps_lost"] == 0
