@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-EXE = Path(sys.executable).with_name("tpu-ops")
-
-
-def _dry_run(tmp_path: Path, *args: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str], dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "AWS_", "PREFECT_API"))}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")
-    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"  # a loaded 2-core machine starts it slowly
-    out = subprocess.run(
-        [str(EXE), "dry-run", "--json", "--workdir", str(tmp_path / "work"), *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=240,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary: dict[str, Any] = json.loads(out.stdout[out.stdout.index("{\n") :])
-    return summary, out, env
+from dryruns import EXE, dry_run
 
 
 @pytest.mark.slow
-def test_dry_run_on_compute_engine_by_default(tmp_path: Path) -> None:
-    summary, out, env = _dry_run(tmp_path, "--keep")  # the workers' logs are read below
+def test_dry_run_on_compute_engine_by_default(default_dry_run: dict[str, Any]) -> None:
+    tmp_path, summary, out, env = (default_dry_run[k] for k in ("tmp", "summary", "out", "env"))
     assert summary["disk"]["workers_kept"] and (tmp_path / "work" / "workers").is_dir()
     assert summary["backend"] == "compute"
     # reservation too small (2 of 4 hosts), spot stocked out in b, a (spot: not BULK) group of 4 in c; again
@@ -97,7 +76,7 @@ def _printed_commands_run_without_the_venv(stdout: str, cwd: Path) -> None:
 
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path: Path) -> None:
-    summary, _, _ = _dry_run(tmp_path, "--backend", "tpu-api", "--keep")
+    summary, _, _ = dry_run(tmp_path, "--backend", "tpu-api", "--keep")
     assert summary["backend"] == "tpu-api"
     # the ladder had to work: reservation too small, spot stocked out in b, spot in c wins; and again
     # after the injected preemption
@@ -180,7 +159,7 @@ def test_dry_run_refuses_a_bad_spec_before_starting_anything(tmp_path: Path) -> 
 def test_dry_run_of_the_multislice_example(tmp_path: Path) -> None:
     """2 slices of 2 hosts, one of them preempted: the healthy one kept, the lost one replaced, no step lost."""
     spec = Path(__file__).resolve().parents[2] / "examples" / "multislice.yaml"
-    summary, _, _ = _dry_run(tmp_path, "--spec", str(spec), "--keep")  # the workers' logs are read below
+    summary, _, _ = dry_run(tmp_path, "--spec", str(spec), "--keep")  # the workers' logs are read below
     run_id = summary["run_id"]
     assert summary["slice"]["slices"] == 2 and summary["slice"]["hosts"] == 4 and summary["workers_verified"] == 4
     assert summary["training"]["outcome"] == "done" and summary["training"]["final_step"] == 60
