@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tpu_ops.agent.job import WORK_FIELDS, Job
 from tpu_ops.errors import NotFoundError, SpecError, TrainingError
 from tpu_ops.layout import RunLayout
+from tpu_ops.provision.records import Slice
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.layout import get_json
-from tpu_ops.train.runstate import IncarnationState, PreemptionState
+from tpu_ops.train.runstate import IncarnationState, PreemptionState, SliceState
 
 
 def check_command(job: TrainJobSpec, run_id: str) -> None:
@@ -39,6 +41,22 @@ def job_document(job: TrainJobSpec, layout: RunLayout, run_id: str, project: str
         coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
         preemption_notice=t.preemption_notice, goodput=goodput, slices=job.provision.slice.slices,
     )  # fmt: skip
+
+
+def record_allocation(inc: IncarnationState, slices: Sequence[Slice], kept: Collection[int] = ()) -> None:
+    """Record every slice of ``inc``'s allocation (slice 0 also in the fields single-slice readers use).
+
+    ``kept``: the indices held over from the previous incarnation (``Keeper.carried``). A slice the
+    incarnation already records (a successor supervisor adopting it) keeps its flag.
+    """
+    if not slices:
+        return
+    before = {s.resource_id: s.kept for s in inc.slices}
+    inc.slices = []
+    for i, s in enumerate(slices):
+        carried = i in kept or before.get(s.queued_resource, False)
+        inc.slices.append(SliceState(i, s.queued_resource, s.zone, s.tier, s.hosts, carried))
+    inc.queued_resource, inc.zone, inc.tier = slices[0].queued_resource, slices[0].zone, slices[0].tier
 
 
 def merge_timeline(inc: IncarnationState, records: list[list[Any]]) -> None:

@@ -25,12 +25,14 @@ from tpu_ops.train.layout import put_json
 
 
 class Keeper:
-    """Owns ``slices`` (the live allocation, slice 0 first) and ``kept`` (indices kept for the next one)."""
+    """Owns ``slices`` (the live allocation, slice 0 first), ``kept`` (indices kept for the next one) and
+    ``carried`` (the indices of ``slices`` held over from the allocation before: the run state records them)."""
 
     def __init__(self, lease: SliceLease, spec: SliceSpec, gcs: Any, layout: RunLayout, ledger: L.Ledger) -> None:
         self.lease, self.spec, self.gcs, self.layout, self.ledger = lease, spec, gcs, layout, ledger
         self.slices: tuple[Slice, ...] = ()
         self.kept: tuple[int, ...] = ()
+        self.carried: tuple[int, ...] = ()
 
     def obtain(self, run_id: str, incarnation: str) -> tuple[Slice, ...]:
         """The allocation of ``incarnation`` (kept slices adopted, the lost one replaced), its document written."""
@@ -46,7 +48,7 @@ class Keeper:
         if self.spec.slices > 1:  # where each worker is: its agent waits for this (agent.job.placement)
             doc = {**alloc.document(incarnation), "kept": list(self.kept)}
             put_json(self.gcs, self.layout.state(ALLOCATION_DOC), doc)
-        self.slices, self.kept = alloc.slices, ()
+        self.slices, self.carried, self.kept = alloc.slices, self.kept, ()
         return self.slices
 
     def give_back(self, lost: int | None, timeout_s: float = 900.0) -> None:
