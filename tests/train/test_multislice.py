@@ -51,6 +51,10 @@ def test_two_slices_one_preempted_the_healthy_one_kept_resume_bit_identical(
     # the healthy slice was kept (same slice, its workers restarted on the new incarnation), the lost one replaced
     assert last["kept"] == [0] and last["slices"][0]["endpoints"] == first["slices"][0]["endpoints"]
     assert report.incarnations[0].queued_resource == report.incarnations[1].queued_resource == f"{run_id}-a1"
+    state = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/state.json").download_as_bytes())
+    got = [[(s["index"], s["resource_id"], s["hosts"], s["kept"]) for s in i["slices"]] for i in state["incarnations"]]
+    a1, a1001 = f"{run_id}-a1", f"{run_id}-a1001"
+    assert got == [[(0, a1, 2, False), (1, a1001, 2, False)], [(0, a1, 2, True), (1, a1001, 2, False)]]
     events = Ledger(train_settings, run_id).events()
     assert [e["kind"] for e in events if e.get("resource_id") == f"{run_id}-a1"].count("active") == 1
     gone = [e["resource_id"] for e in events if e["kind"] == "gone"]
