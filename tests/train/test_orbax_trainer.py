@@ -1,11 +1,13 @@
-"""A real JAX + orbax-checkpoint trainer (CPU, from PyPI) as ``train.command`` on a 2-host slice,
-preempted once while a save is in flight, ends with the parameters of an uninterrupted run.
+"""A real JAX + orbax-checkpoint trainer (CPU, from PyPI) as ``train.command``: on a 2-host slice and on
+2 slices of 1 host (issue 29), each preempted once while a save is in flight, and through 2 hosts ->
+1 host with accumulation 2 -> 2 hosts (issue 27); each ends with the parameters of an uninterrupted run
+(docs/orbax-trainer.md).
 
 Its runtime reaches the bare-image workers as a user's would: a wheelhouse downloaded once from the
 package index into ``.tpu-ops/orbax-wheelhouse`` (``examples/orbax_trainer/constraints.txt`` pins every
 wheel), uploaded to the fake GCS, and installed on each worker by ``train.setup`` with ``pip install
---no-index --find-links``. The test sets no variable for the trainer: it sees only the job contract
-and what the host gives every VM. ~2-4 min on 2 cores, so it is deselected by default: ``make
+--no-index --find-links``. The stack tests set no variable for the trainer: it sees only the job
+contract and what the host gives every VM. Minutes on 2 cores, so deselected by default: ``make
 orbax-check`` (CI runs it after ``make test``).
 """
 
@@ -157,7 +159,7 @@ def test_two_slices_of_one_host_one_slice_preempted_during_a_save_resume_bit_ide
     t0, run_id = time.monotonic(), "orbax-ms"
     rt = upload_orbax_runtime(train_settings, f"gs://{ckpt_bucket}/orbax-runtime", wheelhouse)
     job = job_spec(
-        ckpt_bucket, "v4-8", steps=STEPS, checkpoint_every=EVERY, hyperparameters=HP, term_grace=4,
+        ckpt_bucket, "v4-8", steps=STEPS, checkpoint_every=EVERY, hyperparameters=HP, term_grace=10,
         setup=["bash", "-c", ORBAX_SETUP, "setup", rt], command=["venv/bin/python", "rt/train.py"],
         stall_limit="300s", heartbeat_interval=0.5,
     )  # fmt: skip
