@@ -74,15 +74,12 @@ def main() -> int:
     slices = int(_var(env, "SLICES", default="1"))
     accum = int(_var(env, "ACCUM_STEPS", default="1"))
     chips, target_chips = int(_var(env, "CHIPS", default="0")), int(_var(env, "TARGET_CHIPS", default="0"))
-    if accum < 1 or processes % slices:
-        raise SystemExit(f"TPU_OPS_ACCUM_STEPS={accum} must be >= 1; {processes} processes over {slices} slices")
+    if accum < 1:
+        raise SystemExit(f"TPU_OPS_ACCUM_STEPS={accum} is below 1")
+    if processes % slices:
+        raise SystemExit(f"TPU_OPS_PROCESSES={processes} do not split over TPU_OPS_SLICES={slices}")
     if chips and target_chips and chips * accum != target_chips:  # the agent's promise: target = chips * k
         raise SystemExit(f"TPU_OPS_ACCUM_STEPS={accum} does not take {chips} chips to {target_chips}")
-    jax.distributed.initialize(
-        coordinator_address=_var(env, "COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS"),
-        num_processes=processes,
-        process_id=process_id,
-    )
     hp = json.loads(env.get("TPU_OPS_HYPERPARAMETERS") or "{}")
     size, lr, seed = int(hp.get("size", 1024)), float(hp.get("learning_rate", 0.1)), int(hp.get("seed", 0))
     batch, delay = int(hp.get("batch", 4)), float(hp.get("step_delay_s", 0.0))
@@ -90,6 +87,11 @@ def main() -> int:
     progress = env.get("TPU_OPS_PROGRESS_FILE")
     if batch % (processes * accum):
         raise SystemExit(f"batch {batch} does not split into {accum} micro-batches over {processes} processes")
+    jax.distributed.initialize(
+        coordinator_address=_var(env, "COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS"),
+        num_processes=processes,
+        process_id=process_id,
+    )
     params = size * processes * accum  # the target shape's count, whatever shape this is
     micro = batch // accum
 
