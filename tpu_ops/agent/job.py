@@ -261,6 +261,12 @@ class JobEnv:
     slices: int = 1
     process_id: int = -1  # over every host of every slice; -1 (unset): ``worker``
     processes: int = 0  # 0 (unset): ``workers``
+    # Elastic shapes: micro-batches per optimizer step (target chips / chips), so the global batch is kept
+    accum_steps: int = 1
+    chips: int = 0  # chips of the current allocation; 0: unknown
+    target_chips: int = 0
+    shape: str = ""  # accelerator types, e.g. v5p-16 (current) and v5p-32 (target); "": unknown
+    target_shape: str = ""
 
     def __post_init__(self) -> None:
         if self.process_id < 0:  # one slice: a process is a worker
@@ -310,4 +316,7 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
         term_grace_s=float(env.get("TPU_OPS_TERM_GRACE_S") or 30.0), incarnation=env.get("TPU_OPS_INCARNATION") or "",
         step_log=Path(step_log) if step_log else None, slice=number("SLICE", "0"), slices=number("SLICES", "1", low=1),
         process_id=number("PROCESS_ID", "-1", low=-1), processes=number("PROCESSES", "0"),
+        accum_steps=number("ACCUM_STEPS", "1", low=1), chips=number("CHIPS", "0"),
+        target_chips=number("TARGET_CHIPS", "0"), shape=env.get("TPU_OPS_SHAPE") or "",
+        target_shape=env.get("TPU_OPS_TARGET_SHAPE") or "",
     )  # fmt: skip
