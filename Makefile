@@ -39,9 +39,10 @@ typecheck: $(STAMP)
 pytest: setup
 	$(VENV)/bin/pytest -q
 
-## a real JAX + orbax-checkpoint trainer (CPU) on a 2-host slice, preempted during a save, ends with the
-## parameters of an uninterrupted run; its wheels (~185 MB, examples/orbax_trainer/constraints.txt) are
-## downloaded from PyPI once into .tpu-ops/orbax-wheelhouse. A few minutes: not in `make pytest`.
+## a real JAX + orbax-checkpoint trainer (CPU) on a 2-host slice and on 2 slices (one preempted during a
+## save), and 2 -> 1 (accumulation 2) -> 2 hosts, ends with the parameters of an uninterrupted run; its
+## wheels (~185 MB, examples/orbax_trainer/constraints.txt) are downloaded from PyPI once into
+## .tpu-ops/orbax-wheelhouse. A few minutes: not in `make pytest` (docs/orbax-trainer.md).
 orbax-check: setup
 	$(VENV)/bin/pytest -q -m orbax tests/train/test_orbax_trainer.py
 

@@ -284,6 +284,7 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("preemptions / recoveries", f"{len(preemptions)} / {recovered}"),
         ("steps lost", str(sum(int(p.get("steps_lost") or 0) for p in preemptions))),
         ("training", f"step {training.get('final_step')}/{training.get('steps')}, {training.get('outcome', '-')}"),
+        ("final parameters", params_line(summary.get("final_params"))),
         ("goodput", goodput_line(training) if training else "-"),
         ("$/M tokens, MFU", efficiency_line(training.get("efficiency") or {}) or "-"),
         ("cost by tier", f"{by_tier} (total ${float(cost.get('usd_total') or 0):.4f})"),
@@ -297,6 +298,16 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     if left is not None:
         rows.append(("left behind", left_behind(left, summary.get("disk"))))
     return rows
+
+
+def params_line(check: dict[str, Any] | None) -> str:
+    """How the final parameters compare with the same trainer run uninterrupted (a dry run's check)."""
+    if not check:
+        return "- (not the reference trainer)"
+    if check.get("bit_identical"):
+        return "bit-identical to an uninterrupted run"
+    diff = check.get("max_rel_diff")
+    return "DIFFER from an uninterrupted run" + (f" (max relative difference {diff:.2e})" if diff is not None else "")
 
 
 def left_behind(left: dict[str, Any], disk: dict[str, Any] | None = None) -> str:

@@ -5,8 +5,8 @@ committed checkpoint on its target shape, that shape is stocked out in every zon
 Engine's spot chips cut to what the next smaller shape needs) and the slice is preempted, so the run
 resumes on the smaller shape with accumulation; once that has committed a checkpoint of its own, the
 capacity comes back and the slice is preempted again, so the recovery goes back to the target.
-``final_params`` then compares the run's last checkpoint with an uninterrupted target-shape run of
-the reference trainer, computed here.
+The dry run then compares the run's last checkpoint with an uninterrupted run of the reference trainer
+on the target shape (``flows.commands._baseline``, given ``target_shape_env``).
 """
 
 from __future__ import annotations
@@ -85,37 +85,19 @@ class ElasticScenario(threading.Thread):
         self.join(timeout=10)
 
 
-def final_params(spec: Any, run_id: str, manifest: str | None, final_step: int | None) -> dict[str, Any]:
-    """The run's final checkpoint against an uninterrupted target-shape run of the reference trainer
-    (computed here, in one process): equal to the bit, or the largest relative difference."""
-    import numpy as np
-
-    from tpu_ops.agent.gcs import Gcs
-    from tpu_ops.agent.job import JobEnv
-    from tpu_ops.layout import RunLayout
-    from tpu_ops.train import reference
-
-    if final_step is None:
-        return {"compared": False, "why": "the run left no complete checkpoint"}
-    from tpu_ops.agent.metadata import Metadata, MetadataError
-
-    class NoMetadata(Metadata):  # this process is no VM: no token, which the emulator does not need
-        def get(self, path: str) -> str:
-            raise MetadataError(f"no metadata server here ({path})", 404)
-
-    hp = dict(spec.train.hyperparameters)
-    gcs = Gcs.from_env(metadata=NoMetadata())
-    steps_uri = RunLayout.of(spec.train.checkpoint_dir, run_id, spec.train.checkpoint_subdir).steps_uri
-    env = JobEnv(run_id, 0, 1, steps_uri, spec.train.steps, spec.train.checkpoint_every)
-    got = reference.restore(gcs, env, final_step)
-    x, y = reference.load_data(gcs, manifest, hp)
-    want = np.random.default_rng(int(hp.get("seed", 0))).normal(0, 0.1, x.shape[1] + 1)
-    lr, batch = float(hp.get("learning_rate", 0.1)), int(hp.get("batch_size", 64))
-    micro = spec.provision.slice.shape_list[0].chips  # the target's chips: one micro-batch each
-    for step in range(1, final_step + 1):
-        want = reference.sgd_step(want, x, y, step, lr, batch, micro)
-    rel = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-300)))
-    return {"compared": True, "step": final_step, "bit_identical": bool(np.array_equal(got, want)), "max_rel_diff": rel}
+def target_shape_env(spec: Any) -> dict[str, str]:
+    """The elastic-shape variables an uninterrupted run on the target shape gets (``{}`` without shapes)."""
+    sl = spec.provision.slice
+    if not sl.shapes:
+        return {}
+    t = sl.shape_list[0]
+    return {
+        "TPU_OPS_CHIPS": str(t.chips),
+        "TPU_OPS_TARGET_CHIPS": str(t.chips),
+        "TPU_OPS_ACCUM_STEPS": "1",
+        "TPU_OPS_SHAPE": t.name,
+        "TPU_OPS_TARGET_SHAPE": t.name,
+    }
 
 
 def shape_records(run_id: str) -> list[dict[str, Any]]:

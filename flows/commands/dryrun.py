@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         # The run id travels in the spec (the flow has no second one), checked like any spec field.
         fixed = parse_spec(PipelineSpec, {**spec.model_dump(mode="json"), "run_id": run_id}, what="--run-id")
         elastic = len(spec.provision.slice.shape_list) > 1  # examples/elastic.yaml: its own scenario
-        from flows.commands._dryrun_elastic import ElasticScenario, final_params, shape_records
+        from flows.commands._dryrun_elastic import ElasticScenario, shape_records, target_shape_env
 
         what = "the target shape stocked out, then back" if elastic else "one spot preemption"
         _step(f"running the retraining-pipeline flow as run {run_id} ({what} will be injected)")
@@ -246,10 +246,21 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             injector.stop()
         summary["injected_preemption"] = injector.preempted
+        from flows.commands._baseline import compare_with_uninterrupted
+        from tpu_ops.cloud.clients import Clients
+
+        _step("checking the final parameters against the same trainer run uninterrupted")
+        summary["final_params"] = compare_with_uninterrupted(
+            os.environ,
+            Clients(settings).gcs(),
+            spec.train,
+            summary.get("checkpoints", ""),
+            summary.get("manifest"),
+            (summary.get("training") or {}).get("final_step"),
+            target_shape_env(spec),  # elastic shapes: the uninterrupted run is the target shape's
+        )
         if isinstance(injector, ElasticScenario):
-            final = summary["training"].get("final_step")
-            check = final_params(spec, run_id, summary.get("manifest"), final)
-            summary["elastic"] = {"injected": injector.events, "ledger": shape_records(run_id), "final_params": check}
+            summary["elastic"] = {"injected": injector.events, "ledger": shape_records(run_id)}
         # what the emulated clouds still hold (the flow checked its own teardown; this checks the hosts too)
         left = stack.state()
         ce = left.get("compute") or {}

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from flows.commands._common import index_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     what = "The local stack of emulated clouds (moto, fake GCS, fake Compute Engine and Cloud TPU)."
@@ -51,14 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "checkpoint: watch it with `tpu-ops status RUN` and `tpu-ops logs RUN --follow`.",
     )
     preempt.add_argument("run_id", metavar="RUN", help="a run id `tpu-ops launch` printed")
-    preempt.add_argument("--slice", type=_index, default=0, metavar="N", help="which of the run's slices (0)")
+    preempt.add_argument(
+        "--slice", type=index_arg("slice"), default=0, metavar="N", help="which of the run's slices (0)"
+    )
     preempt.set_defaults(handler=run_preempt)
-
-
-def _index(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: a slice number, 0 or more")
-    return int(text)
 
 
 def run_preempt(args: argparse.Namespace) -> int:

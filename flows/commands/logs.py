@@ -1,4 +1,5 @@
-"""``tpu-ops logs RUN [--worker N] [--follow]``: the trainers' output from every worker, labelled ``[wN]``.
+"""``tpu-ops logs RUN [--worker N] [--slice S] [--follow]``: the trainers' output from every worker,
+labelled ``[wN]`` (``[sS wN]`` when the run has several slices).
 
 Read from what the agents ship to ``RUN/_tpu_ops/logs/`` (:mod:`tpu_ops.train.logs`), so it works
 wherever the run goes on. ``--follow`` polls until the run ends (bounded by its ``max_duration``).
@@ -11,21 +12,22 @@ import sys
 import time
 from typing import Any, TextIO
 
+from flows.commands._common import index_arg
+
 POLL_S = 1.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("logs", help="Print a run's trainer output from every worker, interleaved and labelled.")
     p.add_argument("run_id", metavar="RUN", help="the run id `tpu-ops launch` printed")
-    p.add_argument("--worker", type=_worker, metavar="N", help="only worker N (0 is the first host)")
+    p.add_argument("--worker", type=_worker, metavar="N", help="only worker N (0 is a slice's first host)")
+    only = "only slice S of a multislice run (0 is the first)"
+    p.add_argument("--slice", type=_slice, metavar="S", dest="slice_index", help=only)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
     p.set_defaults(handler=run)
 
 
-def _worker(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: a worker number, 0 or more")
-    return int(text)
+_worker, _slice = index_arg("worker"), index_arg("slice")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,22 +40,34 @@ def run(args: argparse.Namespace) -> int:
         from tpu_ops.errors import SpecError
 
         raise SpecError(f"run {args.run_id} is a slice (provision spec): no trainer runs on it, so no logs")
-    if args.worker is not None and record.hosts and args.worker >= record.hosts:
-        from tpu_ops.errors import SpecError
-
-        raise SpecError(f"--worker {args.worker} is not allowed: run {args.run_id} has workers 0-{record.hosts - 1}")
+    _check_filters(args, record)
     if args.follow:
-        return follow(settings, record, args.worker)
+        return follow(settings, record, args.worker, slice_index=args.slice_index)
     from flows.commands._runs import gcs
     from tpu_ops.train.logs import LogReader
 
-    for line in LogReader(gcs(settings), record.layout, args.worker).read(final=True):
+    reader = LogReader(gcs(settings), record.layout, args.worker, args.slice_index, record.slices)
+    for line in reader.read(final=True):
         print(line)
     return 0
 
 
+def _check_filters(args: argparse.Namespace, record: Any) -> None:
+    """``--worker`` within a slice's hosts, ``--slice`` within the run's slices: a clear error otherwise."""
+    from tpu_ops.errors import SpecError
+
+    each = " on each slice" if record.slices > 1 else ""
+    if args.worker is not None and record.hosts and args.worker >= record.hosts:
+        raise SpecError(
+            f"--worker {args.worker} is not allowed: run {args.run_id} has workers 0-{record.hosts - 1}{each}"
+        )
+    if args.slice_index is not None and args.slice_index >= record.slices:
+        allowed = f"slices 0-{record.slices - 1}" if record.slices > 1 else "one slice, slice 0"
+        raise SpecError(f"--slice {args.slice_index} is not allowed: run {args.run_id} has {allowed}")
+
+
 def follow(settings: Any, record: Any, worker: int | None, stream: TextIO | None = None,
-           announce: bool = False) -> int:  # fmt: skip
+           announce: bool = False, slice_index: int | None = None) -> int:  # fmt: skip
     """Print the run's new lines every second until it ends; 0 if it ended done, 1 otherwise.
 
     Ctrl-C stops following (exit 130), never the run.
@@ -64,7 +78,8 @@ def follow(settings: Any, record: Any, worker: int | None, stream: TextIO | None
 
     out = stream or sys.stdout
     client = gcs(settings)
-    reader = LogReader(client, record.layout, worker) if record.layout is not None else None
+    layout = record.layout
+    reader = LogReader(client, layout, worker, slice_index, record.slices) if layout is not None else None
     deadline = time.monotonic() + max(record.max_duration_s, 60.0) + 60.0
     try:
         while True:

@@ -39,9 +39,16 @@ def detail(s: Any) -> str:
     """One run's status as text."""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.launched_at))
     lines = [f"run {s.run_id} ({s.kind}, launched {when}): {s.state}" + (f" at step {_step(s)}" if s.steps else "")]
+    many = len(s.slices) > 1
     for sl in s.slices:
         hosts = f"{sl.hosts} hosts" if s.kind == "provision" else f"{sl.hosts_alive}/{sl.hosts} hosts alive"
-        lines.append(f"  slice {sl.slice_id}: {sl.tier} in {sl.zone}, {hosts}")
+        name = f"{sl.index} ({sl.slice_id})" if many else sl.slice_id
+        kept = (", kept from the incarnation before" if sl.kept else ", new") if many and s.kind != "provision" else ""
+        lines.append(f"  slice {name}: {sl.tier} in {sl.zone}, {hosts}{kept}")
+    if len(s.incarnations) > 1:  # what each incarnation held: which slices were kept, which replaced
+        for inc in s.incarnations:
+            held = ", ".join(_held(sl) for sl in inc["slices"]) or "no slice yet"
+            lines.append(f"  incarnation {inc['number']} ({inc['end'] or 'live'}): {held}")
     if not s.slices and s.state in ("starting", "provisioning", "recovering"):
         lines.append("  slice: none yet" if s.state != "recovering" else "  slice: being replaced")
     if s.preemptions:
@@ -60,6 +67,11 @@ def detail(s: Any) -> str:
     if s.error:
         lines.append(f"  error: {s.error}")
     return "\n".join(lines)
+
+
+def _held(sl: dict[str, Any]) -> str:
+    hosts = f", {sl['hosts']} hosts" if sl["hosts"] else ""
+    return f"slice {sl['index']} {sl['resource_id']} ({sl['tier']}{hosts}{', kept' if sl['kept'] else ''})"
 
 
 def table(rows: list[Any]) -> str:

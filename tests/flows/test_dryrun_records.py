@@ -4,7 +4,6 @@ claim "0 resources deleted", and `audit verify`, `audit lineage` and the run pag
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,14 +16,10 @@ EXE = Path(sys.executable).with_name("tpu-ops")
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("dry")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_OPS_", "AWS_", "PREFECT_API"))}
-    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"  # a loaded 2-core machine starts it slowly
-    out = subprocess.run([str(EXE), "dry-run", "--json", "--workdir", str(tmp / "work")], capture_output=True,
-                         text=True, cwd=tmp, env=env, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout[out.stdout.index("{\n") :])
+def dry_run(default_dry_run: dict[str, Any]) -> dict[str, Any]:
+    """The default dry run (shared with tests/flows/test_dryrun.py), its trail read and commands at hand."""
+    tmp, summary, out, env = (default_dry_run[k] for k in ("tmp", "summary", "out", "env"))
+    env = {k: v for k, v in env.items() if k != "PREFECT_HOME"}  # the dry run's own, asserted unused elsewhere
     trail = Path(summary["files"]["audit_trail"])
     records = [json.loads(line) for line in trail.read_text().splitlines()]
 

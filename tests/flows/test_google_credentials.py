@@ -32,35 +32,24 @@ def _whose(stack: Any, fake: str) -> set[tuple[str, str | None] | None]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 def test_every_google_call_of_a_pipeline_run_carries_the_blocks_key(
-    stack: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    stack: Any, monkeypatch: pytest.MonkeyPatch, pipeline_on_stack: Any
 ) -> None:
     from prefect_gcp import GcpCredentials
 
-    from flows.commands.dryrun import COMPUTE_CAPACITY
     from flows.pipeline import retraining_pipeline
     from flows.provision import run_on_slice
-    from infra.local.seed import DRY_RUN_CAPACITY, ensure_model_bucket, seed_pipeline
-    from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
+    from tpu_ops.specs import PipelineSpec, load_spec
 
-    admin = stack.settings(state_dir=tmp_path / "state")
-    doc = load_spec(ROOT / "flows" / "dryrun-compute.yaml", PipelineSpec).model_dump(mode="json")
-    doc.update(run_id=RUN_ID, name="gcp-creds")
-    doc["mirror"]["engine"] = "sts"  # the fake Storage Transfer Service copies the dataset
-    doc["train"].update(steps=10, checkpoint_every=5, goodput_logging=True)  # workers write to Cloud Logging
-    spec = parse_spec(PipelineSpec, doc, what="spec")
-    seed_pipeline(admin, spec)
-    ensure_model_bucket(admin, spec.export.destination)
-    stack.set_compute_capacity(COMPUTE_CAPACITY)
-    stack.set_capacity(DRY_RUN_CAPACITY)
+    def tweak(doc: dict[str, Any]) -> None:
+        doc["mirror"]["engine"] = "sts"  # the fake Storage Transfer Service copies the dataset
+        doc["train"].update(steps=10, checkpoint_every=5, goodput_logging=True)  # workers write to Cloud Logging
 
+    admin, spec = pipeline_on_stack.seed("dryrun-compute.yaml", RUN_ID, "gcp-creds", tweak)
     authority = stack.google_auth.authority
     key = authority.new_key(PIPELINE_EMAIL, stack.project)  # the block's own key: not the stack's
     GcpCredentials(service_account_info=key, project=stack.project).save("pipeline-gcp", overwrite=True)
-    for name, value in stack.env().items():
-        monkeypatch.setenv(name, value)
+    pipeline_on_stack.enter(admin)
     monkeypatch.delenv("TPU_OPS_GCP_CREDENTIALS_FILE")  # the block is the only way to a token
-    monkeypatch.setenv("TPU_OPS_STATE_DIR", str(admin.state_dir))
-    monkeypatch.setenv("TPU_OPS_POLL_INTERVAL_S", "0.2")
     authority.forget_seen()
 
     summary = retraining_pipeline(spec, gcp_credentials_block="pipeline-gcp")

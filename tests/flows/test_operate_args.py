@@ -79,6 +79,8 @@ def test_an_unknown_run_is_named_with_where_it_was_looked_for(
     [
         (["logs", "walk-1", "--worker", "x"], "'x' is not allowed: a worker number, 0 or more"),
         (["logs", "walk-1", "--worker", "2"], "--worker 2 is not allowed: run walk-1 has workers 0-1"),
+        (["logs", "walk-1", "--slice", "s1"], "'s1' is not allowed: a slice number, 0 or more"),
+        (["logs", "walk-1", "--slice", "1"], "--slice 1 is not allowed: run walk-1 has one slice, slice 0"),
         (["cancel", "walk-1", "--wait", "-5"], "'-5' is not allowed: seconds from 0 to 3600"),
         (["local", "preempt", "walk-1", "--slice", "one"], "'one' is not allowed: a slice number, 0 or more"),
         (["status", "Bad_ID"], "run id 'Bad_ID' is not allowed"),

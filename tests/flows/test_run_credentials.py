@@ -10,7 +10,6 @@ block's keys.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,37 +18,30 @@ from infra.local._proc import http_call
 from tpu_ops.cloud.clients import boto3_client
 from tpu_ops.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN_ID = "creds-run"
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 def test_every_audit_record_of_a_pipeline_run_is_written_with_the_blocks_credentials(
-    stack: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    stack: Any, monkeypatch: pytest.MonkeyPatch, pipeline_on_stack: Any
 ) -> None:
     from botocore.exceptions import ClientError
     from prefect_aws import AwsCredentials
     from prefect_aws.client_parameters import AwsClientParameters
 
     from flows.pipeline import retraining_pipeline
-    from infra.local.seed import DRY_RUN_CAPACITY, ensure_model_bucket, seed_pipeline
     from tpu_ops.audit.events import AuditEvent
     from tpu_ops.audit.records import DIGEST_CHAIN
     from tpu_ops.audit.spool import Spool
     from tpu_ops.audit.trail import AuditTrail
     from tpu_ops.export.release import chain_records
-    from tpu_ops.specs import PipelineSpec, load_spec, parse_spec
 
-    admin = stack.settings(state_dir=tmp_path / "state")
-    doc = load_spec(ROOT / "flows" / "dryrun.yaml", PipelineSpec).model_dump(mode="json")
-    doc.update(run_id=RUN_ID, name="creds")
-    doc["provision"]["slice"]["backend"] = "tpu-api"
-    doc["train"]["steps"], doc["train"]["checkpoint_every"] = 10, 5
-    spec = parse_spec(PipelineSpec, doc, what="spec")
-    seed_pipeline(admin, spec)
-    ensure_model_bucket(admin, spec.export.destination)
-    stack.set_capacity(DRY_RUN_CAPACITY)
+    def tweak(doc: dict[str, Any]) -> None:
+        doc["provision"]["slice"]["backend"] = "tpu-api"
+        doc["train"]["steps"], doc["train"]["checkpoint_every"] = 10, 5
+
+    admin, spec = pipeline_on_stack.seed("dryrun.yaml", RUN_ID, "creds", tweak)
 
     # The block's keys: an IAM user's, allowed everything (created while moto does not check yet).
     iam = boto3_client(admin, "iam")
@@ -64,10 +56,7 @@ def test_every_audit_record_of_a_pipeline_run_is_written_with_the_blocks_credent
         aws_client_parameters=AwsClientParameters(endpoint_url=admin.aws_endpoint_url),
     ).save("pipeline-aws", overwrite=True)
 
-    for name, value in stack.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("TPU_OPS_STATE_DIR", str(admin.state_dir))
-    monkeypatch.setenv("TPU_OPS_POLL_INTERVAL_S", "0.2")
+    pipeline_on_stack.enter(admin)
     # The environment's keys differ from the block's, and moto does not know them.
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAENVIRONMENTKEYS0")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-blocks-secret")

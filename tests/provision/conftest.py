@@ -9,14 +9,52 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec
+
+
+def fake_call(url: str, method: str, path: str, body: Any = None) -> Any:
+    """One request to a fake's control endpoints (``/_fake/*``) over HTTP, like any client; its JSON answer."""
+    data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read() or b"{}")
+
+
+def slice_request(
+    ladder: list[Any], accelerator: str, region: str, zones: Sequence[str], backend: str = "", **kw: Any
+) -> ProvisionSpec:
+    """A slice request: ``accelerator`` in ``zones`` of ``region`` up ``ladder``, budget $10,000 for 1 h, a 2 s
+    queue timeout (``kw`` overrides any top-level field)."""
+    sl: dict[str, Any] = {"accelerator_type": accelerator, "region": region, "zones": list(zones)}
+    if backend:
+        sl["backend"] = backend
+    body = {"slice": sl, "ladder": ladder, "budget_usd": 10_000, "hours": 1}
+    return ProvisionSpec.model_validate({**body, "queue_timeout": "2s", "overall_timeout": "60s", **kw})
+
+
+def fast_settings(tmp: Path, google: Any, **endpoint: Any) -> Settings:
+    """Fast settings against a fake (``endpoint``: e.g. ``compute_endpoint=url``): tiny poll and retry
+    delays, state in ``tmp``."""
+    return Settings(
+        **google.settings_overrides(),
+        dry_run=True,
+        gcp_project="tpu-ops-local",
+        poll_interval_s=0.02,
+        retry_attempts=8,
+        retry_initial_delay_s=0.01,
+        retry_max_delay_s=0.05,
+        state_dir=tmp / "state",
+        **endpoint,
+    )
 
 
 class FakeTpu:
@@ -26,11 +64,7 @@ class FakeTpu:
         self.url = url.rstrip("/")
 
     def _req(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"{}")
+        return fake_call(self.url, method, path, body)
 
     def reset(self) -> None:
         self._req("POST", "/_fake/reset")
@@ -116,31 +150,14 @@ def _nothing_left(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture
 def settings(tpu_url: str, tmp_path: Path, google_auth: Any) -> Settings:
     """Fast settings against the fake: tiny poll and retry delays, state in a temp dir."""
-    return Settings(
-        **google_auth.settings_overrides(),
-        dry_run=True,
-        gcp_project="tpu-ops-local",
-        tpu_endpoint=tpu_url,
-        poll_interval_s=0.02,
-        retry_attempts=8,
-        retry_initial_delay_s=0.01,
-        retry_max_delay_s=0.05,
-        state_dir=tmp_path / "state",
-    )
+    return fast_settings(tmp_path, google_auth, tpu_endpoint=tpu_url)
 
 
 def make_spec(**kw: Any) -> ProvisionSpec:
     """A v4-32 request over two zones: reservation, spot, on-demand; short queue timeout."""
-    body: dict[str, Any] = {
-        "slice": {"accelerator_type": "v4-32", "region": "us-central2", "zones": ["us-central2-a", "us-central2-b"]},
-        "ladder": ["reservation:res-a@us-central2-a", "spot", "on-demand"],
-        "budget_usd": 10_000,
-        "hours": 2,
-        "queue_timeout": "1s",
-        "overall_timeout": "60s",
-    }
-    body.update(kw)
-    return ProvisionSpec.model_validate(body)
+    ladder = kw.pop("ladder", ["reservation:res-a@us-central2-a", "spot", "on-demand"])
+    zones = ("us-central2-a", "us-central2-b")
+    return slice_request(ladder, "v4-32", "us-central2", zones, **{"hours": 2, "queue_timeout": "1s", **kw})
 
 
 @pytest.fixture
@@ -151,3 +168,10 @@ def spec_factory() -> Callable[..., ProvisionSpec]:
 @pytest.fixture
 def waiter() -> Callable[..., Any]:
     return wait_for
+
+
+@pytest.fixture(scope="session")
+def fakes() -> SimpleNamespace:
+    """What the provisioning tests share to drive a fake: ``call`` (``fake_call``), ``settings``
+    (``fast_settings``) and ``slice_request``."""
+    return SimpleNamespace(call=fake_call, settings=fast_settings, slice_request=slice_request)

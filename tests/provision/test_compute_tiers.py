@@ -10,10 +10,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +37,13 @@ REGION, ZA, ZB = "us-east5", "us-east5-a", "us-east5-b"
 
 
 class Fake:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, fakes: Any) -> None:
         self.url = url.rstrip("/")
+        self.req = partial(fakes.call, self.url)
+        self._slice_request = fakes.slice_request
 
-    def req(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
-        r = urllib.request.Request(self.url + path, data=data, method=method)
-        r.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(r, timeout=10) as resp:
-            return json.loads(resp.read() or b"{}")
+    def spec(self, ladder: list[Any], accelerator: str = "v5p-32", **kw: Any) -> ProvisionSpec:
+        return self._slice_request(ladder, accelerator, REGION, (ZA, ZB), "compute", **kw)
 
     def fail_next(
         self, collection: str, op_type: str = "insert", error: str = "ZONE_RESOURCE_POOL_EXHAUSTED", count: int = 1
@@ -61,27 +58,14 @@ class Fake:
 
 
 @pytest.fixture
-def env(compute_url: str, tmp_path: Path, google_auth: Any) -> Iterator[tuple[Fake, Settings]]:
-    fake = Fake(compute_url)
+def env(compute_url: str, tmp_path: Path, google_auth: Any, fakes: Any) -> Iterator[tuple[Fake, Settings]]:
+    fake = Fake(compute_url, fakes)
     fake.req("POST", "/_fake/reset")
-    settings = Settings(
-        dry_run=True, gcp_project="tpu-ops-local", poll_interval_s=0.02, retry_attempts=8,
-        retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp_path / "state", compute_endpoint=compute_url,
-        **google_auth.settings_overrides(),
-    )  # fmt: skip
+    settings = fakes.settings(tmp_path, google_auth, compute_endpoint=compute_url)
     with loopback_only() as blocked:
         yield fake, settings
     assert blocked == [], f"requests left loopback: {blocked}"
     assert fake.left() == 0, fake.req("GET", "/_fake/state")
-
-
-def _spec(ladder: list[Any], accelerator: str = "v5p-32", **kw: Any) -> ProvisionSpec:
-    body: dict[str, Any] = {
-        "slice": {"accelerator_type": accelerator, "region": REGION, "zones": [ZA, ZB], "backend": "compute"},
-        "ladder": ladder, "budget_usd": 10_000, "hours": 1, "queue_timeout": "2s", "overall_timeout": "60s",
-    }  # fmt: skip
-    body.update(kw)
-    return ProvisionSpec.model_validate(body)
 
 
 def _request(tier: Tier, accelerator: str = "v5p-32", zone: str = ZA, reservation: str = "") -> SliceRequest:
@@ -103,7 +87,7 @@ def test_multi_host_spot_and_on_demand_slices_are_created_as_google_documents(en
     _, settings = env
     run = f"run-{tier}"
     try:
-        s = provision(_spec([tier]), run, settings)
+        s = provision(env[0].spec([tier]), run, settings)
         assert (s.tier, s.hosts, s.attempts[-1].outcome) == (tier, 4, Outcome.ACTIVE)
         api = ComputeApi(settings)
         tpl, igm = _template_and_group(api, s.slice_id)
@@ -120,7 +104,7 @@ def test_a_reservation_bound_slice_is_a_bulk_group(env):
     fake, settings = env
     fake.req("POST", "/_fake/capacity", {ZA: {"reservations": {"res": {"count": 4, "machineType": "ct5p-hightpu-4t"}}}})
     try:
-        s = provision(_spec([f"reservation:res@{ZA}"]), "run-res", settings)
+        s = provision(env[0].spec([f"reservation:res@{ZA}"]), "run-res", settings)
         tpl, igm = _template_and_group(ComputeApi(settings), s.slice_id)
         assert igm.target_size_policy.mode == "BULK"
         assert tpl.properties.scheduling.provisioning_model == "RESERVATION_BOUND"
@@ -150,7 +134,7 @@ def test_a_slice_that_comes_up_partly_is_deleted_whole_after_the_queue_timeout_a
     fake, settings = env
     fake.req("POST", "/_fake/capacity", {ZA: {"SPOT": 12}, ZB: {"SPOT": 4096}})  # zone a: 3 of the 4 hosts
     try:
-        s = provision(_spec(["spot"]), "run-part", settings)
+        s = provision(env[0].spec(["spot"]), "run-part", settings)
         first, second = s.attempts
         assert (first.zone, first.outcome) == (ZA, Outcome.PARTIAL), first
         assert first.seconds_waited >= 2.0  # waited for every host up to the queue timeout
@@ -203,7 +187,7 @@ def test_the_ladder_walks_on_past_an_asynchronous_stockout(env):
     fake, settings = env
     fake.fail_next("instances")
     try:
-        s = provision(_spec(["spot"], accelerator="v5p-8"), "run-async", settings)
+        s = provision(env[0].spec(["spot"], accelerator="v5p-8"), "run-async", settings)
         assert [(a.zone, a.outcome) for a in s.attempts] == [(ZA, Outcome.STOCKOUT), (ZB, Outcome.ACTIVE)]
         assert "ZONE_RESOURCE_POOL_EXHAUSTED" in s.attempts[0].detail
     finally:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,6 @@ from tpu_ops.provision import Outcome, provision, teardown
 from tpu_ops.provision.ledger import ATTEMPT, Ledger
 from tpu_ops.provision.providers import Provider, SliceState, for_backend
 from tpu_ops.provision.reaper import reap
-from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,24 +41,13 @@ class Harness:
     region: str
     zones: tuple[str, str]
 
-    def __init__(self, url: str, tmp: Path, google: Any) -> None:
+    def __init__(self, url: str, tmp: Path, google: Any, fakes: Any) -> None:
         self.url = url.rstrip("/")
-        self.settings = Settings(
-            dry_run=True, gcp_project="tpu-ops-local", poll_interval_s=0.02, retry_attempts=8,
-            retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp / "state",
-            **{self.endpoint_field: self.url}, **google.settings_overrides(),
-        )  # fmt: skip
+        self.settings = fakes.settings(tmp, google, **{self.endpoint_field: self.url})
+        self._req = partial(fakes.call, self.url)
+        self._slice_request = fakes.slice_request
 
     endpoint_field = ""
-
-    def _req(self, method: str, path: str, body: Any = None) -> Any:
-        import urllib.request
-
-        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"{}")
 
     def reset(self) -> None:
         self._req("POST", "/_fake/reset")
@@ -74,13 +63,7 @@ class Harness:
         return for_backend(self.backend, self.settings)
 
     def spec(self, ladder: list[Any], **kw: Any) -> ProvisionSpec:
-        body: dict[str, Any] = {
-            "slice": {"accelerator_type": self.accelerator, "region": self.region, "zones": list(self.zones),
-                      "backend": self.backend},
-            "ladder": ladder, "budget_usd": 10_000, "hours": 1, "queue_timeout": "2s", "overall_timeout": "60s",
-        }  # fmt: skip
-        body.update(kw)
-        return ProvisionSpec.model_validate(body)
+        return self._slice_request(ladder, self.accelerator, self.region, self.zones, self.backend, **kw)
 
     def reservation(self) -> str:
         return f"reservation:res-a@{self.zones[0]}"
@@ -136,13 +119,14 @@ class ComputeHarness(Harness):
 
 
 @pytest.fixture(params=["tpu-api", "compute"])
-def cp(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+def cp(request: pytest.FixtureRequest, tmp_path: Path, fakes: Any) -> Iterator[Harness]:
     """Each control plane's harness, reset; after the test nothing of it is left, and no request
     (operation polling included) left loopback."""
+    google = request.getfixturevalue("google_auth")
     if request.param == "tpu-api":
-        h: Harness = TpuApiHarness(request.getfixturevalue("tpu_url"), tmp_path, request.getfixturevalue("google_auth"))
+        h: Harness = TpuApiHarness(request.getfixturevalue("tpu_url"), tmp_path, google, fakes)
     else:
-        h = ComputeHarness(request.getfixturevalue("compute_url"), tmp_path, request.getfixturevalue("google_auth"))
+        h = ComputeHarness(request.getfixturevalue("compute_url"), tmp_path, google, fakes)
     h.reset()
     with loopback_only() as blocked:
         yield h
@@ -273,7 +257,7 @@ def test_kill_9_mid_create_is_reaped_templates_and_policies_included(
 
 
 def test_every_compute_client_stays_on_loopback_and_result_would_not(
-    compute_url: str, tmp_path: Path, google_auth: Any
+    compute_url: str, tmp_path: Path, google_auth: Any, fakes: Any
 ) -> None:
     """The adapter polls operations with clients of its own endpoint; the SDK's own ``.result()``
     would ask Google's real host (the guard records and refuses that, proving it is armed)."""
@@ -282,7 +266,7 @@ def test_every_compute_client_stays_on_loopback_and_result_would_not(
     from tpu_ops.cloud.clients import compute_options
     from tpu_ops.cloud.compute import ComputeApi
 
-    h = ComputeHarness(compute_url, tmp_path, google_auth)
+    h = ComputeHarness(compute_url, tmp_path, google_auth, fakes)
     h.reset()
     api = ComputeApi(h.settings)
     with loopback_only() as blocked:
@@ -318,11 +302,11 @@ def test_the_lease_acquires_releases_and_acquires_again(cp: Any) -> None:
 
 
 def test_a_single_host_slice_recreated_under_its_name_is_not_taken_for_the_preempted_one(
-    compute_url: str, tmp_path: Path, google_auth: Any
+    compute_url: str, tmp_path: Path, google_auth: Any, fakes: Any
 ) -> None:
     """Compute Engine keeps the ``compute.instances.preempted`` operation of a deleted instance; the
     new instance of the same name (the same slice id after recovery) must read as running."""
-    h = ComputeHarness(compute_url, tmp_path, google_auth)
+    h = ComputeHarness(compute_url, tmp_path, google_auth, fakes)
     h.accelerator = "v5p-8"
     h.reset()
     provider = h.provider()

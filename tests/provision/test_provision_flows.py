@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -385,18 +386,10 @@ def test_kill_9_while_gathering_an_allocation_then_reap_leaves_nothing_of_either
 
 
 def test_kill_9_while_gathering_on_compute_engine_then_reap_leaves_nothing_of_either_slice(
-    env: dict[str, str], compute_url: str, procs: list[Any], waiter: Any
+    env: dict[str, str], compute_url: str, procs: list[Any], waiter: Any, fakes: Any
 ) -> None:
     """The same on Compute Engine, where each slice is its own group with its own workload policy."""
-    import urllib.request
-
-    def fake(method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
-        r = urllib.request.Request(compute_url.rstrip("/") + path, data=data, method=method)
-        r.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(r, timeout=10) as resp:
-            return json.loads(resp.read() or b"{}")
-
+    fake = partial(fakes.call, compute_url)
     fake("POST", "/_fake/reset")
     fake("POST", "/_fake/capacity", {"us-east5-a": {"SPOT": 16}, "us-east5-b": {"SPOT": 0}})  # room for one v5p-32
     spec = {**SPEC, "slice": {"accelerator_type": "v5p-32", "region": "us-east5", "zones": ["us-east5-a"],

@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from tpu_ops.provision.ledger import Ledger
 from tpu_ops.provision.providers import for_backend
 from tpu_ops.provision.providers.compute_resize import RESIZE
 from tpu_ops.provision.reaper import reap
-from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,37 +42,23 @@ KINDS = ("instances", "instance_templates", "resource_policies", "instance_group
 
 
 class Fake:
-    def __init__(self, url: str, tmp: Path, google: Any) -> None:
+    def __init__(self, url: str, tmp: Path, google: Any, fakes: Any) -> None:
         self.url = url.rstrip("/")
-        self.settings = Settings(
-            dry_run=True, gcp_project=PROJECT, compute_endpoint=self.url, poll_interval_s=0.02, retry_attempts=8,
-            retry_initial_delay_s=0.01, retry_max_delay_s=0.05, state_dir=tmp / "state",
-            **google.settings_overrides(),
-        )  # fmt: skip
+        self.settings = fakes.settings(tmp, google, compute_endpoint=self.url)
+        self.req = partial(fakes.call, self.url)
+        self._slice_request = fakes.slice_request
         kw: dict[str, Any] = {"credentials": google.credentials(), "client_options": ClientOptions(api_endpoint=url)}
         self.futures = compute_v1.FutureReservationsClient(**kw)
         self.rrs = compute_v1.InstanceGroupManagerResizeRequestsClient(**kw)
         self.groups = compute_v1.InstanceGroupManagersClient(**kw)
         self.templates = compute_v1.InstanceTemplatesClient(**kw)
 
-    def req(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
-        r = urllib.request.Request(self.url + path, data=data, method=method)
-        r.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(r, timeout=10) as resp:
-            return json.loads(resp.read() or b"{}")
-
     def left(self) -> int:
         st = self.req("GET", "/_fake/state")
         return sum(int(st[k]) for k in KINDS)
 
     def spec(self, ladder: list[Any], accelerator: str = "v5p-32", **kw: Any) -> ProvisionSpec:
-        body: dict[str, Any] = {
-            "slice": {"accelerator_type": accelerator, "region": REGION, "zones": [ZA, ZB], "backend": "compute"},
-            "ladder": ladder, "budget_usd": 10_000, "hours": 1, "queue_timeout": "2s", "overall_timeout": "60s",
-        }  # fmt: skip
-        body.update(kw)
-        return ProvisionSpec.model_validate(body)
+        return self._slice_request(ladder, accelerator, REGION, (ZA, ZB), "compute", **kw)
 
     def calendar(self, name: str, opens_in_s: float, zone: str = ZA, chips: int = 16, named: bool = True) -> float:
         """Book a calendar-mode future reservation of ``chips`` v5p chips on the fake; its start (epoch)."""
@@ -96,8 +81,8 @@ class Fake:
 
 
 @pytest.fixture
-def fake(compute_url: str, tmp_path: Path, google_auth: Any) -> Iterator[Fake]:
-    f = Fake(compute_url, tmp_path, google_auth)
+def fake(compute_url: str, tmp_path: Path, google_auth: Any, fakes: Any) -> Iterator[Fake]:
+    f = Fake(compute_url, tmp_path, google_auth, fakes)
     f.req("POST", "/_fake/reset")
     with loopback_only() as blocked:
         yield f

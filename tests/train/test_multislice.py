@@ -10,8 +10,10 @@ import pytest
 from train_helpers import ZONE, Run, job_spec, params_bytes, run_reference_locally, wait_for
 
 from tpu_ops.cloud.tpu import TpuApi
+from tpu_ops.layout import RunLayout
 from tpu_ops.provision.ledger import Ledger
 from tpu_ops.train.checkpoints import latest_complete_step
+from tpu_ops.train.logs import LogReader
 from tpu_ops.train.wheel import agent_wheel
 
 pytestmark = pytest.mark.usefixtures("nothing_left")
@@ -49,6 +51,10 @@ def test_two_slices_one_preempted_the_healthy_one_kept_resume_bit_identical(
     # the healthy slice was kept (same slice, its workers restarted on the new incarnation), the lost one replaced
     assert last["kept"] == [0] and last["slices"][0]["endpoints"] == first["slices"][0]["endpoints"]
     assert report.incarnations[0].queued_resource == report.incarnations[1].queued_resource == f"{run_id}-a1"
+    state = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/state.json").download_as_bytes())
+    got = [[(s["index"], s["resource_id"], s["hosts"], s["kept"]) for s in i["slices"]] for i in state["incarnations"]]
+    a1, a1001 = f"{run_id}-a1", f"{run_id}-a1001"
+    assert got == [[(0, a1, 2, False), (1, a1001, 2, False)], [(0, a1, 2, True), (1, a1001, 2, False)]]
     events = Ledger(train_settings, run_id).events()
     assert [e["kind"] for e in events if e.get("resource_id") == f"{run_id}-a1"].count("active") == 1
     gone = [e["resource_id"] for e in events if e["kind"] == "gone"]
@@ -68,3 +74,12 @@ def test_two_slices_one_preempted_the_healthy_one_kept_resume_bit_identical(
     doc = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/goodput.json").download_as_bytes())
     per_slice = {s["resource_id"] for s in doc["cost"]["slices"]}
     assert {f"{run_id}-a1", f"{run_id}-a1001"} <= per_slice  # chip-hours accounted per slice
+    # `tpu-ops logs`: every host of both slices, each labelled with its slice and worker, both incarnations
+    lines = LogReader(gcs, RunLayout.of(f"gs://{ckpt_bucket}/runs", run_id), slices=2).read(final=True)
+    assert {ln.split("]")[0] + "]" for ln in lines if ln.startswith("[")} == {
+        "[s0 w0]",
+        "[s0 w1]",
+        "[s1 w0]",
+        "[s1 w1]",
+    }, lines[:20]
+    assert "-- slice incarnation 1 --" in lines

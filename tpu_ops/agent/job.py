@@ -283,11 +283,11 @@ class JobEnv:
     slices: int = 1
     process_id: int = -1  # over every host of every slice; -1 (unset): ``worker``
     processes: int = 0  # 0 (unset): ``workers``
-    # Elastic shapes (docs/elastic.md): micro-batches per step, and the live and target shapes' chips and names
+    # Elastic shapes: micro-batches per optimizer step (target chips / chips), so the global batch is kept
     accum_steps: int = 1
-    chips: int = 0
+    chips: int = 0  # chips of the current allocation; 0: unknown
     target_chips: int = 0
-    shape: str = ""
+    shape: str = ""  # accelerator types, e.g. v5p-16 (current) and v5p-32 (target); "": unknown
     target_shape: str = ""
 
     def __post_init__(self) -> None:

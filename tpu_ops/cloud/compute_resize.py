@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
-from tpu_ops.cloud.compute import ComputeApi, OpRef, compute_errors
+from tpu_ops.cloud.compute import ComputeApi, OpRef, _error_lines, _leaf, _ts, compute_errors
 from tpu_ops.errors import NotFoundError
 
 RR_CLIENT: Final = "InstanceGroupManagerResizeRequestsClient"
@@ -66,23 +65,6 @@ class FutureReservationRecord:
         return self.auto_created[0] if self.auto_created else self.reservation_name
 
 
-def _time(value: str) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _lines(err: Any) -> tuple[str, ...]:
-    return tuple(f"{e.code}: {e.message}" for e in getattr(err, "errors", []) or [])
-
-
-def _leaf(url: str) -> str:
-    return url.rsplit("/", 1)[-1]
-
-
 class ComputeResizeApi(ComputeApi):
     """``ComputeApi`` with resize requests and future reservations."""
 
@@ -132,9 +114,9 @@ class ComputeResizeApi(ComputeApi):
         return ResizeRecord(
             group=group, zone=zone, name=r.name, state=str(r.state), resize_by=int(r.resize_by),
             run_s=int(r.requested_run_duration.seconds) if r.requested_run_duration else 0,
-            description=r.description, created_at=_time(r.creation_timestamp),
-            errors=_lines(st.error) if st else (),
-            last_errors=_lines(st.last_attempt.error) if st and st.last_attempt else (),
+            description=r.description, created_at=_ts(r.creation_timestamp),
+            errors=_error_lines(st.error) if st else (),
+            last_errors=_error_lines(st.last_attempt.error) if st and st.last_attempt else (),
         )  # fmt: skip
 
     def list_resize_requests(self, zone: str, group: str) -> list[ResizeRecord]:
@@ -189,7 +171,7 @@ class ComputeResizeApi(ComputeApi):
         st = f.status
         return FutureReservationRecord(
             name=f.name, zone=_leaf(f.zone) or zone, mode=f.reservation_mode or "DEFAULT",
-            start=_time(f.time_window.start_time), end=_time(f.time_window.end_time),
+            start=_ts(f.time_window.start_time), end=_ts(f.time_window.end_time),
             status=st.procurement_status if st else "", reservation_name=f.reservation_name,
             auto_created=tuple(_leaf(u) for u in (st.auto_created_reservations if st else [])),
             machine_type=machine, count=count, vm_family=family,

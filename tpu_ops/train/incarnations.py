@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tpu_ops.agent.job import WORK_FIELDS, Job
 from tpu_ops.errors import NotFoundError, SpecError, TrainingError
 from tpu_ops.layout import RunLayout
+from tpu_ops.provision.records import Slice
 from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.specs.slice import SliceSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.layout import get_json
-from tpu_ops.train.runstate import IncarnationState, PreemptionState
+from tpu_ops.train.runstate import IncarnationState, PreemptionState, SliceState
 
 
 def check_command(job: TrainJobSpec, run_id: str) -> None:
@@ -46,6 +48,22 @@ def job_document(job: TrainJobSpec, layout: RunLayout, run_id: str, project: str
 def elastic(sl: SliceSpec) -> dict[str, Any]:
     """The job's target shape and chips when the slice has elastic ``shapes`` (docs/elastic.md), else nothing."""
     return {"target_shape": sl.shape_list[0].name, "target_chips": sl.shape_list[0].chips} if sl.shapes else {}
+
+
+def record_allocation(inc: IncarnationState, slices: Sequence[Slice], kept: Collection[int] = ()) -> None:
+    """Record every slice of ``inc``'s allocation (slice 0 also in the fields single-slice readers use).
+
+    ``kept``: the indices held over from the previous incarnation (``Keeper.carried``). A slice the
+    incarnation already records (a successor supervisor adopting it) keeps its flag.
+    """
+    if not slices:
+        return
+    before = {s.resource_id: s.kept for s in inc.slices}
+    inc.slices = []
+    for i, s in enumerate(slices):
+        carried = i in kept or before.get(s.queued_resource, False)
+        inc.slices.append(SliceState(i, s.queued_resource, s.zone, s.tier, s.hosts, carried))
+    inc.queued_resource, inc.zone, inc.tier = slices[0].queued_resource, slices[0].zone, slices[0].tier
 
 
 def merge_timeline(inc: IncarnationState, records: list[list[Any]]) -> None:

@@ -28,12 +28,14 @@ from tpu_ops.train.layout import put_json
 
 
 class Keeper:
-    """Owns ``slices`` (the live allocation, slice 0 first) and ``kept`` (indices kept for the next one)."""
+    """Owns ``slices`` (the live allocation, slice 0 first), ``kept`` (indices kept for the next one) and
+    ``carried`` (the indices of ``slices`` held over from the allocation before: the run state records them)."""
 
     def __init__(self, lease: SliceLease, spec: SliceSpec, gcs: Any, layout: RunLayout, ledger: L.Ledger) -> None:
         self.lease, self.spec, self.gcs, self.layout, self.ledger = lease, spec, gcs, layout, ledger
         self.slices: tuple[Slice, ...] = ()
         self.kept: tuple[int, ...] = ()
+        self.carried: tuple[int, ...] = ()
         self.shape: Shape = spec.shape_list[0]  # the live allocation's shape (elastic: maybe smaller than the target)
 
     def obtain(self, run_id: str, incarnation: str) -> tuple[Slice, ...]:
@@ -55,7 +57,7 @@ class Keeper:
             shape = shape_fields(self.spec.shape_list[0], self.shape) if self.spec.shapes else {}
             doc = {**alloc.document(incarnation), "kept": list(self.kept), **shape}
             put_json(self.gcs, self.layout.state(ALLOCATION_DOC), doc)
-        self.slices, self.kept = alloc.slices, ()
+        self.slices, self.carried, self.kept = alloc.slices, self.kept, ()
         return self.slices
 
     def _live(self) -> list[str]:

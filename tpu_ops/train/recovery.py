@@ -7,12 +7,13 @@ when it was seen, the step each worker reached, the step the next incarnation re
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tpu_ops.layout import RunLayout
 from tpu_ops.provision.records import Slice
 from tpu_ops.train.checkpoints import latest_complete_step
-from tpu_ops.train.incarnations import mine
+from tpu_ops.train.incarnations import mine, record_allocation
 from tpu_ops.train.layout import list_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState
 
@@ -48,10 +49,17 @@ def close_preemption(p: PreemptionState, inc: IncarnationState, gcs: Any, layout
     inc.kept_until = latest_complete_step(gcs, layout.steps_uri)
 
 
-def ready(inc: IncarnationState, s: Slice, preemption: PreemptionState | None, reprovision_s: float) -> bool:
-    """Record slice 0 of the incarnation's allocation as obtained; True when it was adopted (already known)."""
+def ready(
+    inc: IncarnationState,
+    slices: Sequence[Slice],
+    carried: Collection[int],
+    preemption: PreemptionState | None,
+    reprovision_s: float,
+) -> bool:
+    """Record the incarnation's allocation as obtained (``carried``: the slices kept from the one before);
+    True when it was adopted (already known)."""
     adopted = bool(inc.queued_resource)
-    inc.queued_resource, inc.zone, inc.tier = s.queued_resource, s.zone, s.tier
+    record_allocation(inc, slices, carried)
     if inc.ready_at is None:
         inc.ready_at = time.time()
     if preemption is not None:

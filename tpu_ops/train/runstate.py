@@ -185,8 +185,24 @@ def live_holder(gcs: Any, uri: ObjectUri) -> dict[str, Any] | None:
 
 
 @dataclass
+class SliceState:
+    """One slice of an incarnation's allocation, as recorded in ``state.json``."""
+
+    index: int  # its place in the allocation (slice 0's host 0 coordinates the job)
+    resource_id: str
+    zone: str
+    tier: str
+    hosts: int  # 0: not known (a state file written before slices were recorded)
+    kept: bool = False  # held over from the previous incarnation (the lost slice was replaced), not obtained anew
+
+
+@dataclass
 class IncarnationState:
-    """One provisioning of the slice, as recorded in ``state.json``."""
+    """One provisioning of the run's allocation, as recorded in ``state.json``.
+
+    ``queued_resource``, ``zone`` and ``tier`` are slice 0's (what single-slice readers use);
+    ``slices`` every slice of the allocation (empty in state files written before it was recorded).
+    """
 
     number: int
     id: str
@@ -207,6 +223,19 @@ class IncarnationState:
     model_flops_per_step: float | None = None  # (worker 0's heartbeat: agent.job.WORK_FIELDS)
     shape: str = ""  # what it trained on (elastic shapes: maybe smaller than the target, docs/elastic.md)
     chips: int = 0  # the allocation's chips (goodput counts chip-seconds)
+    slices: list[SliceState] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> IncarnationState:
+        d = dict(doc)
+        slices = [SliceState(**s) for s in d.pop("slices", None) or []]
+        return cls(**d, slices=slices)
+
+    def allocation(self) -> list[SliceState]:
+        """Every slice of this incarnation; for an older state file, slice 0 as recorded then (hosts unknown)."""
+        if self.slices or not self.queued_resource:
+            return list(self.slices)
+        return [SliceState(0, self.queued_resource, self.zone, self.tier, 0)]
 
 
 @dataclass
@@ -256,7 +285,7 @@ class RunState:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RunState:
         d = dict(doc)
-        incs = [IncarnationState(**i) for i in d.pop("incarnations", [])]
+        incs = [IncarnationState.from_json(i) for i in d.pop("incarnations", [])]
         pres = [PreemptionState(**p) for p in d.pop("preemptions", [])]
         d.pop("version", None)
         return cls(**d, incarnations=incs, preemptions=pres)

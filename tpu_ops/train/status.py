@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from tpu_ops.errors import NotFoundError, TpuOpsError
 from tpu_ops.provision.ledger import Ledger
+from tpu_ops.provision.naming import slice_of
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.settings import Settings
 from tpu_ops.train import cancel
@@ -46,6 +47,8 @@ class SliceStatus:
     tier: str
     hosts: int
     hosts_alive: int
+    index: int = 0  # its place in the allocation
+    kept: bool = False  # held over from the incarnation before (only the lost slice was replaced)
 
 
 @dataclass
@@ -60,6 +63,8 @@ class RunStatus:
     step: int | None = None
     steps: int | None = None
     slices: list[SliceStatus] = field(default_factory=list)
+    # every incarnation's allocation: number, end, and its slices (index, resource_id, zone, tier, hosts, kept)
+    incarnations: list[dict[str, Any]] = field(default_factory=list)
     hosts_alive: int = 0
     preemptions: int = 0
     recoveries: int = 0
@@ -111,7 +116,8 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
         out.state = UP if cost.open_slices else ("gone" if cost.slices else (record.outcome or STARTING))
         for s in cost.slices:
             if s.open:
-                out.slices.append(SliceStatus(s.resource_id, s.zone, s.tier, record.hosts, record.hosts))
+                index = slice_of(record.run_id, s.resource_id) or 0
+                out.slices.append(SliceStatus(s.resource_id, s.zone, s.tier, record.hosts, record.hosts, index))
         if record.cancelled_at is not None and not cost.open_slices:
             out.state = cancel.CANCELLED
         elif out.state == STARTING and alive is False:
@@ -146,6 +152,9 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
                 cost: dict[str, Any]) -> None:  # fmt: skip
     out.steps, out.error = state.steps, state.error
     out.preemptions = len(state.preemptions)
+    out.incarnations = [
+        {"number": i.number, "end": i.end, "slices": [asdict(s) for s in i.allocation()]} for i in state.incarnations
+    ]
     out.recoveries = sum(1 for p in state.preemptions if p.resume_step is not None)
     live = state.live if state.outcome == "running" else None
     beats: list[dict[str, Any]] = []
@@ -174,8 +183,11 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
     if live is None or not live.queued_resource:  # between a lost slice and the next one
         out.state = RECOVERING if state.preemptions else PROVISIONING
         return
-    alive = _alive(mine(live, beats), now, record.heartbeat_s)
-    out.slices.append(SliceStatus(live.queued_resource, live.zone, live.tier, record.hosts, alive))
-    out.hosts_alive = alive
+    current = mine(live, beats)
+    for sl in live.allocation():
+        alive = _alive([b for b in current if int(b.get("slice") or 0) == sl.index], now, record.heartbeat_s)
+        hosts = sl.hosts or record.hosts
+        out.slices.append(SliceStatus(sl.resource_id, sl.zone, sl.tier, hosts, alive, sl.index, sl.kept))
+    out.hosts_alive = sum(sl.hosts_alive for sl in out.slices)
     restoring = bool(state.preemptions) and live.first_step_at is None  # no new step since the restore
     out.state = RECOVERING if restoring else RUNNING
