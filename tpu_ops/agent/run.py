@@ -177,11 +177,9 @@ class Agent:
             self._release(None)
             return 0
         signal.signal(signal.SIGTERM, self._on_term)
-        if self.job.slices > 1 and not self._past_stops():
-            self._release(None)
+        if not self._past_stops():
             return -signal.SIGTERM
-        progress = self.workdir / "progress"
-        progress.unlink(missing_ok=True)
+        (progress := self.workdir / "progress").unlink(missing_ok=True)
         if self.job.dataset_manifest and not self._preflight():
             self._release(None)
             return 1
@@ -236,7 +234,7 @@ class Agent:
     def _past_stops(self) -> bool:
         """A VM restarted into an incarnation already stopped (Google's multislice repair restarts every node):
         this worker's part is in the next incarnation, once its allocation is written. False on SIGTERM."""
-        while self._stopped():
+        while self.job.slices > 1 and self._stopped():
             doc = wait_for_document(
                 self.gcs,
                 self.bucket,
@@ -245,6 +243,7 @@ class Agent:
                 lambda: self.term_at is not None,
             )
             if doc is None:
+                self._release(None)
                 return False
             self._begin(str(doc["incarnation"]))
         return True
