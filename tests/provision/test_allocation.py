@@ -18,6 +18,8 @@ from tpu_ops.provision.ledger import ACTIVE, GONE, Ledger
 from tpu_ops.provision.naming import slice_of
 from tpu_ops.provision.prices import shipped
 from tpu_ops.provision.providers import Phase
+from tpu_ops.specs.slice import SliceSpec
+from tpu_ops.train.keeper import Keeper
 
 ZA, ZB = "us-central2-a", "us-central2-b"
 
@@ -80,7 +82,9 @@ def test_one_slice_short_the_request_waits_whole_and_nothing_is_held(
     teardown("run-ms-short", settings)
 
 
-def test_a_lost_slice_is_lost_alone_while_google_repairs_it(fake: Any, settings: Any, spec_factory: Any) -> None:
+def test_a_lost_slice_is_lost_alone_while_google_repairs_it(
+    fake: Any, settings: Any, spec_factory: Any, waiter: Any
+) -> None:
     fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
     lease = SliceLease(_two(spec_factory), "run-ms-rep", settings)
     try:
@@ -94,8 +98,52 @@ def test_a_lost_slice_is_lost_alone_while_google_repairs_it(fake: Any, settings:
         whole = p.describe(ZA, "run-ms-rep-a1")
         assert whole.state == Phase.BOOTING and "repairing run-ms-rep-a1-1" in whole.raw_state  # the request waits
         fake.capacity({ZA: {"spot": 32}})
-        back = p.describe(ZA, lost.queued_resource)
-        assert back.state == Phase.RUNNING and back.created_at != lost.created_at  # a new node of the same name
+        back = waiter(lambda: (r := p.describe(ZA, lost.queued_resource)).state == Phase.RUNNING and r, what="repair")
+        assert back.created_at != lost.created_at  # a new node of the same name
         assert p.describe(ZA, "run-ms-rep-a1").state == Phase.RUNNING
+    finally:
+        lease.release()
+
+
+def _keeper(lease: SliceLease, settings: Any, run_id: str, keep: str) -> Keeper:
+    spec = SliceSpec.model_validate({**lease.spec.slice.model_dump(), "keep_healthy_for": keep})
+    keeper = Keeper(lease, spec, None, None, Ledger(settings, run_id))  # type: ignore[arg-type]  # gcs, layout: unused
+    keeper.slices = lease.gather().slices
+    return keeper
+
+
+def test_the_keeper_waits_for_googles_repair_and_keeps_the_whole_request(
+    fake: Any, settings: Any, spec_factory: Any
+) -> None:
+    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
+    lease = SliceLease(_two(spec_factory), "run-ms-keep", settings)
+    try:
+        keeper = _keeper(lease, settings, "run-ms-keep", "2m")
+        fake.preempt(ZA, "run-ms-keep-a1-1")
+        keeper.give_back(1)  # returns once the repaired node runs
+        assert keeper.kept == (0, 1)  # every node of the request runs on: nothing deleted
+        rec = lease.provider.describe(ZA, "run-ms-keep-a1-1")
+        assert rec.state == Phase.RUNNING and rec.created_at != keeper.slices[1].created_at
+        assert fake.state()["queued_resources"] == 1
+        events = [(e["kind"], e.get("resource_id")) for e in Ledger(settings, "run-ms-keep").events()]
+        assert ("gone", "run-ms-keep-a1-1") in events and ("gone", "run-ms-keep-a1-0") not in events
+        assert ("delete-requested", "run-ms-keep-a1-1") not in events  # Google replaced it; tpu-ops deleted nothing
+    finally:
+        lease.release()
+
+
+def test_no_repair_within_keep_healthy_for_gives_the_whole_request_back(
+    fake: Any, settings: Any, spec_factory: Any
+) -> None:
+    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
+    lease = SliceLease(_two(spec_factory), "run-ms-drop", settings)
+    try:
+        keeper = _keeper(lease, settings, "run-ms-drop", "2s")
+        fake.capacity({ZA: {"spot": 16}})  # no hardware for the lost slice: Google's repair waits
+        fake.preempt(ZA, "run-ms-drop-a1-0")
+        keeper.give_back(0)
+        assert keeper.kept == ()  # a whole new allocation comes next
+        state = fake.state()
+        assert (state["queued_resources"], state["nodes"]) == (0, 0)  # the request and the healthy node are gone
     finally:
         lease.release()
