@@ -7,7 +7,8 @@ lazily on every call and on ``tick()``, which the server calls on a timer.
 
 Node lifecycle: CREATING -> READY (after ``provision_s``) -> PREEMPTED (``preempt``) / DELETING
 -> gone (after ``delete_s``). Queued resource: WAITING_FOR_RESOURCES -> PROVISIONING -> ACTIVE,
-or FAILED once ``queueingPolicy`` validity ends; SUSPENDED when its node is preempted or deleted.
+or FAILED once ``queueingPolicy`` validity ends; SUSPENDED when its node is preempted or deleted
+(a multislice request stays ACTIVE and is repaired: :mod:`infra.local.tpu.multislice`).
 Listeners get a ``NodeEvent`` when a node becomes READY and when it stops (preempt, delete, reset),
 outside the lock and in order.
 """
