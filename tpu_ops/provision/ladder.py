@@ -286,7 +286,8 @@ class _Ladder:
 
     def request(self, step: Step, rid: str) -> SliceRequest:
         """What this step asks the provider for."""
-        return slice_request(self.spec, self.run_id, step, rid, self.metadata)
+        slices = self.spec.slice.slices if self.provider.multislice_request else 1
+        return slice_request(self.spec, self.run_id, step, rid, self.metadata, slices)
 
     def _create(self, step: Step, rid: str) -> None:
         """Create the slice once: a retry first checks that the last try did not land."""
