@@ -255,7 +255,8 @@ def test_without_history_positions_and_note_are_the_written_order_s() -> None:
 
 
 def test_a_miss_probability_equal_to_max_miss_is_eligible() -> None:
-    run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0)
+    # 20-minute checkpoints: one preemption on spot would leave on-demand too little time (no recourse).
+    run = RunModel(3600, 1.0, 1200, deadline_s=3600.0 + 1200.0)
     m = expect(SPOT, run, SEEN[SPOT.key]).miss_probability
     assert 0 < m < 1
     at = rank([SPOT, OD], run, SEEN, max_miss=m)

@@ -321,7 +321,9 @@ def rank(
     the rungs cheaper than it (or tied) go first and the ladder tries only those; if all are refused
     it waits ``wait_s`` and ranks again, rather than pay for on-demand now.
     """
-    exps = [expect(r, run, histories.get(r.key)) for r in rungs]
+    from tpu_ops.provision import recourse  # it imports this module
+
+    exps = recourse.relieve([expect(r, run, histories.get(r.key)) for r in rungs], run, histories, max_miss)
     no_history = all(histories.get(r.key, History()).empty for r in rungs)
     if no_history and keep_order_without_history:
         order = sorted(exps, key=lambda e: e.rung.order)
