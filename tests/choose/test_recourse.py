@@ -48,7 +48,7 @@ def test_no_recourse_without_on_demand_or_when_on_demand_itself_misses() -> None
     assert alone.ranked[0].eligible is False
     hopeless = RunModel(3600, 1.0, 300, deadline_s=3600.0)  # not even on-demand makes it
     exps = [expect(SPOT, hopeless, SEEN[SPOT.key]), expect(OD, hopeless, SEEN[OD.key])]
-    assert recourse.relieve(exps, hopeless, SEEN, 0.1) is exps
+    assert recourse.relieve(exps, hopeless, SEEN, 0.1, expect) is exps
     long_checkpoints = RunModel(3600, 1.0, 1200, deadline_s=4800.0)  # a preemption loses up to 20 minutes
     assert [r.eligible for r in rank([SPOT, OD], long_checkpoints, SEEN).ranked] == [True, False]
 

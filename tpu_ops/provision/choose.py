@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
+from tpu_ops.provision import recourse
 from tpu_ops.provision import why as text
 
 PRIOR_HOURS: Final = 4.0  # a prior rate weighs as much as 4 hours of observed slice time
@@ -321,9 +322,7 @@ def rank(
     the rungs cheaper than it (or tied) go first and the ladder tries only those; if all are refused
     it waits ``wait_s`` and ranks again, rather than pay for on-demand now.
     """
-    from tpu_ops.provision import recourse  # it imports this module
-
-    exps = recourse.relieve([expect(r, run, histories.get(r.key)) for r in rungs], run, histories, max_miss)
+    exps = recourse.relieve([expect(r, run, histories.get(r.key)) for r in rungs], run, histories, max_miss, expect)
     no_history = all(histories.get(r.key, History()).empty for r in rungs)
     if no_history and keep_order_without_history:
         order = sorted(exps, key=lambda e: e.rung.order)

@@ -14,12 +14,15 @@ preemption on it, makes the deadline within ``max_miss``; its miss probability i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:  # choose imports this module: types only here
-    from tpu_ops.provision.choose import Expectation, History, RunModel
+# Duck-typed (``tpu_ops.provision.choose``'s Expectation, RunModel, History): choose imports this
+# module, and importing it back, even for types, would make an import cycle.
+Expectation = Any
+RunModel = Any
+Expect = Callable[[Any, Any, Any], Any]  # choose.expect(rung, run, history)
 
 
 def never_short(exps: Sequence[Expectation]) -> Expectation | None:
@@ -31,21 +34,18 @@ def never_short(exps: Sequence[Expectation]) -> Expectation | None:
 
 def after_one_preemption(e: Expectation, run: RunModel) -> RunModel | None:
     """What is left of the run for on-demand after one worst-case preemption on ``e`` (None: no deadline)."""
-    from tpu_ops.provision.choose import RunModel
-
     if run.deadline_s is None:
         return None
     spent = run.checkpoint_s + e.belief.recovery_s + e.belief.obtain_s
-    return RunModel(run.steps, run.seconds_per_step, run.checkpoint_every, run.deadline_s - spent)
+    return replace(run, deadline_s=run.deadline_s - spent)
 
 
 def relieve(
-    exps: list[Expectation], run: RunModel, histories: dict[tuple[str, str, str, str], History], max_miss: float
-) -> list[Expectation]:
+    exps: list[Expectation], run: RunModel, histories: dict[tuple[str, str, str, str], Any], max_miss: float,
+    expect: Expect,
+) -> list[Expectation]:  # fmt: skip
     """Each expectation whose own miss probability exceeds ``max_miss`` with its miss probability
-    replaced by on-demand's after one worst-case preemption on it, when that is lower."""
-    from tpu_ops.provision.choose import expect
-
+    replaced by on-demand's after one worst-case preemption on it (``expect``: choose's), when lower."""
     od = never_short(exps)
     if od is None or run.deadline_s is None or od.miss_probability > max_miss:
         return exps
