@@ -3,6 +3,8 @@ always there to finish on), and the fleet view as the production ladder builds i
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tpu_ops.provision import fleet, recourse
@@ -28,19 +30,30 @@ def test_one_worst_case_preemption_costs_a_checkpoint_a_recovery_and_an_obtain()
     assert recourse.never_short([spot]) is None
 
 
-def test_a_rung_that_misses_alone_is_eligible_while_on_demand_could_still_finish_after_a_preemption() -> None:
-    own = expect(SPOT, RUN, SEEN[SPOT.key]).miss_probability
-    assert own == pytest.approx(0.016954387942596183, rel=1e-12)
+def test_the_miss_probability_with_recourse_is_a_preemption_at_all_times_on_demand_missing_after_it() -> None:
+    spot = expect(SPOT, RUN, SEEN[SPOT.key])
+    assert spot.miss_probability == pytest.approx(0.016954387942596183, rel=1e-12)  # staying to the end
+    preempted = -math.expm1(-spot.preemptions)
+    assert preempted == pytest.approx(0.41273888708811435, rel=1e-12)
     # On-demand asked after one worst-case preemption on spot: 0.0057 (one of its rare preemptions).
-    after = 0.005702050108198908
-    assert expect(OD, recourse.after_one_preemption(expect(SPOT, RUN, SEEN[SPOT.key]), RUN), SEEN[OD.key])  \
-        .miss_probability == pytest.approx(after, rel=1e-12)  # type: ignore[arg-type]  # fmt: skip
-    taken = rank([SPOT, OD], RUN, SEEN, max_miss=0.01)  # 0.0170 alone > 1% ≥ 0.0057 with recourse
+    after = expect(OD, recourse.after_one_preemption(spot, RUN), SEEN[OD.key]).miss_probability  # type: ignore[arg-type]
+    assert after == pytest.approx(0.005702050108198908, rel=1e-12)
+    taken = rank([SPOT, OD], RUN, SEEN, max_miss=0.003)  # 0.0170 alone > 0.3% ≥ 0.41 x 0.0057 = 0.0024
     assert [(r.expectation.rung, r.eligible) for r in taken.ranked] == [(SPOT, True), (OD, True)]
-    assert taken.ranked[0].expectation.miss_probability == pytest.approx(after, rel=1e-12)
-    left = rank([SPOT, OD], RUN, SEEN, max_miss=0.005)  # 0.0057 > 0.5%: no recourse makes it
+    assert taken.ranked[0].expectation.miss_probability == pytest.approx(0.0023534578157786796, rel=1e-12)
+    left = rank([SPOT, OD], RUN, SEEN, max_miss=0.002)
     assert [(r.expectation.rung, r.eligible) for r in left.ranked] == [(OD, True), (SPOT, False)]
-    assert left.ranked[1].expectation.miss_probability == pytest.approx(after, rel=1e-12)  # the lower risk, shown
+
+
+def test_close_to_the_deadline_one_preemption_at_the_wrong_moment_is_a_miss() -> None:
+    """614 s of slack: the average preemption (the rung's own figure) fits once, so staying on spot
+    misses only on two (10.0%); the worst case (686 s) does not, so with recourse spot misses whenever
+    it is preempted at all (41.3%)."""
+    near = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 700.0)
+    assert expect(SPOT, near, SEEN[SPOT.key]).miss_probability == pytest.approx(0.1001481757414463, rel=1e-12)
+    choice = rank([SPOT, OD], near, SEEN, max_miss=0.2)
+    assert [(r.expectation.rung, r.eligible) for r in choice.ranked] == [(OD, True), (SPOT, False)]
+    assert choice.ranked[1].expectation.miss_probability == pytest.approx(0.41273888708811435, rel=1e-12)
 
 
 def test_no_recourse_without_on_demand_or_when_on_demand_itself_misses() -> None:
@@ -51,6 +64,23 @@ def test_no_recourse_without_on_demand_or_when_on_demand_itself_misses() -> None
     assert recourse.relieve(exps, hopeless, SEEN, 0.1, expect) is exps
     long_checkpoints = RunModel(3600, 1.0, 1200, deadline_s=4800.0)  # a preemption loses up to 20 minutes
     assert [r.eligible for r in rank([SPOT, OD], long_checkpoints, SEEN).ranked] == [True, False]
+
+
+def test_on_demand_goes_after_the_preemptible_rungs_it_is_tied_with() -> None:
+    """Hour-long checkpoints: spot a is cheapest; spot b (4% dearer per kept step than on-demand, by
+    its figure to the end) is tried before on-demand, since a preemption there may move the run to
+    cheaper capacity freed meanwhile."""
+    steady = Rung("v5p-8", A, "spot", "compute", 8.4, "", 1, 16.8)
+    flaky = Rung("v5p-8", B, "spot", "compute", 13.0, "", 2, 16.8)
+    seen = {steady.key: History(hours=100.0, preemptions=1, obtained=5), flaky.key: SEEN[SPOT.key],
+            OD.key: SEEN[OD.key]}  # fmt: skip
+    run = RunModel(7200, 1.0, 3600)
+    e, o = expect(flaky, run, seen[flaky.key]), expect(OD, run, seen[OD.key])
+    assert e.usd_per_step / o.usd_per_step == pytest.approx(1.043204780625503, rel=1e-12)
+    assert [r.expectation.rung for r in rank([steady, OD, flaky], run, seen).ranked] == [steady, flaky, OD]
+    dear = Rung("v5p-8", B, "spot", "compute", 14.0, "", 2, 16.8)  # 12% dearer: not a tie
+    assert [r.expectation.rung for r in rank([steady, OD, dear], run, {**seen, dear.key: SEEN[SPOT.key]}).ranked] \
+        == [steady, OD, dear]  # fmt: skip
 
 
 # -- the fleet view, as ranking.apply builds it ----------------------------------------------------

@@ -333,6 +333,7 @@ def rank(
         note = "no history for any rung: keeping the written order (run once to record some)"
         return Choice(ranked, "written-order", note)
     ok, near = _by_cost([e for e in exps if e.miss_probability <= max_miss])
+    ok = recourse.on_demand_after_ties(ok, TIE)
     late = sorted((e for e in exps if e.miss_probability > max_miss),
                   key=lambda e: (e.miss_probability, e.usd_per_step, e.rung.order))  # fmt: skip
     deadline = " that makes the deadline" if run.deadline_s is not None else ""

@@ -8,12 +8,14 @@ work since the last checkpoint (``c``), the recovery (``r``) and obtaining the n
 the work left then is the work left now minus what was kept: the slack left for on-demand is the slack
 now minus ``c + r + o``, wherever the preemption falls (issue 30).
 
-So a rung that would miss on its own is still eligible when on-demand, asked after one worst-case
-preemption on it, makes the deadline within ``max_miss``; its miss probability is then that one.
+So a rung's miss probability is the chance it is preempted at all times on-demand's miss probability
+after one worst-case preemption on it (:func:`relieve`), and on-demand goes after the preemptible
+rungs it is tied with (:func:`on_demand_after_ties`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -44,17 +46,37 @@ def relieve(
     exps: list[Expectation], run: RunModel, histories: dict[tuple[str, str, str, str], Any], max_miss: float,
     expect: Expect,
 ) -> list[Expectation]:  # fmt: skip
-    """Each expectation whose own miss probability exceeds ``max_miss`` with its miss probability
-    replaced by on-demand's after one worst-case preemption on it (``expect``: choose's), when lower."""
+    """Each preemptible rung's miss probability with recourse (``expect``: choose's): the chance it is
+    preempted at all (``1 - e^-n``) x on-demand's miss probability after one worst-case preemption on
+    it. It replaces the rung's own figure, which assumes the run stays on it to the end: lower far from
+    the deadline, higher close to it, where one preemption at the wrong moment is enough to miss."""
     od = never_short(exps)
     if od is None or run.deadline_s is None or od.miss_probability > max_miss:
         return exps
     out = []
     for e in exps:
         later = after_one_preemption(e, run)
-        if e is od or e.miss_probability <= max_miss or later is None:
+        slack = run.deadline_s - e.belief.obtain_s - run.work_s  # < 0: it misses even unpreempted
+        if e is od or later is None or not 0 < e.preemptions < math.inf or slack < 0:
             out.append(e)
             continue
-        miss = expect(od.rung, later, histories.get(od.rung.key)).miss_probability
-        out.append(replace(e, miss_probability=min(e.miss_probability, miss)))
+        miss = -math.expm1(-e.preemptions) * expect(od.rung, later, histories.get(od.rung.key)).miss_probability
+        out.append(replace(e, miss_probability=miss))
     return out
+
+
+def on_demand_after_ties(ok: list[Expectation], tie: float) -> list[Expectation]:
+    """On-demand after the preemptible rungs within ``tie`` of it per kept step (their order kept).
+
+    Their figure assumes the run stays on them to the end; but the ladder ranks again after a
+    preemption and may then find cheaper capacity freed meanwhile, and a refusal costs one request.
+    So a near tie with the capacity that is never short goes to the rung that may turn out cheaper
+    (the deadline is :func:`relieve`'s business: only rungs that make it are here)."""
+    od = never_short(ok)
+    if od is None:
+        return ok
+    i = ok.index(od)
+    tied = [e for e in ok[i + 1 :] if e.usd_per_step <= od.usd_per_step * (1 + tie) and e.preemptions > od.preemptions]
+    if not tied:
+        return ok
+    return [*ok[:i], *tied, od, *(e for e in ok[i + 1 :] if not any(e is t for t in tied))]
