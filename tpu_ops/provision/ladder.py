@@ -79,7 +79,8 @@ def provision(
     ledger.claim()
     walk = _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt, slice_index)
     if spec.choose is not None:
-        walk.rank = lambda steps: ranking.apply(spec, steps, clients, run_id, ledger, table, progress)
+        read = getattr(provider, "reservation_document", None)  # the fleet view's source
+        walk.rank = lambda steps: ranking.apply(spec, steps, clients, run_id, ledger, table, progress, read=read)
     return walk.run()
 
 
