@@ -301,7 +301,7 @@ class Fleet:
         self.sc = sc or SCENARIO
         self.forget, self.view = forget, view
         self.changes: dict[H.Key, forgetting.Change] = {}  # rungs reset by a change, at the last ranking
-        self.recent_gains: list[float] = []  # the fleet's recent asks for the reservation (fleet.admit)
+        self.summary: dict[str, Any] = {"runs": {}}  # the capacity summary's asks (fleet.asks, fleet.admit)
         self.runs, self.seed, self.fixed = runs, seed, order
         self.reservation_price, self.scarcity = reservation_price, scarcity
         self.rates = rates or scenario_rates(self.sc)
@@ -360,15 +360,14 @@ class Fleet:
         left = st.spec.steps - st.kept
         run = RunModel(left, sps, st.spec.checkpoint_every, st.spec.deadline - self.now())
         view = None
-        if self.view:  # the reservation's own count / inUseCount, as Compute Engine answers them
+        if self.view:  # as the production ladder builds it (ranking.apply): the reservation's own count /
+            # inUseCount as Compute Engine answers them, and the asks kept in the capacity summary
             st.api_calls += 1
-            live = fleet.counts(lambda: self.api.get_reservation(PROJECT, ZONES[0], RESERVATION))
-            free = {RESERVATION: live.free} if live is not None else {}
-            view = ranking.View(free, tuple(self.recent_gains[-fleet.RECENT_ASKS :]))
+            view = ranking.view_for(self.steps, self.summary, lambda z, n: self.api.get_reservation(PROJECT, z, n))
         ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
                                         self.reservation_price, self.scarcity, view)  # fmt: skip
-        if self.view and choice.method == "cost":
-            self.recent_gains.append(fleet.gain(choice))
+        if view is not None and choice.method == "cost":  # history.note_ask in production
+            self.summary["runs"].setdefault(st.spec.idx, {})["ask"] = fleet.ask(fleet.gain(choice), self.clock.now())
         self.rankings += 1
         self.history_reads += 1
         self.history_scan_reads += 1 + 2 * len(self.recorded_runs)

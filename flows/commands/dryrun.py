@@ -85,7 +85,9 @@ class PreemptOnce(threading.Thread):
             try:
                 if latest_complete_step(gcs, self.layout.steps_uri) is None:
                     continue
-                for rec in self.provider.slices(list(self.spec.provision.slice.zones), self.run_id):
+                found = self.provider.slices(list(self.spec.provision.slice.zones), self.run_id)
+                # a multislice request on the TPU API is one record with a part per slice: lose its last slice
+                for rec in [p for r in found for p in (r.parts[::-1] or (r,))]:
                     if rec.state not in SliceState.RUNNING:
                         continue
                     if self.provider.name == "tpu-api":

@@ -24,9 +24,10 @@ from tpu_ops.specs import ProvisionSpec
 def running_slices(
     settings: Settings, spec: ProvisionSpec, run_id: str, zones: Sequence[str] = ()
 ) -> list[SliceRecord]:
-    """The run's slices with every host up, in a stable order (by id)."""
+    """The run's slices with every host up, in a stable order (by id); a TPU API multislice request's slices
+    are its nodes (``parts``), each preempted alone."""
     provider = for_spec(spec, settings)
-    found = provider.slices(list(zones or spec.slice.zones), run_id)
+    found = [p for s in provider.slices(list(zones or spec.slice.zones), run_id) for p in (s.parts or (s,))]
     return sorted((s for s in found if s.state in SliceState.RUNNING), key=lambda s: s.slice_id)
 
 

@@ -166,6 +166,10 @@ class HostSimulator:
         if not script or self._closed:
             return
         base = self.workdir / event.project / event.zone / f"{event.node_id}-{node.get('id', '0')}"
+        boot = 1
+        while base.exists():  # restarted VMs (a multislice repair) boot again; the last boot's logs stay
+            boot += 1
+            base = base.with_name(f"{event.node_id}-{node.get('id', '0')}-boot{boot}")
         workers = []
         # A Compute Engine instance is one host of its slice; a TPU API node is all of them.
         for w in [int(node["workerId"])] if self.variant == "compute" else range(hosts):

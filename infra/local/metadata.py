@@ -151,6 +151,7 @@ def tpu_vm_values(node: dict[str, Any], project: str, zone: str, worker: int) ->
         "TOPOLOGY": node.get("acceleratorConfig", {}).get("topology", ""),
         "TYPE": str(node.get("acceleratorConfig", {}).get("type", "")),
         "HOSTS": str(len(ips)),
+        **(node.get("_tpuEnv") or {}),  # a multislice node's MEGASCALE_* (the fake TPU API's event carries them)
     }
     attrs: dict[str, str] = {str(k): str(v) for k, v in (node.get("metadata") or {}).items()}
     attrs.update({

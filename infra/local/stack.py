@@ -68,6 +68,7 @@ class LocalStack:
         tpu: bool = True,
         provision_s: float = 0.0,
         delete_s: float = 0.0,
+        repair_s: float = 5.0,
         grace_s: float = 5.0,
         preempt_notice_s: float = 30.0,
         workdir: Path | None = None,
@@ -76,7 +77,9 @@ class LocalStack:
     ) -> None:
         self.project = project
         self._tpu_enabled = tpu
-        self._latency = Latency(provision_s, delete_s)
+        # Google takes minutes to repair a multislice node; a few seconds here keep the order real (the run
+        # notices the loss before the repair restarts the other slices' VMs).
+        self._latency = Latency(provision_s, delete_s, repair_s)
         self._grace_s = grace_s
         self._preempt_notice_s = preempt_notice_s
         self._workdir = workdir

@@ -255,15 +255,17 @@ def test_without_history_positions_and_note_are_the_written_order_s() -> None:
 
 
 def test_a_miss_probability_equal_to_max_miss_is_eligible() -> None:
+    # Spot alone: no on-demand to finish on, so its own figure (no recourse, tests/choose/test_recourse.py).
     run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0)
     m = expect(SPOT, run, SEEN[SPOT.key]).miss_probability
     assert 0 < m < 1
-    at = rank([SPOT, OD], run, SEEN, max_miss=m)
-    assert len(at.ranked) == 2 and all(r.eligible for r in at.ranked)
+    at = rank([SPOT], run, SEEN, max_miss=m)
+    assert len(at.ranked) == 1 and all(r.eligible for r in at.ranked)
     m0 = expect(SPOT, run).miss_probability  # no history: the prior's figure, the same rule
-    assert rank([SPOT, OD], run, {}, max_miss=m0).ranked[0].eligible is True
-    below = rank([SPOT, OD], run, SEEN, max_miss=m * 0.999)
-    assert [(r.expectation.rung, r.eligible) for r in below.ranked] == [(OD, True), (SPOT, False)]
+    assert rank([SPOT], run, {}, max_miss=m0).ranked[0].eligible is True
+    assert rank([SPOT], run, {}, max_miss=m0 * 0.999).ranked[0].eligible is False
+    below = rank([SPOT, RES], run, SEEN, max_miss=m * 0.999)
+    assert [(r.expectation.rung, r.eligible) for r in below.ranked] == [(RES, True), (SPOT, False)]
 
 
 def test_the_notes_say_the_deadline_and_the_wait() -> None:

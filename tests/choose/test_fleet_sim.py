@@ -163,18 +163,21 @@ def test_the_suite_is_fixed(sim: ModuleType) -> None:
 
 
 def test_a_patient_fleet_waits_for_spot_instead_of_buying_on_demand(sim: ModuleType) -> None:
-    runs = sim.make_runs(30, 7)
+    runs = sim.make_runs(60, 7)  # 30 runs no longer buy on-demand at all (recourse, ties)
     hasty = sim.Fleet(runs, 7, None)
     h = hasty.run()
     patient = sim.Fleet(runs, 7, None, wait_s=600.0)
     p = patient.run()
     assert patient.spec.choose.wait.total_seconds() == 600 and hasty.spec.choose.wait is None
     # The same runs and luck: on-demand falls to a fraction, every deadline still kept, nothing leaked.
-    assert p["slice_hours"]["on-demand@a"] < h["slice_hours"]["on-demand@a"] / 2
+    def od(r: dict[str, Any]) -> float:
+        return sum(v for k, v in r["slice_hours"].items() if k.startswith("on-demand"))
+
+    assert 0 < od(p) < od(h) / 2
     assert p["deadline_hit_rate"] == h["deadline_hit_rate"] == 1.0 and p["slices_leaked"] == 0
 
 
-def test_auto_sees_the_swap_within_two_hours_and_asks_the_reservation_for_its_counts(sim: ModuleType) -> None:
+def test_auto_sees_the_swap_within_four_hours_and_asks_the_reservation_for_its_counts(sim: ModuleType) -> None:
     """Forgetting by default: the change-point reset fires on zone a's spot soon after the swap (hour 25);
     the fleet view reads the reservation's count / inUseCount before each ranking."""
     from tpu_ops.provision import forgetting
@@ -203,7 +206,9 @@ def test_auto_sees_the_swap_within_two_hours_and_asks_the_reservation_for_its_co
     finally:
         sim.forgetting.weigh = weigh
     first = min(t for t, k in resets if k == "spot@a")
-    assert 25.0 < first < 27.0
-    # A gain per ranking by cost (not the first ones, in the written order: no history yet).
-    assert r["slices_leaked"] == 0 and len(fleet.recent_gains) == fleet.why_counts["cost"] > 100
+    assert 25.0 < first < 29.0  # fewer runs go to zone a's spot after the swap than before recourse: ~3.4 h
+    # Each run that ranked by cost (not the first ones, in the written order: no history yet) left its ask.
+    asks = [e["ask"] for e in fleet.summary["runs"].values()]
+    assert r["slices_leaked"] == 0 and fleet.why_counts["cost"] > 100 and len(asks) > 50
+    assert len(sim.fleet.asks(fleet.summary)) == sim.fleet.RECENT_ASKS
     assert reads == [1] * fleet.rankings  # one reservations.get per ranking

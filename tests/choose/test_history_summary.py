@@ -209,3 +209,21 @@ def test_a_summary_written_before_stockouts_were_counted_still_reads() -> None:
     old_row = ["v5p-8", "z-a", "spot", "compute", 2.0, 1, 1, 60.0, 1, 30.0, 5]  # 7 sums: no stock-outs
     got = H.combine({"version": H.SUMMARY_VERSION, "runs": {"r": {"seen": 1.0, "sums": [old_row]}}})
     assert got[("v5p-8", "z-a", "spot", "compute")] == History(2.0, 1, 1, 60.0, 1, 30.0, 5, 0)
+
+
+def test_a_run_s_ask_for_the_reservation_survives_its_next_publish(gcs: Any) -> None:
+    """Issue 30: the fleet's asks live in the runs' summary entries (``ask``); a milestone rewrites
+    the entry from the run's record, and keeps the ask; a new ask replaces the old."""
+    from tpu_ops.provision import fleet
+
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+    H.publish(client, root, "a", STATE, IDENT)
+    assert H.note_ask(client, root, "a", fleet.ask(0.002, 10.0)) == 0
+    H.note_ask(client, root, "b", fleet.ask(0.001, 5.0))  # a run with no entry yet: one with its ask
+    H.publish(client, root, "a", {**STATE, "finished_at": 99.0}, IDENT)
+    doc = H.read_summary(client, root)[0]
+    assert doc is not None and doc["runs"]["a"]["ask"] == {"gain": 0.002, "at": 10.0}
+    assert doc["runs"]["a"]["sums"] and doc["runs"]["b"] == {"ask": {"gain": 0.001, "at": 5.0}}
+    assert fleet.asks(doc) == (0.001, 0.002)  # oldest first
+    H.note_ask(client, root, "a", fleet.ask(0.003, 20.0))
+    assert fleet.asks(H.read_summary(client, root)[0]) == (0.001, 0.003)  # type: ignore[arg-type]

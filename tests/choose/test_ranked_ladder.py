@@ -185,3 +185,41 @@ def test_without_time_to_wait_the_ladder_buys_on_demand_at_once(settings: Settin
     finally:
         compute.backend.configure_capacity(before)
         teardown("rk-4", settings, zones=list(spec.slice.zones))
+
+
+def test_a_full_reservation_is_tried_last_through_the_fleet_view_and_the_ask_is_kept(
+    settings: Settings, compute: Any
+) -> None:
+    """The production ladder builds the fleet view as the fleet simulator does (issue 30): the
+    reservation's own ``inUseCount`` (Compute Engine's ``reservations.get``, over HTTP) says it is
+    full, so the ranking tries it after every other rung instead of being refused first; the run's ask
+    is kept in the capacity summary, where the next rankings read it."""
+    from infra.local.compute.models import RESERVATION_KEY
+    from tpu_ops.cloud.clients import storage_client
+
+    _seed_history(settings, "viewed")
+    ladder = ["reservation:team-res@us-east5-a", "spot", "on-demand"]
+    spec = ProvisionSpec.model_validate({**_spec("gs://viewed/ckpt").model_dump(mode="json"), "ladder": ladder})
+    was = compute.backend.capacity.to_json()["zones"]
+    compute.backend.configure_capacity({"us-east5-a": {"SPOT": 64, "STANDARD": 64, "reservations": {
+        "team-res": {"count": 1, "machineType": "ct5p-hightpu-4t"}}}})  # fmt: skip
+    body = {"name": "other-run", "machineType": "zones/us-east5-a/machineTypes/ct5p-hightpu-4t",
+            "scheduling": {"provisioningModel": "RESERVATION_BOUND", "onHostMaintenance": "TERMINATE"},
+            "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION", "key": RESERVATION_KEY,
+                                    "values": ["team-res"]}}  # fmt: skip
+    compute.backend.insert_instance("tpu-ops-local", "us-east5-a", body)  # another run holds its only VM
+    compute.backend.tick()
+    try:
+        s = provision(spec, "rk-5", settings, progress=lambda: None)
+        assert (s.zone, s.tier) == ("us-east5-b", "spot") and [a.tier for a in s.attempts] == ["spot"]
+        (plan,) = _plans(settings, "rk-5")
+        assert plan["method"] == "cost" and "fleet: the reservation full now (fleet view)" in plan["note"]
+        assert plan["rungs"][-1]["tier"] == "reservation" and plan["rungs"][-1]["why"].startswith("full now")
+        doc = json.loads(storage_client(settings).bucket("viewed").blob("ckpt/_tpu_ops/capacity-summary.json")
+                         .download_as_bytes())  # fmt: skip
+        assert doc["runs"]["rk-5"]["ask"]["gain"] > 0
+    finally:
+        compute.backend.delete_instance("tpu-ops-local", "us-east5-a", "other-run")
+        compute.backend.tick()
+        compute.backend.configure_capacity({"us-east5-a": was.get("us-east5-a", was["*"])})
+        teardown("rk-5", settings, zones=list(spec.slice.zones))

@@ -145,7 +145,9 @@ def test_patience_holds_on_demand_back_only_while_it_still_makes_the_deadline() 
     # 7200 s of work; on-demand takes 300 s to obtain (the prior). Asked 600 s later, it still makes a
     # deadline of 300 + 7200 + 600 + 1 s, and not one of 300 + 7200 + 600 - 1 s.
     def choice(deadline: float | None, rungs: list[Rung] | None = None) -> Choice:
-        return rank(rungs or [OD, SPOT, RES], RunModel(3600, 2.0, 150, deadline), HIST, wait_s=600.0)
+        # max_miss 20%: this close to the deadline, one preemption on spot at the wrong moment is a miss
+        # (18.6% with recourse); what is tested here is on-demand's own boundary after the wait.
+        return rank(rungs or [OD, SPOT, RES], RunModel(3600, 2.0, 150, deadline), HIST, wait_s=600.0, max_miss=0.2)
 
     roomy = choice(300 + 7200 + 600 + 1)
     assert [r.expectation.rung for r in roomy.ranked] == [SPOT, RES, OD]

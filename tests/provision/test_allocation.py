@@ -1,4 +1,7 @@
-"""An allocation of k slices against the fake Cloud TPU API: all k or none, in one zone, the partial hold billed."""
+"""An allocation of k slices on the Cloud TPU API: ONE multislice queued resource (Google's node count),
+granted whole or not at all, each node billed as its own slice; Google's repair of a lost slice seen through
+the provider. (The partial hold of an allocation gathered slice by slice is Compute Engine's:
+tests/provision/test_compute_tiers.py.)"""
 
 from __future__ import annotations
 
@@ -6,13 +9,17 @@ from typing import Any
 
 import pytest
 
+from tpu_ops.cloud.tpu import TpuApi
 from tpu_ops.errors import ProvisioningError
 from tpu_ops.provision import teardown
 from tpu_ops.provision.allocation import PARTIAL
 from tpu_ops.provision.lease import SliceLease
-from tpu_ops.provision.ledger import Ledger
-from tpu_ops.provision.naming import attempt_of, slice_of
+from tpu_ops.provision.ledger import ACTIVE, GONE, Ledger
+from tpu_ops.provision.naming import slice_of
 from tpu_ops.provision.prices import shipped
+from tpu_ops.provision.providers import Phase
+from tpu_ops.specs.slice import SliceSpec
+from tpu_ops.train.keeper import Keeper
 
 ZA, ZB = "us-central2-a", "us-central2-b"
 
@@ -22,41 +29,121 @@ def _two(spec_factory: Any, **kw: Any) -> Any:
     return spec.model_copy(update={"slice": spec.slice.model_copy(update={"slices": 2})})
 
 
-def test_two_slices_in_one_zone_each_with_its_own_ids(fake: Any, settings: Any, spec_factory: Any) -> None:
+def test_two_slices_are_one_queued_resource_with_a_node_per_slice(fake: Any, settings: Any, spec_factory: Any) -> None:
     fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 4096}})
     lease = SliceLease(_two(spec_factory), "run-ms-ok", settings)
     try:
-        alloc = lease.gather(lambda i: {"tpu-ops-slice": str(i)})
-        assert [s.queued_resource for s in alloc.slices] == ["run-ms-ok-a1", "run-ms-ok-a1001"]
+        alloc = lease.gather(lambda i: {"tpu-ops-slice": str(i), "startup-script": "true"})
+        assert [s.queued_resource for s in alloc.slices] == ["run-ms-ok-a1-0", "run-ms-ok-a1-1"]
         assert [slice_of("run-ms-ok", s.queued_resource) for s in alloc.slices] == [0, 1]
         assert {s.zone for s in alloc.slices} == {ZA} and alloc.hosts == 8 and alloc.chips == 32
         doc = alloc.document("inc-1")
         assert [len(s["endpoints"]) for s in doc["slices"]] == [4, 4] and doc["incarnation"] == "inc-1"
-        assert fake.state()["nodes"] == 2
+        state = fake.state()
+        assert (state["queued_resources"], state["nodes"]) == (1, 2)  # one request for both slices
+        api = TpuApi(settings)
+        (qr,) = api.list_queued_resources(ZA)
+        assert (qr.qr_id, qr.node_count, qr.node_ids) == ("run-ms-ok-a1", 2, ("run-ms-ok-a1-0", "run-ms-ok-a1-1"))
+        nodes = {n.node_id: n for n in api.list_nodes(ZA)}
+        # one node spec, one metadata for both nodes: no per-slice key (the agent reads MEGASCALE_SLICE_ID)
+        raw = api.client.get_node(name=api.node_name(ZA, "run-ms-ok-a1-1"))
+        assert "tpu-ops-slice" not in raw.metadata and raw.metadata["startup-script"] == "true"
+        assert set(nodes) == {"run-ms-ok-a1-0", "run-ms-ok-a1-1"}
+        opened = [e for e in Ledger(settings, "run-ms-ok").events() if e["kind"] == ACTIVE]
+        assert sorted((e["resource_id"], e["chips"]) for e in opened) == [
+            ("run-ms-ok-a1-0", 16),
+            ("run-ms-ok-a1-1", 16),
+        ]
     finally:
         lease.release()
-    assert fake.state()["nodes"] == 0
+    assert fake.state()["nodes"] == 0 and fake.state()["queued_resources"] == 0
+    closed = [e["resource_id"] for e in Ledger(settings, "run-ms-ok").events() if e["kind"] == GONE]
+    assert {"run-ms-ok-a1-0", "run-ms-ok-a1-1"} <= set(closed)  # teardown closes each slice's bill
 
 
-def test_one_slice_stocked_out_gives_everything_back_with_the_hold_in_the_ledger(
+def test_one_slice_short_the_request_waits_whole_and_nothing_is_held(
     fake: Any, settings: Any, spec_factory: Any
 ) -> None:
-    # Room for one v4-32 in zone a; zone b has plenty but an allocation lives in one zone.
-    fake.capacity({ZA: {"spot": 16, "on-demand": 0}, ZB: {"spot": 4096, "on-demand": 4096}})
-    lease = SliceLease(_two(spec_factory), "run-ms-short", settings)
-    with pytest.raises(ProvisioningError, match="allocation of 2 slices needs them all; slice 1") as info:
+    # Room for one v4-32 (16 chips) in each zone, never two: Google grants a multislice whole or not at all.
+    fake.capacity({ZA: {"spot": 16, "on-demand": 0}, ZB: {"spot": 16, "on-demand": 0}})
+    seen: list[int] = []
+    lease = SliceLease(
+        _two(spec_factory), "run-ms-short", settings, on_attempt=lambda a: seen.append(fake.state()["nodes"])
+    )
+    with pytest.raises(ProvisioningError, match="every rung failed") as info:
         lease.gather()
-    attempts = info.value.attempts  # slice 1's: zone a only, cut at queue_timeout after slice 0 came
-    assert attempts and {a.zone for a in attempts} == {ZA} and {a.outcome for a in attempts} <= {"stockout", "timeout"}
-    assert fake.state()["nodes"] == 0 and fake.state()["queued_resources"] == 0  # everything given back
+    attempts = info.value.attempts
+    assert len(attempts) == 4 and {a.outcome for a in attempts} <= {"stockout", "timeout"}  # each waited whole
+    assert {a.resource_id for a in attempts} == {f"run-ms-short-a{n}" for n in (1, 2, 3, 4)}
+    assert seen == [0, 0, 0, 0]  # no node of the request ever existed
     events = Ledger(settings, "run-ms-short").events()
-    partial = [e for e in events if e["kind"] == PARTIAL]
-    assert len(partial) == 1 and partial[0]["slices"] == ["run-ms-short-a1"] and partial[0]["wanted"] == 2
-    assert partial[0]["held_s"] >= 1.0  # slice 1 waited out the queue timeout (1s) while slice 0 was held
-    kinds = [(e["kind"], e.get("resource_id")) for e in events if e.get("resource_id") == "run-ms-short-a1"]
-    assert ("active", "run-ms-short-a1") in kinds and kinds[-1] == ("gone", "run-ms-short-a1")
-    cost = Ledger(settings, "run-ms-short").summary(shipped())
-    held = [c for c in cost.slices if c.resource_id == "run-ms-short-a1"]
-    assert cost.usd_total > 0 and held[0].chip_hours > 0 and not held[0].open  # the hold is billed, and closed
-    assert attempt_of("run-ms-short", "run-ms-short-a1001") == 1001
+    assert not [e for e in events if e["kind"] in (ACTIVE, PARTIAL)]  # nothing held, so nothing billed
+    assert Ledger(settings, "run-ms-short").summary(shipped()).usd_total == 0
     teardown("run-ms-short", settings)
+
+
+def test_a_lost_slice_is_lost_alone_while_google_repairs_it(
+    fake: Any, settings: Any, spec_factory: Any, waiter: Any
+) -> None:
+    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
+    lease = SliceLease(_two(spec_factory), "run-ms-rep", settings)
+    try:
+        alloc = lease.gather()
+        lost = alloc.slices[1]
+        fake.capacity({ZA: {"spot": 16}})  # the lost slice's hardware is gone for now: the repair waits
+        fake.preempt(ZA, lost.queued_resource)
+        p = lease.provider
+        assert p.describe(ZA, lost.queued_resource).state == Phase.LOST  # the slice alone is lost
+        assert p.describe(ZA, alloc.slices[0].queued_resource).state == Phase.RUNNING  # the other is not
+        whole = p.describe(ZA, "run-ms-rep-a1")
+        assert whole.state == Phase.BOOTING and "repairing run-ms-rep-a1-1" in whole.raw_state  # the request waits
+        fake.capacity({ZA: {"spot": 32}})
+        back = waiter(lambda: (r := p.describe(ZA, lost.queued_resource)).state == Phase.RUNNING and r, what="repair")
+        assert back.created_at != lost.created_at  # a new node of the same name
+        assert p.describe(ZA, "run-ms-rep-a1").state == Phase.RUNNING
+    finally:
+        lease.release()
+
+
+def _keeper(lease: SliceLease, settings: Any, run_id: str, keep: str) -> Keeper:
+    spec = SliceSpec.model_validate({**lease.spec.slice.model_dump(), "keep_healthy_for": keep})
+    keeper = Keeper(lease, spec, None, None, Ledger(settings, run_id))  # type: ignore[arg-type]  # gcs, layout: unused
+    keeper.slices = lease.gather().slices
+    return keeper
+
+
+def test_the_keeper_waits_for_googles_repair_and_keeps_the_whole_request(
+    fake: Any, settings: Any, spec_factory: Any
+) -> None:
+    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
+    lease = SliceLease(_two(spec_factory), "run-ms-keep", settings)
+    try:
+        keeper = _keeper(lease, settings, "run-ms-keep", "2m")
+        fake.preempt(ZA, "run-ms-keep-a1-1")
+        keeper.give_back(1)  # returns once the repaired node runs
+        assert keeper.kept == (0, 1)  # every node of the request runs on: nothing deleted
+        rec = lease.provider.describe(ZA, "run-ms-keep-a1-1")
+        assert rec.state == Phase.RUNNING and rec.created_at != keeper.slices[1].created_at
+        assert fake.state()["queued_resources"] == 1
+        events = [(e["kind"], e.get("resource_id")) for e in Ledger(settings, "run-ms-keep").events()]
+        assert ("gone", "run-ms-keep-a1-1") in events and ("gone", "run-ms-keep-a1-0") not in events
+        assert ("delete-requested", "run-ms-keep-a1-1") not in events  # Google replaced it; tpu-ops deleted nothing
+    finally:
+        lease.release()
+
+
+def test_no_repair_within_keep_healthy_for_gives_the_whole_request_back(
+    fake: Any, settings: Any, spec_factory: Any
+) -> None:
+    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
+    lease = SliceLease(_two(spec_factory), "run-ms-drop", settings)
+    try:
+        keeper = _keeper(lease, settings, "run-ms-drop", "2s")
+        fake.capacity({ZA: {"spot": 16}})  # no hardware for the lost slice: Google's repair waits
+        fake.preempt(ZA, "run-ms-drop-a1-0")
+        keeper.give_back(0)
+        assert keeper.kept == ()  # a whole new allocation comes next
+        state = fake.state()
+        assert (state["queued_resources"], state["nodes"]) == (0, 0)  # the request and the healthy node are gone
+    finally:
+        lease.release()

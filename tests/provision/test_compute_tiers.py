@@ -20,9 +20,12 @@ import pytest
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES
 from tpu_ops.cloud.compute import ComputeApi
-from tpu_ops.errors import CapacityError, CloudError, DeadlineError, QuotaError
+from tpu_ops.errors import CapacityError, CloudError, DeadlineError, ProvisioningError, QuotaError
 from tpu_ops.provision import Outcome, provision, teardown
+from tpu_ops.provision.allocation import PARTIAL
+from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.ledger import ACTIVE, DELETE_REQUESTED, GONE, Ledger
+from tpu_ops.provision.naming import slice_of
 from tpu_ops.provision.prices import load
 from tpu_ops.provision.providers import SliceRequest, for_backend
 from tpu_ops.provision.providers.compute import ComputeProvider
@@ -152,6 +155,34 @@ def test_a_slice_that_comes_up_partly_is_deleted_whole_after_the_queue_timeout_a
         assert cost.usd_by_tier["spot"] > 0
     finally:
         teardown("run-part", settings, zones=[ZA, ZB])
+
+
+def test_an_allocation_one_slice_short_gives_everything_back_with_the_partial_hold_in_the_ledger(env):
+    """Compute Engine gathers an allocation slice by slice (a group each): what was held while the rest did not
+    come is given back after queue_timeout and billed (the TPU API grants a multislice whole: nothing held)."""
+    fake, settings = env
+    fake.req("POST", "/_fake/capacity", {ZA: {"SPOT": 16}, ZB: {"SPOT": 4096}})  # one v5p-32 in zone a
+    spec = _spec(["spot"])
+    spec = spec.model_copy(update={"slice": spec.slice.model_copy(update={"slices": 2})})
+    with pytest.raises(ProvisioningError, match="allocation of 2 slices needs them all; slice 1") as info:
+        SliceLease(spec, "run-ms-short", settings).gather()
+    attempts = info.value.attempts  # slice 1's: zone a only (an allocation lives in one zone)
+    assert (
+        attempts
+        and {a.zone for a in attempts} == {ZA}
+        and {a.outcome for a in attempts} <= {"stockout", "timeout", "partial"}
+    )
+    assert fake.left() == 0  # everything given back
+    events = Ledger(settings, "run-ms-short").events()
+    (partial,) = [e for e in events if e["kind"] == PARTIAL]
+    assert partial["slices"] == ["run-ms-short-a1"] and partial["wanted"] == 2 and partial["chips"] == 16
+    assert partial["held_s"] > 0  # slice 0 was held (and billed) while slice 1 was asked for
+    kinds = [e["kind"] for e in events if e.get("resource_id") == "run-ms-short-a1"]
+    assert ACTIVE in kinds and kinds[-1] == GONE
+    cost = Ledger(settings, "run-ms-short").summary(load(settings))
+    (held,) = [c for c in cost.slices if c.resource_id == "run-ms-short-a1"]
+    assert cost.usd_total > 0 and held.chip_hours > 0 and not held.open  # the hold is billed, and closed
+    assert slice_of("run-ms-short", "run-ms-short-a1001") == 1
 
 
 # -- an operation that fails asynchronously, at every place the provider waits on one ----------

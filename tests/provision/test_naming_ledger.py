@@ -9,7 +9,16 @@ import pytest
 from tpu_ops.errors import SpecError
 from tpu_ops.layout import check_run_id
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.naming import attempt_of, belongs_to, resource_id, run_labels, run_of
+from tpu_ops.provision.naming import (
+    attempt_of,
+    belongs_to,
+    billed,
+    multislice_node,
+    resource_id,
+    run_labels,
+    run_of,
+    slice_of,
+)
 from tpu_ops.provision.prices import shipped
 from tpu_ops.settings import Settings
 
@@ -26,6 +35,17 @@ def test_resource_ids_are_derived_from_run_and_attempt() -> None:
 # A final newline slipped past ``^...$`` with ``match`` (``$`` matches before it); Unicode digits
 # pass ``\d`` and ``str.isdigit``: the rule must take the whole string, ASCII only.
 ODD = ["run\n", "run\r\n", "run\r", "ru\x00n", "run\x00", "run\u0663", "run\uff13", "r\u0663", "\nrun", "run\t"]
+
+
+def test_a_multislice_requests_nodes_are_its_slices_and_billed_as_such() -> None:
+    assert multislice_node("run-a1-1") == ("run-a1", 1) and multislice_node("run-a1") is None
+    assert multislice_node("run-a1001") is None  # Compute Engine's slice 1 keeps its own id form
+    assert [slice_of("run", r) for r in ("run-a1", "run-a1001", "run-a1-0", "run-a3-2")] == [0, 1, 0, 2]
+    assert slice_of("run", "other-a1-1") is None and slice_of("run-a1", "run-a1-1") is None  # run-a1's id is run-a1-a1
+    assert billed("run", "node", "run-a1-1") and billed("run", "queued-resource", "run-a1")
+    # a Compute Engine group's instance named {group}-xxxx (4 random characters, maybe all digits) is a part
+    assert not billed("run", "instance", "run-a1-1234") and billed("run", "instance-group", "run-a1")
+    assert attempt_of("run", "run-a1-1") is None  # the ladder's attempt numbers are the request's
 
 
 @pytest.mark.parametrize("bad", ["", "Run", "1run", "run-", "r" * 41, "run_1", "run.1", *ODD])

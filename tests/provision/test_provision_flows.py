@@ -364,8 +364,9 @@ SliceLease(ProvisionSpec.model_validate(json.loads(sys.argv[1])), sys.argv[2], S
 def test_kill_9_while_gathering_an_allocation_then_reap_leaves_nothing_of_either_slice(
     fake: Any, env: dict[str, str], procs: list[Any], waiter: Any
 ) -> None:
-    # Room for one v4-32 in zone a: slice 0 is granted, slice 1 waits in the queue (the allocation is gathering).
-    fake.capacity({ZA: {"spot": 16}, ZB: {"spot": 0}})
+    # On the TPU API the 2 slices are one multislice queued resource: granted, its two nodes still booting.
+    fake.capacity({ZA: {"spot": 32}, ZB: {"spot": 0}})
+    fake.latency(provision_s=600)
     spec = {**SPEC, "slice": {**SPEC["slice"], "slices": 2}}  # type: ignore[dict-item]
     cmd = [sys.executable, "-c", GATHER, json.dumps(spec), "run-gather"]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -373,15 +374,16 @@ def test_kill_9_while_gathering_an_allocation_then_reap_leaves_nothing_of_either
 
     def gathering() -> bool:
         states = _run_resources(fake, "run-gather")
-        return "READY" in states.values() and any(k.endswith("-a1001") for k in states)
+        return {k.rsplit("/", 1)[-1]: v for k, v in states.items()} == {
+            "run-gather-a1": "PROVISIONING", "run-gather-a1-0": "CREATING", "run-gather-a1-1": "CREATING"}  # fmt: skip
 
-    waiter(gathering, timeout=60, what="slice 0 up and slice 1 queued")
+    waiter(gathering, timeout=60, what="the request granted, both slices' nodes booting")
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=10) == -signal.SIGKILL
     out = _cli("reap", env=env)
     assert out.returncode == 0, out.stderr
     assert "deleted run run-gather" in out.stdout
-    assert _run_resources(fake, "run-gather") == {}  # neither slice 0 (running) nor slice 1 (queued) is left
+    assert _run_resources(fake, "run-gather") == {}  # neither slice's node nor the request is left
     assert fake.state()["queued_resources"] == 0 and fake.state()["nodes"] == 0
 
 

@@ -69,8 +69,10 @@ class Agent:
         self.bucket = self.paths.bucket
         self.incarnation = incarnation or self.job.incarnation  # the supervisor writes it before asking
         self.who = metadata.identity()
-        # Which slice of the allocation this VM is on (the launch sets it per slice; absent: the only one).
-        self.slice = int((metadata.optional("tpu-ops-slice") or "0").strip() or 0)
+        # Which slice of the allocation this VM is on: the launch sets it per slice on Compute Engine; a TPU API
+        # multislice request has one metadata for every node, and Google's tpu-env names the slice.
+        which = metadata.optional("tpu-ops-slice") or metadata.tpu_env().get("MEGASCALE_SLICE_ID") or "0"
+        self.slice = int(which.strip() or 0)
         self.where = placement(self.who, self.slice)  # until the allocation document says more
         self.workdir = Path(self.env.get("TPU_OPS_WORKER_DIR") or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -177,8 +179,9 @@ class Agent:
             self._release(None)
             return 0
         signal.signal(signal.SIGTERM, self._on_term)
-        progress = self.workdir / "progress"
-        progress.unlink(missing_ok=True)
+        if not self._past_stops():
+            return -signal.SIGTERM
+        (progress := self.workdir / "progress").unlink(missing_ok=True)
         if self.job.dataset_manifest and not self._preflight():
             self._release(None)
             return 1
@@ -230,6 +233,23 @@ class Agent:
             self._begin(nxt)  # this slice is kept: the next incarnation's workers include it
             return self.run()
         return rc
+
+    def _past_stops(self) -> bool:
+        """A VM restarted into an incarnation already stopped (Google's multislice repair restarts every node):
+        this worker's part is in the next incarnation, once its allocation is written. False on SIGTERM."""
+        while self.job.slices > 1 and self._stopped():
+            doc = wait_for_document(
+                self.gcs,
+                self.bucket,
+                self.paths.allocation,
+                lambda d: d.get("incarnation") not in (None, self.incarnation),
+                lambda: self.term_at is not None,
+            )
+            if doc is None:
+                self._release(None)
+                return False
+            self._begin(str(doc["incarnation"]))
+        return True
 
     def _kept_for(self) -> str | None:
         """After a stop: the next incarnation if the supervisor keeps this slice in it, else None."""

@@ -343,13 +343,21 @@ class ComputeApi:
 
     def reservation_vms(self, zone: str, name: str) -> tuple[int, str] | None:
         """``(VM count, machine type)`` a specific reservation holds; None when it does not exist."""
+        doc = self.reservation_document(zone, name)
+        if doc is None:
+            return None
+        specific = doc.get("specificReservation") or {}
+        machine = str((specific.get("instanceProperties") or {}).get("machineType", ""))
+        return int(specific.get("count", 0)), machine.rsplit("/", 1)[-1]
+
+    def reservation_document(self, zone: str, name: str) -> dict[str, Any] | None:
+        """``reservations.get`` as its JSON (``specificReservation.count`` / ``inUseCount``); None if absent."""
         try:
             res = self._call(lambda: self.client("ReservationsClient").get(
                 project=self.project, zone=zone, reservation=name, timeout=self.call_timeout_s))  # fmt: skip
         except NotFoundError:
             return None
-        specific = res.specific_reservation
-        return int(specific.count), specific.instance_properties.machine_type.rsplit("/", 1)[-1]
+        return dict(type(res).to_dict(res, preserving_proto_field_name=False))
 
 
 __all__ = [

@@ -78,6 +78,14 @@ class QueuedResourceRecord:
     reservation: str = ""
     accelerator_type: str = ""
     detail: str = ""
+    node_count: int = 1  # above 1: a multislice request, nodes ``{node_id}-0`` .. (Google's multisliceParams)
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """The ids of the nodes it asks for, in slice order."""
+        if self.node_count > 1:
+            return tuple(f"{self.node_id}-{i}" for i in range(self.node_count))
+        return (self.node_id,)
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class QueuedResourceRequest:
     network: str | None = None
     service_account: str | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
+    node_count: int = 1  # above 1: one multislice request of that many nodes, ``{node_id}-0`` ..
 
 
 @dataclass(frozen=True)
@@ -155,21 +164,26 @@ def qr_record(qr: Any, zone: str) -> QueuedResourceRecord:
         tier = Tier.SPOT
     else:
         tier = Tier.ON_DEMAND
+    ms = specs[0].multislice_params if specs else None
+    count = int(ms.node_count) if ms is not None and ms.node_count > 1 else 1
+    qr_id = qr.name.rsplit("/", 1)[-1]
     state = qr.state
     detail = ""
     if "failed_data" in state and state.failed_data.error.message:
         detail = state.failed_data.error.message
     return QueuedResourceRecord(
-        qr_id=qr.name.rsplit("/", 1)[-1],
+        qr_id=qr_id,
         zone=zone,
         state=_enum_name(state.state),
         tier=tier,
-        node_id=specs[0].node_id if specs else "",
+        # A multislice request's nodes are ``{prefix}-{i}``; the prefix defaults to the request's id.
+        node_id=(ms.node_id_prefix or qr_id) if ms is not None and count > 1 else specs[0].node_id if specs else "",
         labels=dict(node.labels) if node is not None else {},
         create_time=_ts(qr.create_time),
         reservation=qr.reservation_name,
         accelerator_type=node.accelerator_type if node is not None else "",
         detail=detail,
+        node_count=count,
     )
 
 
@@ -271,10 +285,14 @@ class TpuApi:
             node.network_config = tpu_v2.NetworkConfig(network=req.network, enable_external_ips=False)
         if req.service_account:
             node.service_account = tpu_v2.ServiceAccount(email=req.service_account)
+        spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent(zone), node=node)
+        if req.node_count > 1:  # one request for every slice: nodes ``{node_id}-0`` .. granted together
+            params = tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams
+            spec.multislice_params = params(node_count=req.node_count, node_id_prefix=req.node_id)
+        else:
+            spec.node_id = req.node_id
         qr = tpu_v2.QueuedResource(
-            tpu=tpu_v2.QueuedResource.Tpu(
-                node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent(zone), node_id=req.node_id, node=node)]
-            ),
+            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]),
             queueing_policy=tpu_v2.QueuedResource.QueueingPolicy(
                 valid_until_duration=duration_pb2.Duration(seconds=max(1, int(req.valid_until_s)))
             ),

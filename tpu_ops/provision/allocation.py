@@ -7,6 +7,12 @@ the later slices must come within ``queue_timeout`` of the first; if they do not
 held is deleted (through teardown, so the ledger closes each one) and an ``allocation-partial``
 record says what was held and for how long, so the run's cost shows the partial hold. A single
 slice (``slices: 1``) is exactly the ladder's one walk.
+
+On a plane that grants a multislice whole (``Provider.multislice_request``: the Cloud TPU API's queued
+resource with a node count) the k slices are one request and one walk: Google grants every node or none,
+so nothing is ever held partly there and no ``allocation-partial`` record is written; the slices are the
+request's nodes (``{run_id}-a{n}-{i}``), each billed as its own slice. One node spec means one metadata
+for all nodes: the agent reads its slice from the node (``MEGASCALE_SLICE_ID`` in ``tpu-env``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Final
 from tpu_ops.errors import ProvisioningError
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.ladder import provision
+from tpu_ops.provision.launch import SLICE_KEY
 from tpu_ops.provision.records import Slice
 from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec
@@ -79,6 +86,16 @@ def gather(
     missing ones must come ``within`` that time.
     """
     k = spec.slice.slices
+    provider = kw.get("provider")
+    if k > 1 and provider is not None and provider.multislice_request:
+        md = {key: v for key, v in (metadata(0) if metadata else {}).items() if key != SLICE_KEY}
+        try:  # one request for all k: granted whole or not at all
+            whole = provision(_rest(spec, zone, within) if zone else spec, run_id, settings, metadata=md, **kw)
+        except ProvisioningError:
+            if zone:  # the kept slices' request did not come back: give everything back
+                give_back()
+            raise
+        return Allocation(whole.parts or (whole,))
     held: list[Slice] = []
     started = 0.0
     for i in range(k):

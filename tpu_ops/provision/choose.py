@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
+from tpu_ops.provision import recourse
 from tpu_ops.provision import why as text
 
 PRIOR_HOURS: Final = 4.0  # a prior rate weighs as much as 4 hours of observed slice time
@@ -321,7 +322,7 @@ def rank(
     the rungs cheaper than it (or tied) go first and the ladder tries only those; if all are refused
     it waits ``wait_s`` and ranks again, rather than pay for on-demand now.
     """
-    exps = [expect(r, run, histories.get(r.key)) for r in rungs]
+    exps = recourse.relieve([expect(r, run, histories.get(r.key)) for r in rungs], run, histories, max_miss, expect)
     no_history = all(histories.get(r.key, History()).empty for r in rungs)
     if no_history and keep_order_without_history:
         order = sorted(exps, key=lambda e: e.rung.order)
@@ -332,6 +333,7 @@ def rank(
         note = "no history for any rung: keeping the written order (run once to record some)"
         return Choice(ranked, "written-order", note)
     ok, near = _by_cost([e for e in exps if e.miss_probability <= max_miss])
+    ok = recourse.on_demand_after_ties(ok, TIE)
     late = sorted((e for e in exps if e.miss_probability > max_miss),
                   key=lambda e: (e.miss_probability, e.usd_per_step, e.rung.order))  # fmt: skip
     deadline = " that makes the deadline" if run.deadline_s is not None else ""

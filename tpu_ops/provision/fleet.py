@@ -29,6 +29,7 @@ from typing import Any, Final
 from tpu_ops.provision.choose import Choice, Expectation
 
 RECENT_ASKS: Final = 50  # the gains remembered to set the bar for the last free VM
+ENDLESS: Final = 1.0  # $ per kept step: a gain only the reservation makes possible, as kept in JSON
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,23 @@ def allocate(free: int, claims: Sequence[Claim]) -> list[str]:
     earliest ask), not first come."""
     ranked = sorted((c for c in claims if c.gain > 0), key=lambda c: (-c.gain, c.asked_at, c.run_id))
     return [c.run_id for c in ranked[: max(0, free)]]
+
+
+def ask(gain_: float, at: float) -> dict[str, float]:
+    """A run's ask for the reservation as its capacity summary entry keeps it (``ask``); a gain only the
+    reservation makes possible (inf) is kept as ``ENDLESS`` (JSON has no infinity)."""
+    return {"gain": gain_ if math.isfinite(gain_) else ENDLESS, "at": at}
+
+
+def asks(doc: dict[str, Any]) -> tuple[float, ...]:
+    """The gains of the fleet's recent asks, oldest first: each run's last ask in a capacity summary
+    (its entry's ``ask``), the newest ``RECENT_ASKS`` of them."""
+    rows = []
+    for e in (doc.get("runs") or {}).values():
+        a = e.get("ask") if isinstance(e, dict) else None
+        if isinstance(a, dict) and isinstance(a.get("gain"), int | float) and isinstance(a.get("at"), int | float):
+            rows.append((float(a["at"]), float(a["gain"])))
+    return tuple(g for _, g in sorted(rows)[-RECENT_ASKS:])
 
 
 def admit(gain_: float, free: int, recent: Sequence[float]) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -269,11 +269,28 @@ def publish(
     Read, change, write with ``ifGenerationMatch``: when another run wrote in between, GCS answers
     412 and this run reads again, so no update is lost. ``CloudError`` after ``PUBLISH_ATTEMPTS``."""
     mine = entry(record, identity, now)
+
+    def change(old: dict[str, Any]) -> dict[str, Any]:  # the run's last ask for a reservation stays
+        return {**mine, "ask": old["ask"]} if "ask" in old else mine
+
+    return update(gcs, root, run_id, change)
+
+
+def note_ask(gcs: Any, root: ObjectUri, run_id: str, ask: dict[str, float]) -> int:
+    """Keep this run's ask for a reservation (:func:`tpu_ops.provision.fleet.ask`) in its summary entry,
+    where the next rankings of the fleet read it (:func:`tpu_ops.provision.fleet.asks`)."""
+    return update(gcs, root, run_id, lambda old: {**old, "ask": ask})
+
+
+def update(gcs: Any, root: ObjectUri, run_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """Change one run's entry of the summary (read, change, conditional write; again on 412)."""
     for lost in range(PUBLISH_ATTEMPTS):
         doc, generation = read_summary(gcs, root)
         if doc is None:
             doc = scan_summary(gcs, root)
-        doc.setdefault("runs", {})[run_id] = mine
+        runs = doc.setdefault("runs", {})
+        old = runs.get(run_id)
+        runs[run_id] = change(old if isinstance(old, dict) else {})
         try:
             write_summary(gcs, root, doc, generation)
             return lost

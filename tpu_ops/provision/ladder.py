@@ -79,7 +79,8 @@ def provision(
     ledger.claim()
     walk = _Ladder(spec, run_id, settings, provider, ledger, recreate, metadata or {}, on_attempt, slice_index)
     if spec.choose is not None:
-        walk.rank = lambda steps: ranking.apply(spec, steps, clients, run_id, ledger, table, progress)
+        read = getattr(provider, "reservation_document", None)  # the fleet view's source
+        walk.rank = lambda steps: ranking.apply(spec, steps, clients, run_id, ledger, table, progress, read=read)
     return walk.run()
 
 
@@ -286,7 +287,8 @@ class _Ladder:
 
     def request(self, step: Step, rid: str) -> SliceRequest:
         """What this step asks the provider for."""
-        return slice_request(self.spec, self.run_id, step, rid, self.metadata)
+        slices = self.spec.slice.slices if self.provider.multislice_request else 1
+        return slice_request(self.spec, self.run_id, step, rid, self.metadata, slices)
 
     def _create(self, step: Step, rid: str) -> None:
         """Create the slice once: a retry first checks that the last try did not land."""

@@ -47,7 +47,29 @@ def attempt_of(run_id: str, rid: str) -> int | None:
 def slice_of(run_id: str, rid: str) -> int | None:
     """Which slice of the run's allocation ``rid`` is (0 for a single-slice run), or None if not the run's."""
     n = attempt_of(run_id, rid)
-    return None if n is None else n // SLICE_STRIDE
+    if n is not None:
+        return n // SLICE_STRIDE
+    part = multislice_node(rid)
+    return part[1] if part and attempt_of(run_id, part[0]) is not None else None
+
+
+def billed(run_id: str, kind: str, rid: str) -> bool:
+    """True if the ledger bills ``rid`` (of resource ``kind``) as a slice of ``run_id``: a request, instance or
+    group ``{run_id}-a{n}``, or a node of the run's multislice request (kind ``node``: a Compute Engine group's
+    instances are named ``{group}-xxxx`` and are parts, never slices)."""
+    return attempt_of(run_id, rid) is not None or (kind == "node" and slice_of(run_id, rid) is not None)
+
+
+# On the Cloud TPU API an allocation of k > 1 slices is one queued resource ``{run_id}-a{n}`` whose nodes are
+# ``{run_id}-a{n}-0`` .. ``-{k-1}`` (Google's multisliceParams with the request's id as prefix). A request id
+# always ends in ``-a<digits>``, a node of one in ``-<digits>``: the two never look alike.
+_NODE = re.compile(r"^(.+-a[0-9]+)-([0-9]+)$")
+
+
+def multislice_node(rid: str) -> tuple[str, int] | None:
+    """``(queued resource id, slice index)`` if ``rid`` names a node of a multislice request, else None."""
+    m = _NODE.fullmatch(rid)
+    return (m.group(1), int(m.group(2))) if m else None
 
 
 def run_labels(run_id: str, tier: str, attempt: int, *, now: float | None = None) -> dict[str, str]:

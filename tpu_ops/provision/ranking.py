@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Final, Literal, Protocol
 
 from tpu_ops.cloud.clients import Clients
@@ -250,23 +251,62 @@ def history_for(
     """The capacity history under ``choose.history`` (read with the run's ``clients``): empty without
     one, or when it cannot be read (unless ``strict``: the CLI says why rather than show a plan
     without history)."""
+    return weigh(spec, summary_for(spec, clients, strict=strict), now)
+
+
+def summary_for(spec: ProvisionSpec, clients: Clients, *, strict: bool = False) -> dict[str, Any] | None:
+    """The capacity summary under ``choose.history``; None without one or when it cannot be read."""
     c = spec.choose
     if c is None or c.history is None:
-        return {}
+        return None
     from tpu_ops.errors import TpuOpsError
-    from tpu_ops.provision import forgetting, history
+    from tpu_ops.provision import history
     from tpu_ops.uris import parse_gs
 
     try:
-        half_life = c.half_life.total_seconds() if c.half_life is not None else None
-        doc = history.load_doc(clients.gcs(), parse_gs(c.history))
-        # Forgetting by default: recent evidence weighs more, a rung whose rate changed starts again.
-        weighed, _ = forgetting.weigh(forgetting.summary_entries(doc), time.time() if now is None else now, half_life)
-        return weighed
+        return history.load_doc(clients.gcs(), parse_gs(c.history))
     except TpuOpsError:
         if strict:
             raise
-        return {}  # no history is no reason to refuse a slice: the written order stands, and says so
+        return None  # no history is no reason to refuse a slice: the written order stands, and says so
+
+
+def weigh(spec: ProvisionSpec, doc: dict[str, Any] | None, now: float | None = None) -> dict[Key, History]:
+    """The summary's history as the ranking reads it: forgetting by default (recent evidence weighs more,
+    a rung whose rate changed starts again; ``choose.half_life`` if set)."""
+    if doc is None or spec.choose is None:
+        return {}
+    from tpu_ops.provision import forgetting
+
+    c = spec.choose
+    half_life = c.half_life.total_seconds() if c.half_life is not None else None
+    weighed, _ = forgetting.weigh(forgetting.summary_entries(doc), time.time() if now is None else now, half_life)
+    return weighed
+
+
+ReadReservation = Callable[[str, str], "dict[str, Any] | None"]  # (zone, name) -> reservations.get's JSON
+
+
+def _read_or_empty(read: ReadReservation, zone: str, name: str) -> dict[str, Any]:
+    return read(zone, name) or {}
+
+
+def view_for(steps: Sequence[Any], doc: dict[str, Any] | None, read: ReadReservation | None) -> View | None:
+    """The fleet now, as a ranking sees it: each reservation rung's free VMs from the reservation's own
+    ``count`` / ``inUseCount`` (``read``: the provider's ``reservation_document``), and the fleet's recent
+    asks from the capacity summary ``doc``; None when no reservation's count could be read."""
+    from tpu_ops.provision import fleet
+
+    if read is None:
+        return None
+    free: dict[str, int] = {}
+    for s in steps:
+        zone, name = str(s.zone), str(s.reservation).rsplit("/", 1)[-1]
+        if str(s.tier) == "reservation" and name and name not in free:
+            live = fleet.counts(partial(_read_or_empty, read, zone, name))
+            if live is not None:
+                free[name] = live.free
+    return View(free, fleet.asks(doc or {})) if free else None
 
 
 def write_plan(spec: ProvisionSpec, clients: Clients, run_id: str, doc: dict[str, Any]) -> None:
@@ -312,11 +352,13 @@ def apply(
     table: PriceTable,
     progress: Progress | None = None,
     now: float | None = None,
+    read: ReadReservation | None = None,
 ) -> tuple[list[Any], Choice | None]:
     """What the ladder calls at each walk: the attempts ranked (and the choice: how many to try
     before waiting, with ``choose.wait``), the plan kept in the ledger (a ``choice`` event) and beside
     the run's records in GCS. The deadline counts from the run's first ledger event, so a walk after
-    a preemption ranks with the time then left."""
+    a preemption ranks with the time then left. ``read``: a reservation's ``reservations.get`` (the
+    provider's ``reservation_document``), for the fleet view (:func:`view_for`); None: no view."""
     if spec.choose is None:
         return list(steps), None
     from tpu_ops.errors import TpuOpsError
@@ -325,7 +367,15 @@ def apply(
     started = min((float(e["t"]) for e in ledger.events() if "t" in e), default=now)
     done = (progress() if progress is not None else None) or 0
     run = run_model(spec, steps_done=done, started_at=started, now=now)
-    ordered, choice = order(spec, steps, table, history_for(spec, clients, now), run)
+    summary = summary_for(spec, clients)
+    view = view_for(steps, summary, read)
+    ordered, choice = order(spec, steps, table, weigh(spec, summary, now), run, view=view)
+    if view is not None and choice.method == "cost" and spec.choose.history is not None:
+        from tpu_ops.provision import fleet, history
+        from tpu_ops.uris import parse_gs
+
+        with contextlib.suppress(TpuOpsError):  # the next rankings miss this ask, never this run its slice
+            history.note_ask(clients.gcs(), parse_gs(spec.choose.history), run_id, fleet.ask(fleet.gain(choice), now))
     doc = plan_document(spec, choice, run, table)
     ledger.append(CHOICE_EVENT, plan=doc)
     # The ledger has it; a bucket we cannot write to is no reason to refuse a slice.

@@ -18,7 +18,7 @@ from typing import Any
 from tpu_ops.accelerators import ACCELERATOR_TYPES
 from tpu_ops.errors import TpuOpsError
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.naming import attempt_of
+from tpu_ops.provision.naming import billed
 from tpu_ops.provision.prices import PriceTable, load
 from tpu_ops.provision.providers import ALL_ZONES, Provider, available
 from tpu_ops.provision.records import Resource
@@ -152,7 +152,7 @@ def reap(
             continue
         ledger = L.Ledger(settings, run_id)
         # The ledger bills by slice id; a group's instances, templates and policies are parts of one.
-        slices = sorted({(r.zone, r.resource_id) for r in resources if attempt_of(run_id, r.resource_id)})
+        slices = sorted({(r.zone, r.resource_id) for r in resources if billed(run_id, r.kind, r.resource_id)})
         try:
             for zone, rid in slices:
                 ledger.append(L.DELETE_REQUESTED, resource_id=rid, zone=zone, by="reaper")

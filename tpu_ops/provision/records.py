@@ -72,6 +72,7 @@ class Slice:
     created_at: float | None = None
     backend: str = "tpu-api"
     host_names: tuple[str, ...] = ()
+    parts: tuple[Slice, ...] = ()  # one request for every slice (the TPU API's multislice): each slice
 
     @property
     def slice_id(self) -> str:

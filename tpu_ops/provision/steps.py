@@ -43,8 +43,11 @@ def plan(spec: ProvisionSpec) -> list[Step]:
     return steps
 
 
-def slice_request(spec: ProvisionSpec, run_id: str, step: Step, rid: str, metadata: dict[str, str]) -> SliceRequest:
-    """What ``step`` asks the provider for: slice ``rid`` of ``run_id``, labelled with the run, tier and attempt."""
+def slice_request(
+    spec: ProvisionSpec, run_id: str, step: Step, rid: str, metadata: dict[str, str], slices: int = 1
+) -> SliceRequest:
+    """What ``step`` asks the provider for: slice ``rid`` of ``run_id`` (``slices`` of them in one request on a
+    plane that grants a multislice whole), labelled with the run, tier and attempt."""
     sl = spec.slice
     return SliceRequest(
         run_id=run_id,
@@ -62,6 +65,7 @@ def slice_request(spec: ProvisionSpec, run_id: str, step: Step, rid: str, metada
         service_account=sl.service_account,
         metadata=metadata,
         max_run_duration_s=step.max_run_duration_s,
+        slices=slices,
     )
 
 
@@ -74,9 +78,11 @@ def obtained(
     attempts: tuple[Attempt, ...],
     since: float | None = None,
 ) -> Slice:
-    """The slice ``rec`` handed out, opened in the ledger (once) from ``since`` or now."""
+    """The slice ``rec`` handed out, opened in the ledger (once) from ``since`` or now; a multislice request's
+    slices (``rec.parts``) each opened and billed as its own slice."""
     acc = spec.slice.accelerator
-    if not ledger.is_open(rec.slice_id):
+    parts = tuple(obtained(spec, run_id, p, ledger, backend, attempts, since) for p in rec.parts)
+    if not parts and not ledger.is_open(rec.slice_id):
         ledger.append(
             L.ACTIVE,
             resource_id=rec.slice_id,
@@ -95,11 +101,12 @@ def obtained(
         zone=rec.zone,
         tier=rec.tier,
         accelerator_type=rec.accelerator_type or acc.name,
-        chips=acc.chips,
+        chips=acc.chips * max(1, len(parts)),
         hosts=len(rec.hosts) or acc.hosts,
         endpoints=rec.endpoints,
         attempts=attempts,
         created_at=rec.created_at,
         backend=backend,
         host_names=tuple(h.name for h in sorted(rec.hosts, key=lambda h: h.index)),
+        parts=parts,
     )

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from tpu_ops.layout import check_run_id
 from tpu_ops.provision import ledger as L
-from tpu_ops.provision.naming import attempt_of
+from tpu_ops.provision.naming import billed
 from tpu_ops.provision.providers import ALL_ZONES, Provider, available
 from tpu_ops.provision.records import Resource, TeardownReport
 from tpu_ops.settings import Settings
@@ -54,7 +54,7 @@ def teardown(
         report.deleted += found
         # The ledger bills by slice id (``{run_id}-a{n}``): a queued resource and its node, an
         # instance or an instance group; a group's instances, templates and policies are parts.
-        slices = sorted({(r.zone, r.resource_id) for r in found if attempt_of(run_id, r.resource_id)})
+        slices = sorted({(r.zone, r.resource_id) for r in found if billed(run_id, r.kind, r.resource_id)})
         for zone, rid in slices:
             ledger.append(L.DELETE_REQUESTED, resource_id=rid, zone=zone)
         provider.delete(found, timeout_s)

@@ -5,6 +5,10 @@ kept (still billed, their workers stopped at the step in hand and waiting) while
 it, at most ``keep_healthy_for``; if the replacement does not come in that time everything is given
 back and a whole new allocation is gathered. A stall, a single slice or ``keep_healthy_for: 0``
 gives everything back at once.
+
+On the Cloud TPU API the k slices are one multislice queued resource, and Google repairs a lost slice
+itself (a new node of the same name, then every other node's VMs restarted): the keeper waits for that
+repair instead of deleting the slice, at most ``keep_healthy_for``, then gives the whole request back.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from typing import Any
 
 from tpu_ops.accelerators import Shape
 from tpu_ops.agent.job import ALLOCATION_DOC
-from tpu_ops.errors import ProvisioningError
+from tpu_ops.errors import ProvisioningError, TransientError
 from tpu_ops.layout import RunLayout
+from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.allocation import Allocation
 from tpu_ops.provision.launch import Launch
@@ -40,7 +45,10 @@ class Keeper:
 
     def obtain(self, run_id: str, incarnation: str) -> tuple[Slice, ...]:
         """The allocation of ``incarnation`` (kept slices adopted, the lost one replaced), its document written."""
-        script = startup_script(run_id, self.layout, incarnation)
+        # One multislice request keeps its metadata across incarnations (Google restarts its VMs with it): its
+        # agents take the incarnation from the job document instead.
+        one = self.spec.slices > 1 and self.lease.provider.multislice_request
+        script = startup_script(run_id, self.layout, "" if one else incarnation)
         launch = Launch(script, self.spec.slices)
         alloc: Allocation | None = None
         if self.spec.shapes:  # elastic: the target shape first, at every allocation (provision.shapes)
@@ -73,7 +81,35 @@ class Keeper:
             self.lease.release()
             return
         s = self.slices[lost]
+        if self.lease.provider.multislice_request:
+            return self._await_repair(lost, s)
         self.ledger.append(L.DELETE_REQUESTED, resource_id=s.queued_resource, zone=s.zone)
         self.lease.provider.delete_slice(s.zone, s.queued_resource, timeout_s)
         self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)
         self.kept = tuple(i for i in range(len(self.slices)) if i != lost)
+
+    def _await_repair(self, lost: int, s: Slice) -> None:
+        """Google repairs slice ``lost`` of a multislice request: wait for its new node (the others keep their
+        nodes, their VMs restarted), at most ``keep_healthy_for``; else give everything back."""
+        self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)  # preempted: its chips stop
+
+        def repaired() -> bool | None:
+            try:
+                rec = self.lease.provider.describe(s.zone, s.queued_resource)
+            except TransientError:
+                return None
+            new = rec is not None and rec.state in SliceState.RUNNING and rec.created_at != s.created_at
+            return True if new else None
+
+        try:
+            poll(
+                repaired,
+                timeout_s=self.spec.keep_healthy_for.total_seconds(),
+                interval_s=self.lease.settings.poll_interval_s,
+                what=f"Google's repair of {s.queued_resource}",
+            )
+        except TimeoutError:
+            self.kept = ()
+            self.lease.release()
+            return
+        self.kept = tuple(range(len(self.slices)))  # every node of the request, the repaired one too, runs on

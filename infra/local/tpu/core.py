@@ -14,6 +14,7 @@ from infra.local.core import exceptions as exc
 from infra.local.core.backend import FakeBackend, Fault, NodeEvent, operation_id, page
 from infra.local.core.clock import Clock
 from infra.local.tpu.capacity import Capacity, Pool
+from infra.local.tpu.multislice import megascale_env
 from infra.local.tpu.records import (
     ACCEL_CONFIG_TYPE,
     EMPTY_TYPE,
@@ -41,6 +42,7 @@ __all__ = ["Fault", "NodeEvent", "page"]  # re-exported for infra.local.tpu.mode
 class Latency:
     provision_s: float = 0.0  # node CREATING -> READY
     delete_s: float = 0.0  # node DELETING -> gone
+    repair_s: float = 0.0  # a multislice node preempted -> Google starts its repair (infra.local.tpu.multislice)
 
 
 @dataclass
@@ -80,7 +82,10 @@ class BackendCore(FakeBackend[NodeEvent]):
 
     # -- plumbing --------------------------------------------------------------------------
     def _emit(self, kind: str, reason: str, node: Node) -> None:
-        self._emit_event(NodeEvent(kind, reason, node.project, node.zone, node.node_id, node.to_json()))
+        body = node.to_json()
+        if node.tpu_env:  # what its VMs' tpu-env adds (the host simulator's metadata server serves it)
+            body["_tpuEnv"] = dict(node.tpu_env)
+        self._emit_event(NodeEvent(kind, reason, node.project, node.zone, node.node_id, body))
 
     def _proj(self, project: str) -> Project:
         return self._projects.setdefault(project, Project())
@@ -102,11 +107,21 @@ class BackendCore(FakeBackend[NodeEvent]):
         )
 
     def _free_pool(self, zone: str, kind: Tier, reservation: str, chips: int) -> Pool | None:
-        cap = self.capacity.zone(zone)
-        for pool in self.capacity.candidates(zone, kind, reservation):
-            if cap.size(pool) - self._used(zone, pool) >= chips:
-                return pool
-        return None
+        pools = self._free_pools(zone, kind, reservation, [chips])
+        return pools[0] if pools else None
+
+    def _free_pools(self, zone: str, kind: Tier, reservation: str, sizes: list[int]) -> list[Pool] | None:
+        """A pool for each of ``sizes`` chips, all at once (one request's nodes), or None."""
+        cap, taken, out = self.capacity.zone(zone), dict[Pool, int](), []
+        for chips in sizes:
+            for pool in self.capacity.candidates(zone, kind, reservation):
+                if cap.size(pool) - self._used(zone, pool) - taken.get(pool, 0) >= chips:
+                    taken[pool] = taken.get(pool, 0) + chips
+                    out.append(pool)
+                    break
+            else:
+                return None
+        return out
 
     def _advance(self) -> None:
         now = self.clock.now()
@@ -141,6 +156,8 @@ class BackendCore(FakeBackend[NodeEvent]):
             elif qr.state == QrState.PROVISIONING and all(n and n.state == NodeState.READY for n in nodes):
                 qr.state = QrState.ACTIVE
                 changed = True
+            elif qr.state == QrState.ACTIVE and qr.repair_at is not None and now >= qr.repair_at:
+                changed |= self._repair(p, qr, now)
             elif qr.state == QrState.WAITING:
                 if qr.valid_until is not None and now >= qr.valid_until:
                     qr.state, qr.initiator = QrState.FAILED, "SERVICE"
@@ -152,24 +169,62 @@ class BackendCore(FakeBackend[NodeEvent]):
                     changed = True
         return changed
 
-    def _allocate(self, p: Project, qr: QueuedResource, now: float) -> bool:
-        specs = qr.node_specs()
-        accels = [self._accel(s.get("node", {})) for s in specs]
-        pools: list[Pool] = []
-        for accel in accels:
-            pool = self._free_pool(qr.zone, qr.kind, qr.reservation, accel.chips)
-            if pool is None:
-                return False
-            pools.append(pool)
-        for spec, accel, pool in zip(specs, accels, pools, strict=True):
-            node = self._make_node(qr.project, qr.zone, spec["nodeId"], spec.get("node", {}), accel, pool, now)
+    def _allocate(self, p: Project, qr: QueuedResource, now: float, only: set[str] | None = None) -> bool:
+        """Every node the request asks for (or the ``only`` ones, a repair) at once, or none."""
+        todo = [x for x in qr.planned if only is None or x.node_id in only]
+        accels = [self._accel(x.body) for x in todo]
+        pools = self._free_pools(qr.zone, qr.kind, qr.reservation, [a.chips for a in accels])
+        if pools is None:
+            return False
+        for x, accel, pool in zip(todo, accels, pools, strict=True):
+            node = self._make_node(qr.project, qr.zone, x.node_id, x.body, accel, pool, now)
             if qr.kind == Tier.SPOT:
                 node.spec["schedulingConfig"] = {**node.spec.get("schedulingConfig", {}), "spot": True}
             node.queued_resource = qr.name
             p.nodes[(qr.zone, node.node_id)] = node
-            qr.node_names.append(node.name)
-        qr.state, qr.initiator = QrState.PROVISIONING, "SERVICE"
+            if node.name not in qr.node_names:
+                qr.node_names.append(node.name)
+        if qr.multislice:
+            nodes = [p.nodes.get((qr.zone, x.node_id)) for x in qr.planned]
+            coordinator = nodes[0].ips[0] if nodes[0] is not None else ""  # slice 0, worker 0
+            for x, n in zip(qr.planned, nodes, strict=True):
+                if n is not None:
+                    n.tpu_env = megascale_env(x.slice_index, x.slices, coordinator)
+        if only is None:
+            qr.state, qr.initiator = QrState.PROVISIONING, "SERVICE"
         return True
+
+    def _start_delete(self, node: Node, reason: str) -> None:
+        if node.state == NodeState.DELETING:
+            return
+        was_running = node.state != NodeState.PREEMPTED
+        node.state = NodeState.DELETING
+        node.gone_at = self.clock.now() + self.latency.delete_s
+        if was_running:
+            self._emit("stopped", reason, node)
+
+    def _repair(self, p: Project, qr: QueuedResource, now: float) -> bool:
+        """Google's multislice repair: the preempted nodes go, come back by name when capacity allows,
+        then every other node's VMs restart (their start-up scripts run again)."""
+        nodes = {x.node_id: p.nodes.get((qr.zone, x.node_id)) for x in qr.planned}
+        changed = False
+        for n in nodes.values():
+            if n is not None and n.state == NodeState.PREEMPTED:
+                self._start_delete(n, "repair")
+                qr.repairing.add(n.node_id)
+                changed = True
+        missing = {nid for nid, n in nodes.items() if n is None}
+        if missing and self._allocate(p, qr, now, only=missing):
+            return True
+        if not missing and all(n is not None and n.state == NodeState.READY for n in nodes.values()):
+            for nid, n in nodes.items():
+                if n is not None and nid not in qr.repairing:
+                    self._emit("stopped", "restart", n)
+                    self._emit("ready", "restarted", n)
+            qr.repairing.clear()
+            qr.repair_at = None
+            return True
+        return changed
 
     def _advance_ops(self, p: Project, now: float) -> None:
         for op in p.ops.values():

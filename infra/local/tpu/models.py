@@ -7,7 +7,8 @@ lazily on every call and on ``tick()``, which the server calls on a timer.
 
 Node lifecycle: CREATING -> READY (after ``provision_s``) -> PREEMPTED (``preempt``) / DELETING
 -> gone (after ``delete_s``). Queued resource: WAITING_FOR_RESOURCES -> PROVISIONING -> ACTIVE,
-or FAILED once ``queueingPolicy`` validity ends; SUSPENDED when its node is preempted or deleted.
+or FAILED once ``queueingPolicy`` validity ends; SUSPENDED when its node is preempted or deleted
+(a multislice request stays ACTIVE and is repaired: :mod:`infra.local.tpu.multislice`).
 Listeners get a ``NodeEvent`` when a node becomes READY and when it stops (preempt, delete, reset),
 outside the lock and in order.
 """
@@ -30,6 +31,7 @@ from infra.local.tpu.core import (
     split_name,
     split_parent,
 )
+from infra.local.tpu.multislice import expand
 from infra.local.tpu.records import (
     ACCEL_CONFIG_TYPE,
     QR_TYPE,
@@ -82,9 +84,9 @@ class TpuBackend(BackendCore):
 
     def _pending_node_ids(self, p: Project, zone: str, node_id: str) -> bool:
         return any(
-            qr.zone == zone and not qr.node_names and s.get("nodeId") == node_id and qr.state == QrState.WAITING
+            qr.zone == zone and not qr.node_names and x.node_id == node_id and qr.state == QrState.WAITING
             for qr in p.qrs.values()
-            for s in qr.node_specs()
+            for x in qr.planned
         )
 
     def _node(self, name: str) -> Node:
@@ -128,15 +130,6 @@ class TpuBackend(BackendCore):
             return op.to_json()
 
         return self._call("DELETE", f"/v2/{name}", run)
-
-    def _start_delete(self, node: Node, reason: str) -> None:
-        if node.state == NodeState.DELETING:
-            return
-        was_running = node.state != NodeState.PREEMPTED
-        node.state = NodeState.DELETING
-        node.gone_at = self.clock.now() + self.latency.delete_s
-        if was_running:
-            self._emit("stopped", reason, node)
 
     def get_guest_attributes(self, name: str, query_path: str = "", worker_ids: Iterable[str] = ()) -> dict[str, Any]:
         def run() -> dict[str, Any]:
@@ -191,9 +184,11 @@ class TpuBackend(BackendCore):
         for s in specs:
             if s.get("parent", parent_of(project, zone)) != parent_of(project, zone):
                 raise exc.InvalidArgument(f"nodeSpec.parent must be {parent_of(project, zone)}")
-            self._check_node_body(s.get("nodeId", ""), s.get("node", {}))
-            if (zone, s["nodeId"]) in p.nodes or self._pending_node_ids(p, zone, s["nodeId"]):
-                raise exc.AlreadyExists(f"node {s['nodeId']} already exists in {zone}")
+        planned = expand(qr_id, specs)
+        for x in planned:
+            self._check_node_body(x.node_id, x.body)
+            if (zone, x.node_id) in p.nodes or self._pending_node_ids(p, zone, x.node_id):
+                raise exc.AlreadyExists(f"node {x.node_id} already exists in {zone}")
         tiers = [t for t in ("spot", "guaranteed", "reservationName") if t in body]
         if len(tiers) > 1:
             raise exc.InvalidArgument(f"set at most one of spot, guaranteed, reservationName (got {tiers})")
@@ -211,7 +206,7 @@ class TpuBackend(BackendCore):
         spec = {
             k: v for k, v in body.items() if k in ("tpu", "spot", "guaranteed", "reservationName", "queueingPolicy")
         }
-        qr = QueuedResource(project, zone, qr_id, spec, kind, reservation, now, request_id=request_id)
+        qr = QueuedResource(project, zone, qr_id, spec, kind, reservation, now, request_id=request_id, planned=planned)
         policy = body.get("queueingPolicy") or {}
         if "validUntilDuration" in policy:
             qr.valid_until = now + parse_proto_duration(policy["validUntilDuration"])
@@ -347,7 +342,9 @@ class TpuBackend(BackendCore):
                 self._emit("stopped", "preempted", node)
                 if node.queued_resource:
                     qr = self._proj(node.project).qrs.get((zone, node.queued_resource.rsplit("/", 1)[1]))
-                    if qr is not None and qr.state in (QrState.PROVISIONING, QrState.ACTIVE):
+                    if qr is not None and qr.multislice and qr.state == QrState.ACTIVE:
+                        qr.repair_at = self.clock.now() + self.latency.repair_s  # Google repairs it
+                    elif qr is not None and qr.state in (QrState.PROVISIONING, QrState.ACTIVE):
                         qr.state, qr.initiator = QrState.SUSPENDED, "SERVICE"
                 self._advance()
                 return node.to_json()
@@ -362,12 +359,13 @@ class TpuBackend(BackendCore):
         finally:
             self._flush()
 
-    def set_latency(self, provision_s: float | None = None, delete_s: float | None = None) -> None:
+    def set_latency(
+        self, provision_s: float | None = None, delete_s: float | None = None, repair_s: float | None = None
+    ) -> None:
         with self._lock:
-            if provision_s is not None:
-                self.latency.provision_s = provision_s
-            if delete_s is not None:
-                self.latency.delete_s = delete_s
+            for key, value in (("provision_s", provision_s), ("delete_s", delete_s), ("repair_s", repair_s)):
+                if value is not None:
+                    setattr(self.latency, key, value)
 
     def reset(self) -> None:
         """Forget everything (stopping every running node first); capacity and latency to defaults."""

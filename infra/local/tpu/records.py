@@ -7,6 +7,7 @@ from typing import Any
 
 from infra.local.core.clock import rfc3339
 from infra.local.tpu.capacity import Pool
+from infra.local.tpu.multislice import Planned
 from tpu_ops.accelerators import AcceleratorType
 from tpu_ops.tiers import Tier
 
@@ -69,6 +70,7 @@ class Node:
     gone_at: float = 0.0
     queued_resource: str = ""
     guest_attributes: dict[tuple[int, str, str], str] = field(default_factory=dict)
+    tpu_env: dict[str, str] = field(default_factory=dict)  # MEGASCALE_* of a multislice node (its VMs' tpu-env)
 
     @property
     def name(self) -> str:
@@ -104,6 +106,8 @@ class Node:
         out["apiVersion"] = "V2"
         if self.queued_resource:
             out["queuedResource"] = self.queued_resource
+        if self.tpu_env:
+            out["multisliceNode"] = True
         return out
 
 
@@ -124,10 +128,17 @@ class QueuedResource:
     initiator: str = "USER"
     error: dict[str, Any] | None = None
     node_names: list[str] = field(default_factory=list)
+    planned: list[Planned] = field(default_factory=list)  # the nodes it asks for (multislice: nodeCount of them)
+    repair_at: float | None = None  # a multislice node was preempted: Google starts its repair then
+    repairing: set[str] = field(default_factory=set)  # node ids being replaced by the repair
 
     @property
     def name(self) -> str:
         return f"{parent_of(self.project, self.zone)}/queuedResources/{self.qr_id}"
+
+    @property
+    def multislice(self) -> bool:
+        return any(p.slices > 1 for p in self.planned)
 
     def node_specs(self) -> list[dict[str, Any]]:
         return list(self.spec.get("tpu", {}).get("nodeSpec", []))

@@ -175,8 +175,8 @@ class TpuResponses(ControlMixin, JsonApp):
 
     def fake_latency(self, req: Request) -> dict[str, Any]:
         body = self._body(req)
-        self.backend.set_latency(body.get("provision_s"), body.get("delete_s"))
-        return {"provision_s": self.backend.latency.provision_s, "delete_s": self.backend.latency.delete_s}
+        self.backend.set_latency(body.get("provision_s"), body.get("delete_s"), body.get("repair_s"))
+        return dict(vars(self.backend.latency))
 
     def fake_logs(self, req: Request, zone: str, node: str) -> dict[str, Any]:
         if self.logs is None:

@@ -31,6 +31,8 @@ def url():
         backend.configure_capacity({ZONE: {"reservations": {"r1": 16}}})
         backend.create_node(P, "direct", NODE)
         backend.create_queued_resource(P, "active", _qr("n-active", spot={}))
+        multi = {"parent": P, "multisliceParams": {"nodeCount": 2, "nodeIdPrefix": "ms"}, "node": NODE}
+        backend.create_queued_resource(P, "multi", {"tpu": {"nodeSpec": [multi]}, "spot": {}})
         backend.create_queued_resource(P, "suspended", _qr("n-susp", spot={}))
         backend.preempt(ZONE, "n-susp")
         backend.create_queued_resource(P, "res", _qr("n-res", reservationName=f"{P}/reservations/r1"))
@@ -67,6 +69,8 @@ def test_every_response_fits_the_discovery_document(url, alt):
         ("Node", f"/v2/{P}/nodes/n-susp"),
         ("ListQueuedResourcesResponse", f"/v2/{P}/queuedResources"),
         ("QueuedResource", f"/v2/{P}/queuedResources/failed"),
+        ("QueuedResource", f"/v2/{P}/queuedResources/multi"),  # multisliceParams
+        ("Node", f"/v2/{P}/nodes/ms-1"),  # multisliceNode
         ("ListOperationsResponse", f"/v2/{P}/operations"),
         ("ListAcceleratorTypesResponse", f"/v2/{P}/acceleratorTypes"),
         ("AcceleratorType", f"/v2/{P}/acceleratorTypes/v4-32"),

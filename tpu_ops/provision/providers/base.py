@@ -75,6 +75,8 @@ class SliceRecord:
     stockout: bool = False  # a FAILED slice failed for lack of capacity
     # Hosts up (and billed) while the slice is not whole yet: a group that is not BULK came up partly.
     partial_hosts: int = 0
+    # One request for several slices (the TPU API's multislice): each slice's own record, in slice order.
+    parts: tuple[SliceRecord, ...] = ()
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -100,6 +102,7 @@ class SliceRequest:
     service_account: str | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
     max_run_duration_s: int | None = None  # flex-start (and any bounded run)
+    slices: int = 1  # above 1: every slice of the allocation in this one request (``multislice_request``)
 
 
 class Provider(abc.ABC):
@@ -109,6 +112,9 @@ class Provider(abc.ABC):
     name: ClassVar[str]
     # Tiers this control plane can serve; a rung outside is refused at validation.
     tiers: ClassVar[frozenset[str]]
+    # True: k slices are one request granted whole (the TPU API's multislice queued resource), described as
+    # one record with ``parts``; False: one request per slice (Compute Engine: a group each).
+    multislice_request: ClassVar[bool] = False
 
     @abc.abstractmethod
     def create(self, req: SliceRequest) -> None:

@@ -22,7 +22,7 @@ import contextlib
 import re
 import time
 from collections.abc import Sequence
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES, COMPUTE_IMAGE_PROJECT
 from tpu_ops.cloud.compute import ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec
@@ -112,6 +112,10 @@ class ComputeProvider(Provider):
             time.sleep(self.settings.poll_interval_s)
 
     # -- reads -------------------------------------------------------------------------------
+    def reservation_document(self, zone: str, name: str) -> dict[str, Any] | None:
+        """The reservation as Compute Engine answers it: the fleet view's count / inUseCount."""
+        return self.api.reservation_document(zone, name)
+
     def describe(self, zone: str, slice_id: str) -> SliceRecord | None:
         inst = self.api.get_instance(zone, slice_id)
         if inst is not None:

@@ -3,12 +3,18 @@
 A slice id is the queued resource's id, which is also its node's id (``{run_id}-a{n}``). Queued
 resource and node states map to ``SliceState``; a create's operation stays inside this module
 (``describe`` raises its error when the request never became visible).
+
+An allocation of k > 1 slices is one queued resource with Google's ``multisliceParams`` (node count k):
+nodes ``{run_id}-a{n}-0`` .. ``-{k-1}``, granted together or not at all. ``describe`` of the request is
+the whole (running once every node is READY, pending while Google repairs one) with each node's record
+in ``parts``; ``describe`` of a node id is that slice alone (lost while its node is preempted or gone).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Final
 
 from tpu_ops.cloud.tpu import (
@@ -22,7 +28,7 @@ from tpu_ops.cloud.tpu import (
 )
 from tpu_ops.errors import TpuOpsError, TransientError
 from tpu_ops.polling import poll
-from tpu_ops.provision.naming import TIER_LABEL, belongs_to, created_at, run_of
+from tpu_ops.provision.naming import TIER_LABEL, belongs_to, created_at, multislice_node, run_of
 from tpu_ops.provision.providers.base import Host, Phase, Provider, SliceRecord, SliceRequest
 from tpu_ops.provision.records import Resource
 from tpu_ops.settings import Settings
@@ -33,8 +39,9 @@ NODE: Final = "node"
 _STOCK_WORDS: Final = ("capacity", "exhausted", "stockout")
 
 
-def slice_record(qr: QueuedResourceRecord, node: NodeRecord | None) -> SliceRecord:
-    """One slice from a queued resource and its node (None when it has none yet)."""
+def slice_record(qr: QueuedResourceRecord, node: NodeRecord | None, node_id: str = "") -> SliceRecord:
+    """One slice from a queued resource and its node (None when it has none yet); ``node_id``: which node of
+    a multislice request (the slice's id then)."""
     detail, stockout = qr.detail, False
     if qr.state in QrState.ACTIVE:
         if node is not None and node.state in NodeState.READY:
@@ -54,9 +61,10 @@ def slice_record(qr: QueuedResourceRecord, node: NodeRecord | None) -> SliceReco
         state, raw = Phase.DELETING, f"queued resource {qr.state}"
     else:
         state, raw = Phase.WAITING, f"queued resource {qr.state}"
-    hosts = tuple(Host(i, f"{qr.node_id}-w-{i}", ip) for i, ip in enumerate(node.endpoints)) if node else ()
+    hosts = tuple(Host(i, f"{node.node_id}-w-{i}", ip) for i, ip in enumerate(node.endpoints)) if node else ()
     return SliceRecord(
-        backend=TpuApiProvider.name, slice_id=qr.qr_id, zone=qr.zone, state=state, raw_state=raw, tier=qr.tier,
+        backend=TpuApiProvider.name, slice_id=node_id or qr.qr_id, zone=qr.zone, state=state, raw_state=raw,
+        tier=qr.tier,
         accelerator_type=(node.accelerator_type if node else "") or qr.accelerator_type, hosts=hosts,
         labels=dict(qr.labels), created_at=node.create_time if node else qr.create_time,
         reservation=qr.reservation, detail=detail, stockout=stockout,
@@ -68,6 +76,7 @@ class TpuApiProvider(Provider):
 
     name: ClassVar[str] = "tpu-api"
     tiers: ClassVar[frozenset[str]] = frozenset({Tier.RESERVATION, Tier.SPOT, Tier.ON_DEMAND})
+    multislice_request: ClassVar[bool] = True
 
     def __init__(self, settings: Settings, api: TpuApi | None = None) -> None:
         self.settings = settings
@@ -82,7 +91,7 @@ class TpuApiProvider(Provider):
             qr_id=req.slice_id, node_id=req.slice_id, accelerator_type=req.accelerator.name,
             runtime_version=req.runtime_version, tier=req.tier, valid_until_s=req.valid_until_s,
             labels=dict(req.labels), reservation=req.reservation, network=req.network,
-            service_account=req.service_account, metadata=dict(req.metadata),
+            service_account=req.service_account, metadata=dict(req.metadata), node_count=req.slices,
         )  # fmt: skip
         key = (req.zone, req.slice_id)
         # The same request id on every retry of one attempt: the API dedupes it too.
@@ -93,6 +102,12 @@ class TpuApiProvider(Provider):
 
     # -- reads -------------------------------------------------------------------------------
     def describe(self, zone: str, slice_id: str) -> SliceRecord | None:
+        part = multislice_node(slice_id)
+        if part is not None:  # one slice of a multislice request: its node
+            whole = self.api.find_queued_resource(zone, part[0])
+            if whole is not None and whole.node_count > 1:
+                node = self.api.find_node(zone, slice_id) if whole.state in QrState.ACTIVE else None
+                return slice_record(whole, node, slice_id)
         qr = self.api.find_queued_resource(zone, slice_id)
         if qr is None:
             pending = self._ops.get((zone, slice_id))
@@ -102,16 +117,28 @@ class TpuApiProvider(Provider):
                     self._ops.pop((zone, slice_id), None)
                     raise err
             return None
-        node = self.api.find_node(zone, qr.node_id) if qr.state in QrState.ACTIVE else None
-        return slice_record(qr, node)
+        return self._record(qr)
+
+    def _record(self, qr: QueuedResourceRecord) -> SliceRecord:
+        if qr.node_count == 1:
+            return slice_record(qr, self.api.find_node(qr.zone, qr.node_id) if qr.state in QrState.ACTIVE else None)
+        nodes = [self.api.find_node(qr.zone, n) if qr.state in QrState.ACTIVE else None for n in qr.node_ids]
+        parts = tuple(slice_record(qr, n, nid) for nid, n in zip(qr.node_ids, nodes, strict=True))
+        whole = slice_record(qr, nodes[0], "")
+        if qr.state in QrState.ACTIVE:
+            lost = [p.slice_id for p in parts if p.state != Phase.RUNNING]
+            # While Google repairs a node the request stays ACTIVE: the whole waits (BOOTING), it is not lost.
+            state, raw = (Phase.BOOTING, f"ACTIVE, repairing {', '.join(lost)}") if lost else (Phase.RUNNING, "ACTIVE")
+            whole = replace(whole, state=state, raw_state=raw, detail="")
+        hosts = tuple(Host(i, h.name, h.endpoint) for i, h in enumerate(h for p in parts for h in p.hosts))
+        return replace(whole, hosts=hosts, parts=parts)
 
     def slices(self, zones: Sequence[str], run_id: str) -> list[SliceRecord]:
         out = []
         for zone in zones:
             for qr in self.api.list_queued_resources(zone):
                 if belongs_to(run_id, qr.qr_id, dict(qr.labels)):
-                    node = self.api.find_node(qr.zone, qr.node_id) if qr.state in QrState.ACTIVE else None
-                    out.append(slice_record(qr, node))
+                    out.append(self._record(qr))
         return out
 
     def resources(self, zones: Sequence[str], run_id: str | None = None) -> list[Resource]:

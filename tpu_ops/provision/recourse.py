@@ -1,0 +1,82 @@
+"""Deadline risk with recourse: a run is ranked again at every walk, so a rung is not a promise to stay.
+
+:func:`tpu_ops.provision.choose.expect` gives a rung's miss probability as if the whole rest of the run
+stayed on it. But the ladder ranks again after every preemption, with the time then left, and on-demand
+(the never-short rung) is always there to finish on. So the risk of *trying* a flaky rung is only that
+one preemption on it leaves on-demand too little time. One preemption costs at most, in wall time, the
+work since the last checkpoint (``c``), the recovery (``r``) and obtaining the next slice (``o``), and
+the work left then is the work left now minus what was kept: the slack left for on-demand is the slack
+now minus ``c + r + o``, wherever the preemption falls (issue 30).
+
+So a rung's miss probability is the chance it is preempted at all times on-demand's miss probability
+after one worst-case preemption on it (:func:`relieve`), and on-demand goes after the preemptible
+rungs it is tied with (:func:`on_demand_after_ties`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+# Duck-typed (``tpu_ops.provision.choose``'s Expectation, RunModel, History): choose imports this
+# module, and importing it back, even for types, would make an import cycle.
+Expectation = Any
+RunModel = Any
+Expect = Callable[[Any, Any, Any], Any]  # choose.expect(rung, run, history)
+
+
+def never_short(exps: Sequence[Expectation]) -> Expectation | None:
+    """The rung to finish on: on-demand (priced at the fallback every scarcity charge is measured by),
+    the likeliest to make the deadline of those."""
+    od = [e for e in exps if 0 < e.rung.fallback_usd_per_hour <= e.rung.usd_per_hour]
+    return min(od, key=lambda e: (e.miss_probability, e.rung.order), default=None)
+
+
+def after_one_preemption(e: Expectation, run: RunModel) -> RunModel | None:
+    """What is left of the run for on-demand after one worst-case preemption on ``e`` (None: no deadline)."""
+    if run.deadline_s is None:
+        return None
+    spent = run.checkpoint_s + e.belief.recovery_s + e.belief.obtain_s
+    return replace(run, deadline_s=run.deadline_s - spent)
+
+
+def relieve(
+    exps: list[Expectation], run: RunModel, histories: dict[tuple[str, str, str, str], Any], max_miss: float,
+    expect: Expect,
+) -> list[Expectation]:  # fmt: skip
+    """Each preemptible rung's miss probability with recourse (``expect``: choose's): the chance it is
+    preempted at all (``1 - e^-n``) x on-demand's miss probability after one worst-case preemption on
+    it. It replaces the rung's own figure, which assumes the run stays on it to the end: lower far from
+    the deadline, higher close to it, where one preemption at the wrong moment is enough to miss."""
+    od = never_short(exps)
+    if od is None or run.deadline_s is None or od.miss_probability > max_miss:
+        return exps
+    out = []
+    for e in exps:
+        later = after_one_preemption(e, run)
+        slack = run.deadline_s - e.belief.obtain_s - run.work_s  # < 0: it misses even unpreempted
+        if e is od or later is None or not 0 < e.preemptions < math.inf or slack < 0:
+            out.append(e)
+            continue
+        miss = -math.expm1(-e.preemptions) * expect(od.rung, later, histories.get(od.rung.key)).miss_probability
+        out.append(replace(e, miss_probability=miss))
+    return out
+
+
+def on_demand_after_ties(ok: list[Expectation], tie: float) -> list[Expectation]:
+    """On-demand after the preemptible rungs within ``tie`` of it per kept step (their order kept).
+
+    Their figure assumes the run stays on them to the end; but the ladder ranks again after a
+    preemption and may then find cheaper capacity freed meanwhile, and a refusal costs one request.
+    So a near tie with the capacity that is never short goes to the rung that may turn out cheaper
+    (the deadline is :func:`relieve`'s business: only rungs that make it are here)."""
+    od = never_short(ok)
+    if od is None:
+        return ok
+    i = ok.index(od)
+    tied = [e for e in ok[i + 1 :] if e.usd_per_step <= od.usd_per_step * (1 + tie) and e.preemptions > od.preemptions]
+    if not tied:
+        return ok
+    return [*ok[:i], *tied, od, *(e for e in ok[i + 1 :] if not any(e is t for t in tied))]
