@@ -206,8 +206,7 @@ class Agent:
             **shape_env(self.job, self._allocation),
             **self.goodput.env(),
         }
-        trainer_env = {k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}
-        trainer_env.update(env)
+        trainer_env = {**{k: v for k, v in self.env.items() if k != "TPU_OPS_RESUME_STEP"}, **env}
         try:
             check_trainer_env(trainer_env)
         except LoopbackError as exc:  # the job's environment is wrong: fail the run, do not recover
