@@ -162,7 +162,7 @@ def test_an_allocation_one_slice_short_gives_everything_back_with_the_partial_ho
     come is given back after queue_timeout and billed (the TPU API grants a multislice whole: nothing held)."""
     fake, settings = env
     fake.req("POST", "/_fake/capacity", {ZA: {"SPOT": 16}, ZB: {"SPOT": 4096}})  # one v5p-32 in zone a
-    spec = _spec(["spot"])
+    spec = fake.spec(["spot"])
     spec = spec.model_copy(update={"slice": spec.slice.model_copy(update={"slices": 2})})
     with pytest.raises(ProvisioningError, match="allocation of 2 slices needs them all; slice 1") as info:
         SliceLease(spec, "run-ms-short", settings).gather()
