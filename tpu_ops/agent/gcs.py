@@ -85,6 +85,9 @@ class Gcs:
         """
         env = os.environ if env is None else env
         endpoint = env.get("STORAGE_EMULATOR_HOST") or None
+        if endpoint and metadata is None and not (env.get("TPU_OPS_METADATA_HOST") or env.get("GCE_METADATA_HOST")):
+            # Outside a VM against an emulator: asking metadata.google.internal would leave loopback.
+            return cls(endpoint, lambda: None)
         md = metadata or Metadata.from_env(env)
         cache: dict[str, Any] = {}
 
