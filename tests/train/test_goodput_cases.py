@@ -271,4 +271,5 @@ def test_the_efficiency_line_of_a_toy_model() -> None:
     """MFU far under 0.01% keeps two significant figures; the slice's name when the trainer gave none."""
     line = G.efficiency_line({"mfu": 1.234e-5, "effective_mfu": 2.5e-6})
     assert line == "MFU 0.0012% of the slice bf16 peak (0.00025% over the wall time)"
+    assert G.efficiency_line({"mfu": 9e-5}) == "MFU 0.009% of the slice bf16 peak"
     assert G.efficiency_line({"mfu": 0.5, "accelerator": "v5p-8"}) == "MFU 50.00% of the v5p-8 bf16 peak"
