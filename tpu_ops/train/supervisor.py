@@ -325,7 +325,7 @@ class Supervisor:
         self._save()
 
     def _heartbeats(self, inc: IncarnationState, preemption: PreemptionState | None = None) -> None:
-        mark = absorb_heartbeats(inc, mine(inc, list_json(self.gcs, self.layout.heartbeats)))
+        mark = absorb_heartbeats(inc, mine(inc, list_json(self.gcs, self.layout.heartbeats)), self.state)
         if mark != self._progress_mark:
             self._progress_mark, self._progress_mono = mark, time.monotonic()
         if preemption is not None and preemption.restore_s is None and inc.first_step_at and inc.ready_at:
