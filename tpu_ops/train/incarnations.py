@@ -74,7 +74,7 @@ def absorb_heartbeats(
 
     The step the run's first worker says its trainer resumed from becomes the incarnation's ``resume_step``
     (the supervisor read the bucket earlier: a save committed in between is resumed from, and its steps were
-    not redone); with ``state``, the incarnation before follows (``resumed``).
+    not redone); with ``state``, the incarnation before follows (``follow_resume``).
     """
     resumed = None
     for b in beats:  # worker 0 carries the trainer's newest step records: merge them in
