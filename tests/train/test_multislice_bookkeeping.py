@@ -116,3 +116,25 @@ def test_the_kept_slices_workers_are_waited_for_until_their_own_grace(gcs: Any, 
     notice = {"slice": 1, "worker": 0, "incarnation": "0-a", "time": time.time(), "grace_s": 0.8}
     wait_for_exit_reports(gcs, layout, "0-a", 2, [notice], kept={(0, 0)}, stopped_until=time.time() + 30)
     assert 0.7 <= time.monotonic() - t0 < 10.0
+
+
+def test_stop_others_asks_every_worker_and_names_the_kept_hosts_and_their_deadline(gcs: Any, bucket: str) -> None:
+    """2 slices of 2 hosts, slice 1 lost: the marker names it; slice 0's hosts are waited for until two
+    heartbeats + the grace + REPORT_S from now. A stall (no slice named) or one slice: nothing kept."""
+    from tpu_ops.agent.job import Job
+    from tpu_ops.provision.records import Slice
+    from tpu_ops.train.layout import get_json
+    from tpu_ops.train.recovery import REPORT_S, stop_others
+
+    layout = RunLayout.of(f"gs://{bucket}/runs", "ms")
+    job = Job(run_id="ms", run_uri=layout.run_uri, steps=30, checkpoint_every=5, heartbeat_s=0.5, term_grace_s=4.0)
+    inc = IncarnationState(0, "0-a", 0.0)
+    two = [Slice("ms", f"ms-a1-{i}", f"ms-a1-{i}", "z", "spot", "v4-16", 8, 2, ("a", "b")) for i in range(2)]
+    t0 = time.time()
+    kept, until = stop_others(gcs, layout, job, inc, two, 1, "node PREEMPTED")
+    assert kept == {(0, 0), (0, 1)} and t0 + 5.0 + REPORT_S <= until <= time.time() + 5.0 + REPORT_S
+    assert get_json(gcs, layout.state("stop/0-a.json")) == {"slice": 1, "reason": "node PREEMPTED"}
+    assert stop_others(gcs, layout, job, IncarnationState(1, "1-b", 0.0), two, None, "stalled") == (set(), 0.0)
+    assert get_json(gcs, layout.state("stop/1-b.json")) == {"slice": None, "reason": "stalled"}
+    assert stop_others(gcs, layout, job, IncarnationState(2, "2-c", 0.0), two[:1], 0, "x") == (set(), 0.0)
+    assert not gcs.bucket(bucket).blob(layout.state("stop/2-c.json").prefix).exists()

@@ -55,11 +55,13 @@ def stop_others(
 
     The kept slices' (slice, worker) hosts, and when they are done at the latest: they see the marker at their
     next heartbeat, then have the whole grace to save (and to write their last step records), plus time to
-    report; the preemption is closed only after that. ((), 0.0) for a single slice.
+    report; the preemption is closed only after that. ((), 0.0) for a single slice or no slice kept.
     """
     if len(slices) <= 1:
         return set(), 0.0
     put_json(gcs, layout.state(f"stop/{inc.id}.json"), {"slice": lost, "reason": reason})
+    if lost is None:  # the whole allocation goes (a stall): nothing is kept to wait for
+        return set(), 0.0
     kept = {(i, w) for i, s in enumerate(slices) if i != lost for w in range(s.hosts)}
     return kept, time.time() + 2 * job.heartbeat_s + job.term_grace_s + REPORT_S
 
