@@ -14,7 +14,7 @@ from tpu_ops.specs.jobs import TrainJobSpec
 from tpu_ops.specs.slice import SliceSpec
 from tpu_ops.startup import render_startup_script
 from tpu_ops.train.layout import get_json
-from tpu_ops.train.runstate import IncarnationState, PreemptionState, SliceState
+from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState, SliceState
 
 
 def check_command(job: TrainJobSpec, run_id: str) -> None:
@@ -74,15 +74,29 @@ def merge_timeline(inc: IncarnationState, records: list[list[Any]]) -> None:
         inc.timeline = sorted([*inc.timeline, *new], key=lambda r: (float(r[2]), float(r[3])))
 
 
-def absorb_heartbeats(inc: IncarnationState, beats: list[dict[str, Any]]) -> tuple[int | None, int]:
-    """Take this incarnation's heartbeats into its state; the progress mark (top step, log bytes)."""
+def absorb_heartbeats(
+    inc: IncarnationState, beats: list[dict[str, Any]], state: RunState | None = None
+) -> tuple[int | None, int]:
+    """Take this incarnation's heartbeats into its state; the progress mark (top step, log bytes).
+
+    The step the run's first worker says its trainer resumed from becomes the incarnation's ``resume_step``
+    (the supervisor read the bucket earlier: a save committed in between is resumed from, and its steps were
+    not redone); with ``state``, the incarnation before follows (``follow_resume``).
+    """
+    resumed = None
     for b in beats:  # worker 0 carries the trainer's newest step records: merge them in
         if b.get("worker") == 0 and b.get("timeline"):
             merge_timeline(inc, b["timeline"])
+        if b.get("worker") == 0 and not b.get("slice") and b.get("resume_step") is not None:
+            resumed = int(b["resume_step"])
         if b.get("worker") == 0:  # and, if the trainer says, what a step does (tokens, model FLOPs)
             for name in WORK_FIELDS:
                 if isinstance(b.get(name), (int, float)) and b[name] > 0:
                     setattr(inc, name, float(b[name]))
+    if resumed is not None:
+        inc.resume_step = resumed
+        if state is not None:
+            follow_resume(state, inc)
     steps = [int(b["step"]) for b in beats if b.get("step") is not None]
     top = max(steps) if steps else None
     if beats:
@@ -94,6 +108,19 @@ def absorb_heartbeats(inc: IncarnationState, beats: list[dict[str, Any]]) -> tup
             inc.first_step_at = min(seen, default=time.time())
         inc.last_step = top
     return top, sum(int(b.get("log_bytes", 0)) for b in beats)
+
+
+def follow_resume(state: RunState, inc: IncarnationState) -> None:
+    """``inc`` resumed from ``inc.resume_step``: the preempted incarnation before it kept its steps up to
+    there (``kept_until`` is the step the next one resumed from), and its preemption lost the rest."""
+    prev = state.incarnations[inc.number - 1] if 0 < inc.number <= len(state.incarnations) else None
+    if prev is None or prev.end != "preempted":
+        return
+    prev.kept_until = inc.resume_step
+    for p in state.preemptions:
+        if p.incarnation == prev.number and p.resume_step is not None:
+            p.resume_step = inc.resume_step
+            p.steps_lost = max(0, (p.last_step or 0) - (inc.resume_step or 0))
 
 
 def mine(inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ report (their exit reports say they are done).
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
 from tpu_ops.layout import RunLayout
@@ -28,12 +29,21 @@ def notices(gcs: Any, layout: RunLayout, incarnation_id: str, since: float = 0.0
     return [d for d in docs if float(d.get("time") or 0) >= since]
 
 
-def wait_for_exit_reports(gcs: Any, layout: RunLayout, incarnation_id: str, hosts: int, found: list[dict[str, Any]],
-                          poll_s: float = 0.1) -> None:  # fmt: skip
-    """Until every host's exit report of the incarnation exists, at most the notices' grace after the SIGTERM."""
+def wait_for_exit_reports(
+    gcs: Any, layout: RunLayout, incarnation_id: str, hosts: int, found: list[dict[str, Any]], poll_s: float = 0.1,
+    *, kept: Collection[tuple[int, int]] = (), stopped_until: float = 0.0,
+) -> None:  # fmt: skip
+    """Until every host's exit report of the incarnation exists, at most the notices' grace after the SIGTERM.
+
+    ``kept``: the (slice, worker) hosts of the slices kept through a lost one's replacement. They were told to
+    stop by a marker, so they stop later than the lost slice's SIGTERM and have a grace of their own: they
+    may still commit a step and write step records until ``stopped_until``. Their reports are waited for
+    until then (the lost slice's, without a notice, never come), so the step kept is read after their save.
+    """
     until = max(float(d.get("time", 0)) + float(d.get("grace_s", 0)) for d in found) if found else 0.0
-    while time.time() < until:
+    while time.time() < max(until, stopped_until):
         reports = [r for r in list_json(gcs, layout.workers) if r.get("incarnation") == incarnation_id]
-        if len({(r.get("slice", 0), r.get("worker")) for r in reports}) >= hosts:
+        got = {(int(r.get("slice") or 0), r.get("worker")) for r in reports}
+        if len(got) >= hosts or (time.time() >= until and set(kept) <= got):
             return
         time.sleep(poll_s)

@@ -10,26 +10,32 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from tpu_ops.agent.job import Job
 from tpu_ops.layout import RunLayout
 from tpu_ops.provision.records import Slice
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.incarnations import mine, record_allocation
-from tpu_ops.train.layout import list_json
+from tpu_ops.train.layout import list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState
+
+REPORT_S = 5.0  # a stopped worker's agent: kill the trainer, write its exit heartbeat and report
 
 
 def open_preemption(
-    state: RunState, inc: IncarnationState, reason: str, resource_id: str, *, unsupervised: bool
-) -> PreemptionState:
-    """Record the loss of ``resource_id`` now: the incarnation ends, the preemption is appended to ``state``."""
+    state: RunState, inc: IncarnationState, reason: str, resource_id: str, *, unsupervised: bool,
+    lost: int | None = None,
+) -> PreemptionState:  # fmt: skip
+    """Record the loss of ``resource_id`` (slice ``lost``, None: the whole allocation) now: the incarnation
+    ends, the preemption is appended to ``state``, with the lost slice's zone and tier."""
     detected = time.time()
+    where = next((s for s in inc.slices if s.index == (lost or 0)), None)
     p = PreemptionState(
         len(state.preemptions) + 1,
         inc.number,
         reason,
         resource_id,
-        inc.zone,
-        inc.tier,
+        where.zone if where is not None else inc.zone,
+        where.tier if where is not None else inc.tier,
         detected,
         inc.last_seen_at,
         inc.last_step,
@@ -39,6 +45,25 @@ def open_preemption(
     inc.end, inc.ended_at = "preempted", detected
     state.preemptions.append(p)
     return p
+
+
+def stop_others(
+    gcs: Any, layout: RunLayout, job: Job, inc: IncarnationState, slices: Sequence[Slice], lost: int | None,
+    reason: str,
+) -> tuple[set[tuple[int, int]], float]:  # fmt: skip
+    """Several slices: ask every worker to stop at the step in hand (the healthy ones too: ``agent.run``).
+
+    The kept slices' (slice, worker) hosts, and when they are done at the latest: they see the marker at their
+    next heartbeat, then have the whole grace to save (and to write their last step records), plus time to
+    report; the preemption is closed only after that. ((), 0.0) for a single slice or no slice kept.
+    """
+    if len(slices) <= 1:
+        return set(), 0.0
+    put_json(gcs, layout.state(f"stop/{inc.id}.json"), {"slice": lost, "reason": reason})
+    if lost is None:  # the whole allocation goes (a stall): nothing is kept to wait for
+        return set(), 0.0
+    kept = {(i, w) for i, s in enumerate(slices) if i != lost for w in range(s.hosts)}
+    return kept, time.time() + 2 * job.heartbeat_s + job.term_grace_s + REPORT_S
 
 
 def close_preemption(p: PreemptionState, inc: IncarnationState, gcs: Any, layout: RunLayout) -> None:

@@ -327,7 +327,7 @@ class Supervisor:
         self._save()
 
     def _heartbeats(self, inc: IncarnationState, preemption: PreemptionState | None = None) -> None:
-        mark = absorb_heartbeats(inc, mine(inc, list_json(self.gcs, self.layout.heartbeats)))
+        mark = absorb_heartbeats(inc, mine(inc, list_json(self.gcs, self.layout.heartbeats)), self.state)
         if mark != self._progress_mark:
             self._progress_mark, self._progress_mono = mark, time.monotonic()
         if preemption is not None and preemption.restore_s is None and inc.first_step_at and inc.ready_at:
@@ -342,15 +342,17 @@ class Supervisor:
         """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back."""
         alloc = self.keeper.slices
         rid = alloc[lost or 0].queued_resource if (lost or 0) < len(alloc) else inc.queued_resource
-        p = recovery.open_preemption(self.state, inc, reason, rid, unsupervised=unsupervised)
+        p = recovery.open_preemption(self.state, inc, reason, rid, unsupervised=unsupervised, lost=lost)
         self.report.preemptions = self.state.preemptions
         self._save()
-        self.ledger.append(L.PREEMPTED, resource_id=rid, zone=inc.zone, state=reason, t=p.detected_at)
-        if len(self.keeper.slices) > 1:  # the healthy slices' workers stop at the step in hand too (agent.run)
-            put_json(self.gcs, self.layout.state(f"stop/{inc.id}.json"), {"slice": lost, "reason": reason})
+        self.ledger.append(L.PREEMPTED, resource_id=rid, zone=p.zone, state=reason, t=p.detected_at)
+        kept, stopped_until = recovery.stop_others(
+            self.gcs, self.layout, self.doc, inc, self.keeper.slices, lost, reason
+        )
         self.notify(AuditEvent.SLICE_PREEMPTED, preemption_event(self.run_id, p))
-        if self._notices:  # the workers are saving: their grace first
-            notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices)
+        if self._notices or kept:  # the workers are saving: their grace first
+            notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices, kept=kept,
+                                          stopped_until=stopped_until)  # fmt: skip
         t0 = time.monotonic()
         self.keeper.give_back(lost)
         p.delete_s = time.monotonic() - t0
