@@ -4,6 +4,7 @@ always there to finish on), and the fleet view as the production ladder builds i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -131,3 +132,28 @@ def test_two_runs_asking_for_the_last_vm_at_once_it_goes_to_the_one_that_gains_m
     assert first == {"long": RES, "short": SPOT}
     assert fleet.allocate(1, [fleet.Claim("short", gains["short"], 0.0), fleet.Claim("long", gains["long"], 1.0)]) \
         == ["long"]  # fmt: skip
+
+
+def test_patience_keeps_room_for_one_worst_case_preemption_after_the_wait() -> None:
+    """A wait spends slack on the bet that a cheaper rung frees; on-demand must still finish after the
+    wait *and* one worst-case preemption on the rung the wait may get (300 s checkpoint + 300 s
+    recovery + 150 s obtain = 750 s), or the wait spends the slack recourse counts on."""
+    seen = {SPOT.key: History(hours=10.0, obtained=2)}  # never preempted in 10 h: 0.145 expected
+    run = RunModel(3600, 1.0, 300, deadline_s=10**6)
+    spot = expect(SPOT, run, seen[SPOT.key])
+    assert (spot.belief.obtain_s, spot.belief.recovery_s) == (150.0, 300.0)
+    assert recourse.after_the_wait([spot], run) == 750.0
+    assert recourse.after_the_wait([replace(spot, preemptions=0.0)], run) == 0.0  # never preempted: no margin
+    assert recourse.after_the_wait([replace(spot, belief=replace(spot.belief, obtain_s=450.0)), spot], run) == 1050.0
+    assert recourse.after_the_wait([], run) == 0.0
+    # On-demand needs 300 s to obtain + 3600 s of work: the wait pays up to a deadline of
+    # 3900 + 600 (the wait) + 750 (the margin) = 5250 s; without the margin it would up to 4500 s.
+    def waits(deadline: float) -> bool:
+        choice = rank([SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=deadline), seen, wait_s=600.0)
+        return (choice.try_now, choice.wait_s) == (1, 600.0)
+
+    assert waits(5251.0) is True
+    assert waits(5249.0) is False
+    assert waits(4501.0) is False  # the boundary before the margin
+    edge = rank([SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=5249.0), seen, wait_s=600.0).ranked[0]
+    assert edge.expectation.rung == SPOT and edge.eligible  # spot still first: only the wait changed
