@@ -157,3 +157,22 @@ def test_patience_keeps_room_for_one_worst_case_preemption_after_the_wait() -> N
     assert waits(4501.0) is False  # the boundary before the margin
     edge = rank([SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=5249.0), seen, wait_s=600.0).ranked[0]
     assert edge.expectation.rung == SPOT and edge.eligible  # spot still first: only the wait changed
+
+
+def test_a_tie_goes_ahead_of_every_on_demand_rung_not_only_the_never_short_one() -> None:
+    """On-demand in three zones: a preemptible rung within 10% of the first of them per kept step is
+    tried before all three (before the fix, only before the one picked as never short)."""
+    run = RunModel(3600, 1.0, 300, deadline_s=10**6)
+    zones = ((3, A), (4, B), (5, "us-east5-c"))
+    ods = [expect(Rung("v5p-8", z, "on-demand", "compute", 16.8, "", n, 16.8), run, None) for n, z in zones]
+    assert ods[0].usd_per_step == pytest.approx(16.8 * ods[0].held_s / 3600 / 3600, rel=1e-12)
+    ods[0] = replace(ods[0], miss_probability=0.01)  # never short: zone b's, the second in the order
+    assert recourse.never_short(ods) is ods[1]
+    spot = expect(SPOT, run, SEEN[SPOT.key])
+    tied = replace(spot, usd_per_step=ods[0].usd_per_step * 1.1)  # exactly at the tie
+    assert recourse.on_demand_after_ties([*ods, tied], 0.1) == [tied, *ods]
+    dear = replace(spot, usd_per_step=ods[0].usd_per_step * 1.1001)
+    assert recourse.on_demand_after_ties([*ods, dear], 0.1) == [*ods, dear]
+    steady = replace(tied, preemptions=ods[0].preemptions)  # no more preemptible than on-demand: stays
+    assert recourse.on_demand_after_ties([*ods, steady], 0.1) == [*ods, steady]
+    assert recourse.on_demand_after_ties([tied], 0.1) == [tied]  # no on-demand rung: as it was
