@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tpu_ops.provision import fleet, forgetting
+from tpu_ops.provision import fleet, forgetting, recourse
 from tpu_ops.provision.choose import PRIOR_WEIGHT, History, Rung, RunModel, expect, poisson_cdf, rank, wait_pays
 from tpu_ops.provision.ranking import View, with_view
 
@@ -194,7 +194,9 @@ def test_waiting_pays_only_when_the_saving_beats_the_deadline_risk() -> None:
 
 def test_the_wait_decision_reads_on_demand_s_history() -> None:
     """On-demand seen preempted often (host maintenance) makes the wait dear; its prior alone would not."""
-    run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1500.0)
+    # 2500 s of slack: the wait (600 s) and one worst-case preemption on spot after it (750 s) still
+    # leave on-demand (300 s to obtain) room to finish (see test_recourse's patience test).
+    run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 2500.0)
     calm = rank([SPOT, OD], run, {SPOT.key: History(hours=10.0, obtained=2)}, wait_s=600.0)
     assert calm.try_now == 1 and calm.wait_s == 600.0
     shaky = {SPOT.key: History(hours=10.0, obtained=2), OD.key: History(hours=4.0, preemptions=4, obtained=2)}
@@ -307,7 +309,12 @@ def test_patience_skips_a_rung_cheaper_by_the_hour_but_not_per_kept_step() -> No
 
 
 def test_patience_at_the_boundaries_of_the_deadline_and_of_its_worth() -> None:
-    run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0)
+    # On-demand is judged 600 s (the wait) + 634 s later: one worst-case preemption of the reservation
+    # (its prior's rare host maintenance) after the wait: 300 s checkpoint + 300 s recovery + 34 s obtain.
+    run0 = RunModel(3600, 1.0, 300)
+    margin = recourse.after_the_wait([expect(RES, run0, SEEN[RES.key])], run0)
+    assert margin == pytest.approx(300.0 + 300.0 + 240.0 / 7, rel=1e-12)
+    run = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0 + margin)
     later = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 600.0)
     m = expect(OD, later, SEEN[OD.key]).miss_probability
     assert rank([RES, OD], run, SEEN, max_miss=m, wait_s=600.0).try_now == 1  # on-demand later misses at max_miss

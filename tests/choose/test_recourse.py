@@ -4,6 +4,7 @@ always there to finish on), and the fleet view as the production ladder builds i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -131,3 +132,47 @@ def test_two_runs_asking_for_the_last_vm_at_once_it_goes_to_the_one_that_gains_m
     assert first == {"long": RES, "short": SPOT}
     assert fleet.allocate(1, [fleet.Claim("short", gains["short"], 0.0), fleet.Claim("long", gains["long"], 1.0)]) \
         == ["long"]  # fmt: skip
+
+
+def test_patience_keeps_room_for_one_worst_case_preemption_after_the_wait() -> None:
+    """A wait spends slack on the bet that a cheaper rung frees; on-demand must still finish after the
+    wait *and* one worst-case preemption on the rung the wait may get (300 s checkpoint + 300 s
+    recovery + 150 s obtain = 750 s), or the wait spends the slack recourse counts on."""
+    seen = {SPOT.key: History(hours=10.0, obtained=2)}  # never preempted in 10 h: 0.145 expected
+    run = RunModel(3600, 1.0, 300, deadline_s=10**6)
+    spot = expect(SPOT, run, seen[SPOT.key])
+    assert (spot.belief.obtain_s, spot.belief.recovery_s) == (150.0, 300.0)
+    assert recourse.after_the_wait([spot], run) == 750.0
+    assert recourse.after_the_wait([replace(spot, preemptions=0.0)], run) == 0.0  # never preempted: no margin
+    assert recourse.after_the_wait([replace(spot, belief=replace(spot.belief, obtain_s=450.0)), spot], run) == 1050.0
+    assert recourse.after_the_wait([], run) == 0.0
+    # On-demand needs 300 s to obtain + 3600 s of work: the wait pays up to a deadline of
+    # 3900 + 600 (the wait) + 750 (the margin) = 5250 s; without the margin it would up to 4500 s.
+    def waits(deadline: float) -> bool:
+        choice = rank([SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=deadline), seen, wait_s=600.0)
+        return (choice.try_now, choice.wait_s) == (1, 600.0)
+
+    assert waits(5251.0) is True
+    assert waits(5249.0) is False
+    assert waits(4501.0) is False  # the boundary before the margin
+    edge = rank([SPOT, OD], RunModel(3600, 1.0, 300, deadline_s=5249.0), seen, wait_s=600.0).ranked[0]
+    assert edge.expectation.rung == SPOT and edge.eligible  # spot still first: only the wait changed
+
+
+def test_a_tie_goes_ahead_of_every_on_demand_rung_not_only_the_never_short_one() -> None:
+    """On-demand in three zones: a preemptible rung within 10% of the first of them per kept step is
+    tried before all three (before the fix, only before the one picked as never short)."""
+    run = RunModel(3600, 1.0, 300, deadline_s=10**6)
+    zones = ((3, A), (4, B), (5, "us-east5-c"))
+    ods = [expect(Rung("v5p-8", z, "on-demand", "compute", 16.8, "", n, 16.8), run, None) for n, z in zones]
+    assert ods[0].usd_per_step == pytest.approx(16.8 * ods[0].held_s / 3600 / 3600, rel=1e-12)
+    ods[0] = replace(ods[0], miss_probability=0.01)  # never short: zone b's, the second in the order
+    assert recourse.never_short(ods) is ods[1]
+    spot = expect(SPOT, run, SEEN[SPOT.key])
+    tied = replace(spot, usd_per_step=ods[0].usd_per_step * 1.1)  # exactly at the tie
+    assert recourse.on_demand_after_ties([*ods, tied], 0.1) == [tied, *ods]
+    dear = replace(spot, usd_per_step=ods[0].usd_per_step * 1.1001)
+    assert recourse.on_demand_after_ties([*ods, dear], 0.1) == [*ods, dear]
+    steady = replace(tied, preemptions=ods[0].preemptions)  # no more preemptible than on-demand: stays
+    assert recourse.on_demand_after_ties([*ods, steady], 0.1) == [*ods, steady]
+    assert recourse.on_demand_after_ties([tied], 0.1) == [tied]  # no on-demand rung: as it was

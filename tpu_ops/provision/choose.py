@@ -361,7 +361,8 @@ def _patience(ranked: list[Ranked], run: RunModel, histories: dict[tuple[str, st
               max_miss: float, wait_s: float | None) -> list[Ranked] | None:  # fmt: skip
     """The rungs to try before waiting ``wait_s``: every one cheaper than on-demand (the never-short
     rung: priced at its fallback) or tied with it, while on-demand still makes the deadline after the
-    wait; None: no waiting."""
+    wait and one worst-case preemption on what it may get (:func:`recourse.after_the_wait`); None: no
+    waiting."""
     if wait_s is None or run.deadline_s is None:
         return None
     od = next((r.expectation for r in ranked if 0 < r.expectation.rung.fallback_usd_per_hour
@@ -370,11 +371,12 @@ def _patience(ranked: list[Ranked], run: RunModel, histories: dict[tuple[str, st
         return None
     cheaper = [r for r in ranked if r.eligible and r.expectation.rung.usd_per_hour < od.rung.usd_per_hour
                and r.expectation.usd_per_step <= od.usd_per_step * (1 + TIE)]  # fmt: skip
-    later = RunModel(run.steps, run.seconds_per_step, run.checkpoint_every, run.deadline_s - wait_s)
+    exps = [r.expectation for r in cheaper]
+    later = replace(run, deadline_s=run.deadline_s - wait_s - recourse.after_the_wait(exps, run))
     miss_later = expect(od.rung, later, histories.get(od.rung.key)).miss_probability
     if not cheaper or miss_later > max_miss:
         return None
-    return cheaper if wait_pays([r.expectation for r in cheaper], od, miss_later, run.steps) else None
+    return cheaper if wait_pays(exps, od, miss_later, run.steps) else None
 
 
 def wait_pays(cheaper: Sequence[Expectation], od: Expectation, miss_later: float, steps: int) -> bool:
