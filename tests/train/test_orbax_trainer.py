@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,9 @@ def test_two_hosts_then_one_with_accumulation_then_two_through_the_ladder(
         stall_limit="300s", heartbeat_interval=0.5, coordinator_port=_free_port(),
     )  # fmt: skip
     sl = job.provision.slice.model_copy(update={"shapes": ["v4-16", "v4-8"]})
-    job = job.model_copy(update={"provision": job.provision.model_copy(update={"slice": sl})})
+    # each rung waits queue_timeout for a v4-16 that will not come (spot, then on-demand): 5 s, not 10
+    prov = job.provision.model_copy(update={"slice": sl, "queue_timeout": timedelta(seconds=5)})
+    job = job.model_copy(update={"provision": prov})
     run = Run(job, run_id, train_settings)
 
     def on(accelerator: str, check: Any) -> Any:
