@@ -39,8 +39,8 @@ typecheck: $(STAMP)
 pytest: setup
 	$(VENV)/bin/pytest -q
 
-## a real JAX + orbax-checkpoint trainer (CPU) on a 2-host slice and on 2 slices (one preempted during a
-## save), and 2 -> 1 (accumulation 2) -> 2 hosts, ends with the parameters of an uninterrupted run; its
+## a real JAX + orbax-checkpoint trainer (CPU) on 2 slices (one preempted during a save), and through the
+## ladder v4-16 -> v4-8 (accumulation 2) -> v4-16, ends with the parameters of an uninterrupted run; its
 ## wheels (~185 MB, examples/orbax_trainer/constraints.txt) are downloaded from PyPI once into
 ## .tpu-ops/orbax-wheelhouse. A few minutes: not in `make pytest` (docs/orbax-trainer.md).
 orbax-check: setup
