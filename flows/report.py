@@ -284,7 +284,6 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("preemptions / recoveries", f"{len(preemptions)} / {recovered}"),
         ("steps lost", str(sum(int(p.get("steps_lost") or 0) for p in preemptions))),
         ("training", f"step {training.get('final_step')}/{training.get('steps')}, {training.get('outcome', '-')}"),
-        ("final parameters", params_line(summary.get("final_params"))),
         ("goodput", goodput_line(training) if training else "-"),
         ("$/M tokens, MFU", efficiency_line(training.get("efficiency") or {}) or "-"),
         ("cost by tier", f"{by_tier} (total ${float(cost.get('usd_total') or 0):.4f})"),
@@ -295,6 +294,8 @@ def glance_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         shapes = ", ".join(f"{s['shape']} {s['steps']} steps" for s in summary["shapes"])
         held = sum(float(s["held_chip_s"]) for s in summary["shapes"])
         rows.insert(6, ("shapes", f"{shapes}; chip-seconds held {held:.0f}"))
+    if "final_params" in summary:  # the dry run's check against the same trainer uninterrupted
+        rows.insert(6, ("final parameters", params_line(summary["final_params"])))
     if left is not None:
         rows.append(("left behind", left_behind(left, summary.get("disk"))))
     return rows

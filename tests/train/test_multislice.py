@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 import pytest
-from train_helpers import ZONE, Run, job_spec, params_bytes, run_reference_locally, wait_for
+from train_helpers import ZONE, Run, job_spec, live_node, params_bytes, run_reference_locally, wait_for
 
 from tpu_ops.cloud.tpu import TpuApi
 from tpu_ops.layout import RunLayout
@@ -20,11 +20,6 @@ from tpu_ops.train.logs import LogReader
 from tpu_ops.train.wheel import agent_wheel
 
 pytestmark = pytest.mark.usefixtures("nothing_left")
-
-
-def _ready(settings: Any, node_id: str) -> str | None:
-    nodes = [n for n in TpuApi(settings).list_nodes(ZONE) if n.node_id == node_id and n.state == "READY"]
-    return nodes[0].node_id if nodes else None
 
 
 def test_two_slices_one_preempted_google_repairs_it_the_healthy_one_kept_resume_bit_identical(
@@ -41,7 +36,7 @@ def test_two_slices_one_preempted_google_repairs_it_the_healthy_one_kept_resume_
     assert [s["id"] for s in first["slices"]] == [f"{run_id}-a1-0", f"{run_id}-a1-1"]  # one request's two nodes
     (qr,) = TpuApi(train_settings).list_queued_resources(ZONE)
     assert (qr.qr_id, qr.node_count) == (f"{run_id}-a1", 2)
-    stack.preempt(ZONE, wait_for(lambda: _ready(train_settings, f"{run_id}-a1-1")))  # slice 1 only
+    stack.preempt(ZONE, wait_for(lambda: live_node(train_settings, f"{run_id}-a1-1")))  # slice 1 only
     report = run.result(timeout=240)
 
     assert report.outcome == "done" and report.final_step == steps

@@ -14,16 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from train_helpers import ZONE, Run, job_spec, wait_for
-
-from tpu_ops.cloud.tpu import TpuApi
+from train_helpers import ZONE, Run, job_spec, live_node, wait_for
 
 pytestmark = pytest.mark.usefixtures("nothing_left")
-
-
-def _ready(settings: Any, node_id: str) -> str | None:
-    nodes = [n for n in TpuApi(settings).list_nodes(ZONE) if n.node_id == node_id and n.state == "READY"]
-    return nodes[0].node_id if nodes else None
 
 
 def test_a_save_committed_by_the_kept_slice_after_the_loss_is_counted_and_resumed_from(
@@ -39,7 +32,7 @@ def test_a_save_committed_by_the_kept_slice_after_the_loss_is_counted_and_resume
     run = Run(job, run_id, train_settings)
     key = f"runs/{run_id}/{slow}/meta.json"  # written by process 0 (slice 0) just before its slow commit
     wait_for(lambda: gcs.bucket(ckpt_bucket).blob(key).exists(), timeout=180, what=f"step {slow}'s commit begun")
-    stack.preempt(ZONE, wait_for(lambda: _ready(train_settings, f"{run_id}-a1-1")))  # slice 1, mid-commit
+    stack.preempt(ZONE, wait_for(lambda: live_node(train_settings, f"{run_id}-a1-1")))  # slice 1, mid-commit
     report = run.result(timeout=240)  # assert_sound: a done run kept every step
 
     assert report.outcome == "done" and report.final_step == steps and len(report.preemptions) == 1
