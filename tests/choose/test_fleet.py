@@ -6,17 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from three_rungs import OD, RES, SEEN, SPOT, A, B
 
 from tpu_ops.provision import fleet, forgetting, recourse
 from tpu_ops.provision.choose import PRIOR_WEIGHT, History, Rung, RunModel, expect, poisson_cdf, rank, wait_pays
 from tpu_ops.provision.ranking import View, with_view
-
-A, B = "us-east5-a", "us-east5-b"
-RES = Rung("v5p-8", A, "reservation", "compute", 0.0, "team-res", 1, 16.8)
-SPOT = Rung("v5p-8", B, "spot", "compute", 8.4, "", 2, 16.8)
-OD = Rung("v5p-8", B, "on-demand", "compute", 16.8, "", 3, 16.8)
-SEEN = {RES.key: History(hours=10.0, obtained=5), SPOT.key: History(hours=10.0, preemptions=5, obtained=5),
-        OD.key: History(hours=10.0, obtained=5)}  # fmt: skip
 
 
 # -- the fleet view --------------------------------------------------------------------------------

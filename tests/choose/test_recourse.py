@@ -7,17 +7,12 @@ import math
 from dataclasses import replace
 
 import pytest
+from three_rungs import OD, RES, SEEN, SPOT, A, B
 
 from tpu_ops.provision import fleet, recourse
 from tpu_ops.provision.choose import History, Rung, RunModel, expect, rank
 from tpu_ops.provision.ranking import View, view_for
 
-A, B = "us-east5-a", "us-east5-b"
-RES = Rung("v5p-8", A, "reservation", "compute", 0.0, "team-res", 1, 16.8)
-SPOT = Rung("v5p-8", B, "spot", "compute", 8.4, "", 2, 16.8)
-OD = Rung("v5p-8", B, "on-demand", "compute", 16.8, "", 3, 16.8)
-SEEN = {RES.key: History(hours=10.0, obtained=5), SPOT.key: History(hours=10.0, preemptions=5, obtained=5),
-        OD.key: History(hours=10.0, obtained=5)}  # fmt: skip
 RUN = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0)  # an hour of work, 20 minutes to spare
 
 
