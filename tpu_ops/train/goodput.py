@@ -150,6 +150,11 @@ class GoodputReport:
         cats = categorise(intervals(state, end), state.started_at, end)
         kept = {int(r[1]) for inc in state.incarnations for r in inc.timeline
                 if r[0] == "step" and r[1] is not None and _kept(inc, int(r[1]))}  # fmt: skip
+        # A committed checkpoint proves its steps kept even when their records went with a VM deleted before
+        # its last heartbeat: they count as kept steps (their seconds stay unattributed, in "other").
+        for inc in state.incarnations:
+            if inc.kept_until is not None and inc.end in ("done", "preempted"):
+                kept.update(range((inc.resume_step or 0) + 1, inc.kept_until + 1))
         held = asked = 0.0
         for inc in state.incarnations:
             stop = inc.ended_at if inc.ended_at is not None else end
