@@ -32,3 +32,11 @@ def test_a_live_incarnation_keeps_nothing_it_has_not_committed() -> None:
     state = _state(records_up_to=7)
     state.incarnations[1].end, state.incarnations[1].kept_until, state.finished_at = "", None, None
     assert G.GoodputReport.derive(state, now=16.0).steps_kept == 7
+
+
+def test_exactly_the_steps_between_the_resume_step_and_the_checkpoint() -> None:
+    state = _state(records_up_to=2)
+    state.incarnations[1].timeline = state.incarnations[1].timeline[1:]  # step 8's record lost too
+    assert G.GoodputReport.derive(state, now=99.0).steps_kept == 15  # 8 counted: resumed from 7, kept to 15
+    state.incarnations[1].end, state.incarnations[1].kept_until, state.finished_at = "", None, None
+    assert G.GoodputReport.derive(state, now=16.0).steps_kept == 7  # not 8: the live one committed nothing yet
