@@ -53,6 +53,7 @@ dry-run: $(STAMP)
 ## the Prefect UI on http://127.0.0.1:4200 (`make ui PORT=4300` for another port), with its own database
 ## under .tpu-ops/prefect (not ~/.prefect). Loopback unless told otherwise (UI_HOST=...); with PREFECT_SERVER_API_AUTH_STRING set (from a
 ## secret store) it refuses clients without PREFECT_API_AUTH_STRING (docs/production-server.md)
+## The host and port go into Prefect's settings too: the UI's pages derive the API they call from them (else :4200).
 UI_HOME ?= $(CURDIR)/.tpu-ops/prefect
 PORT ?= 4200
 UI_HOST ?= 127.0.0.1
@@ -60,7 +61,8 @@ ui: $(STAMP)
 	mkdir -p $(UI_HOME)
 	@echo "Prefect UI: http://$(UI_HOST):$(PORT); in the other shells: export PREFECT_API_URL=http://$(UI_HOST):$(PORT)/api"
 	@if [ -n "$$PREFECT_SERVER_API_AUTH_STRING" ]; then echo "auth string required: give clients and workers PREFECT_API_AUTH_STRING (from your secret store)"; fi
-	PREFECT_HOME=$(UI_HOME) $(VENV)/bin/prefect server start --host $(UI_HOST) --port $(PORT)
+	PREFECT_HOME=$(UI_HOME) PREFECT_SERVER_API_HOST=$(UI_HOST) PREFECT_SERVER_API_PORT=$(PORT) \
+		$(VENV)/bin/prefect server start --host $(UI_HOST) --port $(PORT)
 
 ## the benchmarks: mirror against rclone (Debian's rclone is installed if missing), recovery overhead,
 ## audit verify of 10,000 records

@@ -187,3 +187,21 @@ def test_make_ui_binds_loopback_and_leaves_the_auth_string_to_the_environment() 
     assert "PREFECT_API_AUTH_STRING" in shown  # it tells the user what clients need
     told = subprocess.run(["make", "-n", "ui", "UI_HOST=10.0.0.5"], cwd=ROOT, capture_output=True, text=True).stdout
     assert "--host 10.0.0.5 " in told
+
+
+def test_make_ui_on_another_port_serves_a_ui_that_calls_that_port() -> None:
+    """`make ui PORT=N`: the UI's pages call the API on N (Prefect derives their API URL from its settings, not
+    from --port: without them the browser calls 127.0.0.1:4200, another server or none)."""
+    import os
+    import shlex
+
+    shown = subprocess.run(["make", "-n", "ui", "PORT=4391"], cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = shown.stdout.replace("\\\n", " ").splitlines()
+    start = shlex.split(next(line for line in lines if "prefect server start" in line))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "PREFECT_UI_", "PREFECT_SERVER_"))}
+    env.update(word.split("=", 1) for word in start[: start.index(next(w for w in start if "=" not in w))])
+    derived = subprocess.run(
+        [sys.executable, "-c", "from prefect.settings import get_current_settings as s; print(s().server.ui.api_url)"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert derived.stdout.strip() == "http://127.0.0.1:4391/api"
