@@ -17,6 +17,7 @@ from prefect.states import Failed
 
 from flows.audit import emit
 from flows.budget import refusal
+from flows.failures import missing_buckets_named
 from flows.provision import HOOKS, _quota, _tag_current_run
 from flows.settings import open_run
 from tpu_ops.audit.events import AuditEvent
@@ -106,7 +107,7 @@ def train(
     _tag_current_run(run.id)
     try:
         with injected_preemption(inject_preemption, run.settings, spec.provision, run.layout, run.id,
-                                 get_run_logger().info), _quota(spec.provision):  # fmt: skip
+                                 get_run_logger().info), _quota(spec.provision), missing_buckets_named():  # fmt: skip
             return supervise_task(spec, run)
     finally:
         run.audit.digest()

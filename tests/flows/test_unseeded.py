@@ -47,16 +47,21 @@ def test_the_command_names_the_bucket_and_the_seed(
     assert "404" not in err[0] and "NotFound" not in err[0]
 
 
-@pytest.mark.parametrize("flow", ["retraining_pipeline", "mirror_dataset"])
+@pytest.mark.parametrize("flow", ["retraining_pipeline", "mirror_dataset", "train"])
 def test_the_run_fails_naming_the_bucket_and_the_seed(unseeded: dict[str, Any], prefect_api: None, flow: str) -> None:
     from flows.mirror import mirror_dataset
     from flows.pipeline import retraining_pipeline
+    from flows.train import train
 
     if flow == "mirror_dataset":
         state = mirror_dataset(spec=unseeded["mirror"], return_state=True)
+    elif flow == "train":  # a train job (`tpu-ops launch`) whose checkpoint bucket was never made
+        job = yaml.safe_load((ROOT / "examples" / "local-train.yaml").read_text())
+        job["train"]["checkpoint_dir"] = unseeded["mirror"]["destination"].rsplit("/", 2)[0] + "/ckpt"
+        state = train(spec=job, run_id=f"unseeded-{uuid.uuid4().hex[:8]}", return_state=True)
     else:
         state = retraining_pipeline(spec=unseeded, return_state=True)
     assert state.is_failed()
     message = str(state.message)
     assert "does not exist" in message and SEED in message, message
-    assert "404 GET" not in message, message
+    assert "404 GET" not in message and "404 POST" not in message, message
