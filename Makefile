@@ -18,11 +18,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 ## Debian tools the tests use, installed with apt-get when missing (CI runs as root): shellcheck checks
 ## every rendered startup script; the browser test drives Debian's Chromium through Playwright (its own
-## browser download does not work offline)
+## browser download does not work offline); the production-server test runs Debian's PostgreSQL
 tools:
 	@missing=""; \
 	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
 	test -x /usr/bin/chromium || missing="$$missing chromium fonts-dejavu-core"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && \
 		apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends $$missing; fi
 
