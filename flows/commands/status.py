@@ -43,7 +43,9 @@ def detail(s: Any) -> str:
     for sl in s.slices:
         hosts = f"{sl.hosts} hosts" if s.kind == "provision" else f"{sl.hosts_alive}/{sl.hosts} hosts alive"
         name = f"{sl.index} ({sl.slice_id})" if many else sl.slice_id
-        kept = (", kept from the incarnation before" if sl.kept else ", new") if many and s.kind != "provision" else ""
+        how = ", repaired by Google (a new node)" if sl.repaired else ", new"
+        how = ", kept from the incarnation before" if sl.kept else how
+        kept = how if many and s.kind != "provision" else ""
         lines.append(f"  slice {name}: {sl.tier} in {sl.zone}, {hosts}{kept}")
     if len(s.incarnations) > 1:  # what each incarnation held: which slices were kept, which replaced
         for inc in s.incarnations:
@@ -71,7 +73,8 @@ def detail(s: Any) -> str:
 
 def _held(sl: dict[str, Any]) -> str:
     hosts = f", {sl['hosts']} hosts" if sl["hosts"] else ""
-    return f"slice {sl['index']} {sl['resource_id']} ({sl['tier']}{hosts}{', kept' if sl['kept'] else ''})"
+    how = ", kept" if sl["kept"] else ", repaired" if sl.get("repaired") else ""
+    return f"slice {sl['index']} {sl['resource_id']} ({sl['tier']}{hosts}{how})"
 
 
 def table(rows: list[Any]) -> str:

@@ -53,9 +53,12 @@ def test_two_slices_one_preempted_google_repairs_it_the_healthy_one_kept_resume_
     assert last["slices"][1]["endpoints"] != first["slices"][1]["endpoints"]  # a new node of the same name
     assert report.incarnations[0].queued_resource == report.incarnations[1].queued_resource == f"{run_id}-a1-0"
     state = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/state.json").download_as_bytes())
-    got = [[(s["index"], s["resource_id"], s["hosts"], s["kept"]) for s in i["slices"]] for i in state["incarnations"]]
+    got = [[(s["index"], s["resource_id"], s["hosts"], s["kept"], s["repaired"]) for s in i["slices"]]
+           for i in state["incarnations"]]  # fmt: skip
     n0, n1 = f"{run_id}-a1-0", f"{run_id}-a1-1"
-    assert got == [[(0, n0, 2, False), (1, n1, 2, False)], [(0, n0, 2, True), (1, n1, 2, True)]]  # the request kept
+    # the request kept: its healthy node kept, the lost one repaired by Google (a new node of the same name)
+    assert got == [[(0, n0, 2, False, False), (1, n1, 2, False, False)],
+                   [(0, n0, 2, True, False), (1, n1, 2, False, True)]]  # fmt: skip
     events = Ledger(train_settings, run_id).events()
     assert [e["kind"] for e in events if e.get("resource_id") == f"{run_id}-a1-0"].count("active") == 1
     assert [e["kind"] for e in events if e.get("resource_id") == f"{run_id}-a1-1"].count("active") == 2  # repaired

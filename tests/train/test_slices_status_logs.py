@@ -116,6 +116,33 @@ def test_status_shows_every_live_slice_with_its_hosts_alive_and_each_incarnation
     assert f"incarnation 1 (live): slice 0 {RUN}-a1 (spot, 2 hosts, kept), slice 1 {RUN}-a1002" in text
 
 
+def test_a_node_google_repaired_shows_repaired_not_kept_in_the_state_and_in_status(
+    gcs: Any, bucket: str, launched: tuple[Any, LaunchRecord, RunLayout]
+) -> None:
+    """On the TPU API one multislice request keeps both node names: Google's repair of the lost node is a new
+    node, not a slice held over (its VMs, endpoints and bill are new)."""
+    settings, record, layout = launched
+    state = RunState(RUN, time.time() - 60, 30)
+    first = IncarnationState(0, "0-aaaa", time.time() - 60, end="preempted", ended_at=time.time() - 30)
+    nodes = [_slice(f"{RUN}-a1-0"), _slice(f"{RUN}-a1-1")]
+    record_allocation(first, nodes)
+    second = IncarnationState(1, "1-bbbb", time.time() - 29, resume_step=10)
+    record_allocation(second, nodes, kept=(0,), repaired=(1,))
+    state.incarnations = [first, second]
+    back = RunState.from_json(json.loads(json.dumps(state.to_json()))).incarnations[1]
+    assert [(s.kept, s.repaired) for s in back.slices] == [(True, False), (False, True)]
+    record_allocation(back, nodes)  # a successor supervisor adopting the allocation keeps both flags
+    assert [(s.kept, s.repaired) for s in back.slices] == [(True, False), (False, True)]
+    StateStore(gcs, layout.run_state).save(state)
+
+    s = run_status(settings, record, gcs)
+    assert [(sl.index, sl.kept, sl.repaired) for sl in s.slices] == [(0, True, False), (1, False, True)]
+    text = detail(s)
+    assert f"slice 1 ({RUN}-a1-1): spot in {ZONE}, 0/2 hosts alive, repaired by Google (a new node)" in text
+    assert f"incarnation 1 (live): slice 0 {RUN}-a1-0 (spot, 2 hosts, kept), slice 1 {RUN}-a1-1 (spot, 2 hosts, " \
+        "repaired)" in text
+
+
 def test_status_of_an_old_state_file_shows_its_one_slice_with_the_launch_records_hosts(
     gcs: Any, bucket: str, launched: tuple[Any, LaunchRecord, RunLayout]
 ) -> None:

@@ -50,19 +50,24 @@ def elastic(sl: SliceSpec) -> dict[str, Any]:
     return {"target_shape": sl.shape_list[0].name, "target_chips": sl.shape_list[0].chips} if sl.shapes else {}
 
 
-def record_allocation(inc: IncarnationState, slices: Sequence[Slice], kept: Collection[int] = ()) -> None:
+def record_allocation(
+    inc: IncarnationState, slices: Sequence[Slice], kept: Collection[int] = (), repaired: Collection[int] = ()
+) -> None:
     """Record every slice of ``inc``'s allocation (slice 0 also in the fields single-slice readers use).
 
-    ``kept``: the indices held over from the previous incarnation (``Keeper.carried``). A slice the
-    incarnation already records (a successor supervisor adopting it) keeps its flag.
+    ``kept``: the indices held over from the previous incarnation (``Keeper.carried``); ``repaired``: those
+    Google repaired (``Keeper.repaired``: the request kept, the node new). A slice the incarnation already
+    records (a successor supervisor adopting it) keeps its flags.
     """
     if not slices:
         return
-    before = {s.resource_id: s.kept for s in inc.slices}
+    before = {s.resource_id: (s.kept, s.repaired) for s in inc.slices}
     inc.slices = []
     for i, s in enumerate(slices):
-        carried = i in kept or before.get(s.queued_resource, False)
-        inc.slices.append(SliceState(i, s.queued_resource, s.zone, s.tier, s.hosts, carried))
+        was_kept, was_repaired = before.get(s.queued_resource, (False, False))
+        fixed = i in repaired or was_repaired
+        carried = not fixed and (i in kept or was_kept)
+        inc.slices.append(SliceState(i, s.queued_resource, s.zone, s.tier, s.hosts, carried, fixed))
     inc.queued_resource, inc.zone, inc.tier = slices[0].queued_resource, slices[0].zone, slices[0].tier
 
 

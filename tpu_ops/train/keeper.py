@@ -34,13 +34,16 @@ from tpu_ops.train.layout import put_json
 
 class Keeper:
     """Owns ``slices`` (the live allocation, slice 0 first), ``kept`` (indices kept for the next one) and
-    ``carried`` (the indices of ``slices`` held over from the allocation before: the run state records them)."""
+    ``carried`` (the indices of ``slices`` held over from the allocation before: the run state records them),
+    ``repaired`` (those Google repaired in a kept multislice request: the request kept, the node new)."""
 
     def __init__(self, lease: SliceLease, spec: SliceSpec, gcs: Any, layout: RunLayout, ledger: L.Ledger) -> None:
         self.lease, self.spec, self.gcs, self.layout, self.ledger = lease, spec, gcs, layout, ledger
         self.slices: tuple[Slice, ...] = ()
         self.kept: tuple[int, ...] = ()
         self.carried: tuple[int, ...] = ()
+        self.repaired: tuple[int, ...] = ()
+        self._repairing: tuple[int, ...] = ()  # what _await_repair saw repaired, for the next allocation
         self.shape: Shape = spec.shape_list[0]  # the live allocation's shape (elastic: maybe smaller than the target)
 
     def obtain(self, run_id: str, incarnation: str) -> tuple[Slice, ...]:
@@ -65,7 +68,9 @@ class Keeper:
             shape = shape_fields(self.spec.shape_list[0], self.shape) if self.spec.shapes else {}
             doc = {**alloc.document(incarnation), "kept": list(self.kept), **shape}
             put_json(self.gcs, self.layout.state(ALLOCATION_DOC), doc)
-        self.slices, self.carried, self.kept = alloc.slices, self.kept, ()
+        fixed = tuple(i for i in self._repairing if i in self.kept)  # kept through gather: Google's new node
+        self.carried, self.repaired = tuple(i for i in self.kept if i not in fixed), fixed
+        self.slices, self.kept, self._repairing = alloc.slices, (), ()
         return self.slices
 
     def _live(self) -> list[str]:
@@ -113,3 +118,4 @@ class Keeper:
             self.lease.release()
             return
         self.kept = tuple(range(len(self.slices)))  # every node of the request, the repaired one too, runs on
+        self._repairing = (lost,)

@@ -80,11 +80,12 @@ def ready(
     carried: Collection[int],
     preemption: PreemptionState | None,
     reprovision_s: float,
+    repaired: Collection[int] = (),
 ) -> bool:
-    """Record the incarnation's allocation as obtained (``carried``: the slices kept from the one before);
-    True when it was adopted (already known)."""
+    """Record the incarnation's allocation as obtained (``carried``: the slices kept from the one before,
+    ``repaired``: those Google repaired); True when it was adopted (already known)."""
     adopted = bool(inc.queued_resource)
-    record_allocation(inc, slices, carried)
+    record_allocation(inc, slices, carried, repaired)
     if inc.ready_at is None:
         inc.ready_at = time.time()
     if preemption is not None:

@@ -194,6 +194,7 @@ class SliceState:
     tier: str
     hosts: int  # 0: not known (a state file written before slices were recorded)
     kept: bool = False  # held over from the previous incarnation (the lost slice was replaced), not obtained anew
+    repaired: bool = False  # a new node Google made in the kept request's place (multislice on the TPU API)
 
 
 @dataclass

@@ -49,6 +49,7 @@ class SliceStatus:
     hosts_alive: int
     index: int = 0  # its place in the allocation
     kept: bool = False  # held over from the incarnation before (only the lost slice was replaced)
+    repaired: bool = False  # Google repaired it: the multislice request kept, the node new
 
 
 @dataclass
@@ -63,7 +64,7 @@ class RunStatus:
     step: int | None = None
     steps: int | None = None
     slices: list[SliceStatus] = field(default_factory=list)
-    # every incarnation's allocation: number, end, and its slices (index, resource_id, zone, tier, hosts, kept)
+    # every incarnation's allocation: number, end, its slices (index, resource_id, zone, tier, hosts, kept, repaired)
     incarnations: list[dict[str, Any]] = field(default_factory=list)
     hosts_alive: int = 0
     preemptions: int = 0
@@ -187,7 +188,7 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
     for sl in live.allocation():
         alive = _alive([b for b in current if int(b.get("slice") or 0) == sl.index], now, record.heartbeat_s)
         hosts = sl.hosts or record.hosts
-        out.slices.append(SliceStatus(sl.resource_id, sl.zone, sl.tier, hosts, alive, sl.index, sl.kept))
+        out.slices.append(SliceStatus(sl.resource_id, sl.zone, sl.tier, hosts, alive, sl.index, sl.kept, sl.repaired))
     out.hosts_alive = sum(sl.hosts_alive for sl in out.slices)
     restoring = bool(state.preemptions) and live.first_step_at is None  # no new step since the restore
     out.state = RECOVERING if restoring else RUNNING

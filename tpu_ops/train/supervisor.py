@@ -228,7 +228,8 @@ class Supervisor:
         s = self.keeper.obtain(self.run_id, inc.id)[0]  # all k slices or none
         if inc.queued_resource and inc.queued_resource != s.queued_resource:
             raise TrainingError(f"run {self.run_id}: expected slice {inc.queued_resource}, found {s.queued_resource}")
-        adopted = recovery.ready(inc, self.keeper.slices, self.keeper.carried, preemption, time.monotonic() - t0)
+        k = self.keeper
+        adopted = recovery.ready(inc, k.slices, k.carried, preemption, time.monotonic() - t0, k.repaired)
         if self.job.provision.slice.shapes:  # elastic shapes: what this incarnation trains on (train.elastic)
             inc.shape, inc.chips = self.keeper.shape.name, sum(x.chips for x in self.keeper.slices)
         self._save()
