@@ -15,7 +15,7 @@ from tpu_ops.train import goodput as G
 from tpu_ops.train.incarnations import absorb_heartbeats
 from tpu_ops.train.layout import put_json
 from tpu_ops.train.notices import wait_for_exit_reports
-from tpu_ops.train.recovery import open_preemption
+from tpu_ops.train.recovery import lost_resource, open_preemption
 from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState, SliceState
 
 
@@ -89,6 +89,20 @@ def test_the_preemption_names_the_lost_slices_zone_and_tier(lost: int | None, zo
     state = RunState("ms", 0.0, 30, incarnations=[inc])
     p = open_preemption(state, inc, "node PREEMPTED", "r-x", unsupervised=False, lost=lost)
     assert (p.zone, p.tier, p.queued_resource) == (zone, tier, "r-x") and state.preemptions == [p]
+
+
+def test_a_loss_found_unsupervised_without_a_slice_named_is_recorded_unknown_not_as_slice_0() -> None:
+    """A supervisor taking over holds no slice yet: the lost one comes from the run state's allocation; when
+    the evidence names none of several (reports from every slice), the slice is unknown, the zone all share kept."""
+    inc = IncarnationState(0, "0-a", 0.0, "r-a1", "z-a", "spot", ready_at=1.0,
+                           slices=[SliceState(0, "r-a1", "z-a", "spot", 1), SliceState(1, "r-a1001", "z-a",
+                                                                                        "on-demand", 1)])  # fmt: skip
+    assert lost_resource(inc, [], 1, unsupervised=True) == "r-a1001"
+    assert lost_resource(inc, [], None, unsupervised=True) == ""
+    assert lost_resource(inc, [], None, unsupervised=False) == "r-a1"  # the whole allocation given back: as before
+    p = open_preemption(RunState("ms", 0.0, 30, incarnations=[inc]), inc, "workers terminated", "",
+                        unsupervised=True)  # fmt: skip
+    assert (p.queued_resource, p.zone, p.tier) == ("", "z-a", "")
 
 
 def test_the_kept_slices_workers_are_waited_for_until_their_own_grace(gcs: Any, bucket: str) -> None:

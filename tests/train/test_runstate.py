@@ -160,3 +160,31 @@ def test_a_run_that_finished_while_unsupervised_is_accounted_and_torn_down(
     assert doc["outcome"] == "done" and doc["recoveries"] == 0 and len(doc["incarnations"]) == 1
     assert slices_created(train_settings, "alone") == [doc["incarnations"][0]["queued_resource"]]
     assert_sound(doc)
+
+
+def test_a_slice_lost_while_unsupervised_is_named_by_the_supervisor_that_takes_over(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path
+) -> None:
+    """2 slices (one multislice request on the TPU API); slice 1 preempted while no supervisor runs: the
+    next one observes every slice of the run state's allocation and records slice 1 lost, not slice 0."""
+    steps, every = 40, 5
+    cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, "unsup-ms", steps=steps, checkpoint_every=every)
+    doc = yaml.safe_load(cli.spec.read_text())
+    doc["provision"]["slice"].update(accelerator_type="v4-16", slices=2)
+    cli.spec.write_text(yaml.safe_dump(doc))
+    run_uri = f"gs://{ckpt_bucket}/runs/unsup-ms"
+    stack.backend.set_latency(repair_s=600)  # Google's repair not begun while the successor looks
+    try:
+        first = cli.start()
+        wait_for(lambda: (latest_complete_step(gcs, run_uri) or 0) >= every, 90, what="a first committed step")
+        kill9(first)
+        lost = wait_for(lambda: live_node(train_settings, "unsup-ms-a1-1"))
+        stack.preempt("us-central2-b", lost)
+        rc, _, err = cli.finish(cli.start(), timeout=240)
+    finally:
+        stack.backend.set_latency(repair_s=0.0)
+    assert rc == 0, err
+    state = json.loads(gcs.bucket(ckpt_bucket).blob("runs/unsup-ms/_tpu_ops/state.json").download_as_bytes())
+    (p,) = state["preemptions"]
+    assert p["unsupervised"] is True
+    assert (p["queued_resource"], p["zone"], p["tier"]) == ("unsup-ms-a1-1", "us-central2-b", "spot")

@@ -26,16 +26,20 @@ def open_preemption(
     lost: int | None = None,
 ) -> PreemptionState:  # fmt: skip
     """Record the loss of ``resource_id`` (slice ``lost``, None: the whole allocation) now: the incarnation
-    ends, the preemption is appended to ``state``, with the lost slice's zone and tier."""
+    ends, the preemption is appended to ``state``, with the lost slice's zone and tier (found unsupervised
+    without a slice named, of several: what all share, else "" for unknown)."""
     detected = time.time()
     where = next((s for s in inc.slices if s.index == (lost or 0)), None)
+    zone, tier = (where.zone, where.tier) if where is not None else (inc.zone, inc.tier)
+    if unsupervised and lost is None and len(inc.slices) > 1:
+        zone, tier = (_common([getattr(s, f) for s in inc.slices]) for f in ("zone", "tier"))
     p = PreemptionState(
         len(state.preemptions) + 1,
         inc.number,
         reason,
         resource_id,
-        where.zone if where is not None else inc.zone,
-        where.tier if where is not None else inc.tier,
+        zone,
+        tier,
         detected,
         inc.last_seen_at,
         inc.last_step,
@@ -45,6 +49,19 @@ def open_preemption(
     inc.end, inc.ended_at = "preempted", detected
     state.preemptions.append(p)
     return p
+
+
+def _common(values: list[str]) -> str:
+    return values[0] if len(set(values)) == 1 else ""
+
+
+def lost_resource(inc: IncarnationState, held: Sequence[str], lost: int | None, unsupervised: bool) -> str:
+    """The resource id of slice ``lost`` (None: slice 0) of ``held`` (the keeper's), else of the run state's
+    allocation (a supervisor taking over holds none yet); "" when found unsupervised with none named of several."""
+    ids = list(held) or [s.resource_id for s in inc.allocation()]
+    if unsupervised and lost is None and len(ids) > 1:
+        return ""  # the workers' reports or notices came from several slices: which one went is not known
+    return ids[lost or 0] if (lost or 0) < len(ids) else inc.queued_resource
 
 
 def stop_others(

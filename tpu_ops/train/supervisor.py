@@ -202,10 +202,11 @@ class Supervisor:
         if not live.queued_resource:
             return None
         self._heartbeats(live)  # progress meanwhile
-        v = self._judge(live, with_done=False)  # a DONE run is _train's to close
+        mine_all = [(s.zone, s.resource_id) for s in live.allocation()]  # every slice: which one went, if one did
+        v = self._judge(live, with_done=False, slices=mine_all)  # a DONE run is _train's to close
         if v.kind not in Kind.LOST:
             return None  # _provision adopts it (same incarnation id: reports stay current)
-        return self._recover(live, v.reason, unsupervised=True)
+        return self._recover(live, v.reason, unsupervised=True, lost=v.slice)
 
     def _provision(self, preemption: PreemptionState | None) -> IncarnationState:
         self._check_deadline()
@@ -341,8 +342,7 @@ class Supervisor:
         self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int | None = None
     ) -> PreemptionState:
         """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back."""
-        alloc = self.keeper.slices
-        rid = alloc[lost or 0].queued_resource if (lost or 0) < len(alloc) else inc.queued_resource
+        rid = recovery.lost_resource(inc, [s.queued_resource for s in self.keeper.slices], lost, unsupervised)
         p = recovery.open_preemption(self.state, inc, reason, rid, unsupervised=unsupervised, lost=lost)
         self.report.preemptions = self.state.preemptions
         self._save()
