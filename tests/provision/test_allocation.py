@@ -5,6 +5,8 @@ tests/provision/test_compute_tiers.py.)"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -105,45 +107,42 @@ def test_a_lost_slice_is_lost_alone_while_google_repairs_it(
         lease.release()
 
 
-def _keeper(lease: SliceLease, settings: Any, run_id: str, keep: str) -> Keeper:
-    spec = SliceSpec.model_validate({**lease.spec.slice.model_dump(), "keep_healthy_for": keep})
-    keeper = Keeper(lease, spec, None, None, Ledger(settings, run_id))  # type: ignore[arg-type]  # gcs, layout: unused
-    keeper.slices = lease.gather().slices
-    return keeper
+@contextlib.contextmanager
+def _keeper(fake: Any, settings: Any, spec_factory: Any, run_id: str, keep: str) -> Iterator[Keeper]:
+    """A keeper of a 2-slice request gathered from spot in zone a (keep_healthy_for ``keep``); released after."""
+    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
+    lease = SliceLease(_two(spec_factory), run_id, settings)
+    try:
+        spec = SliceSpec.model_validate({**lease.spec.slice.model_dump(), "keep_healthy_for": keep})
+        keeper = Keeper(lease, spec, None, None, Ledger(settings, run_id))  # type: ignore[arg-type]  # gcs, layout
+        keeper.slices = lease.gather().slices
+        yield keeper
+    finally:
+        lease.release()
 
 
 def test_the_keeper_waits_for_googles_repair_and_keeps_the_whole_request(
     fake: Any, settings: Any, spec_factory: Any
 ) -> None:
-    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
-    lease = SliceLease(_two(spec_factory), "run-ms-keep", settings)
-    try:
-        keeper = _keeper(lease, settings, "run-ms-keep", "2m")
+    with _keeper(fake, settings, spec_factory, "run-ms-keep", "2m") as keeper:
         fake.preempt(ZA, "run-ms-keep-a1-1")
         keeper.give_back(1)  # returns once the repaired node runs
         assert keeper.kept == (0, 1)  # every node of the request runs on: nothing deleted
-        rec = lease.provider.describe(ZA, "run-ms-keep-a1-1")
+        rec = keeper.lease.provider.describe(ZA, "run-ms-keep-a1-1")
         assert rec.state == Phase.RUNNING and rec.created_at != keeper.slices[1].created_at
         assert fake.state()["queued_resources"] == 1
         events = [(e["kind"], e.get("resource_id")) for e in Ledger(settings, "run-ms-keep").events()]
         assert ("gone", "run-ms-keep-a1-1") in events and ("gone", "run-ms-keep-a1-0") not in events
         assert ("delete-requested", "run-ms-keep-a1-1") not in events  # Google replaced it; tpu-ops deleted nothing
-    finally:
-        lease.release()
 
 
 def test_no_repair_within_keep_healthy_for_gives_the_whole_request_back(
     fake: Any, settings: Any, spec_factory: Any
 ) -> None:
-    fake.capacity({ZA: {"spot": 32, "on-demand": 0}, ZB: {"spot": 0, "on-demand": 0}})
-    lease = SliceLease(_two(spec_factory), "run-ms-drop", settings)
-    try:
-        keeper = _keeper(lease, settings, "run-ms-drop", "2s")
+    with _keeper(fake, settings, spec_factory, "run-ms-drop", "2s") as keeper:
         fake.capacity({ZA: {"spot": 16}})  # no hardware for the lost slice: Google's repair waits
         fake.preempt(ZA, "run-ms-drop-a1-0")
         keeper.give_back(0)
         assert keeper.kept == ()  # a whole new allocation comes next
         state = fake.state()
         assert (state["queued_resources"], state["nodes"]) == (0, 0)  # the request and the healthy node are gone
-    finally:
-        lease.release()
