@@ -230,9 +230,13 @@ def test_a_stored_report_read_back_has_every_figure() -> None:
     ],
 )
 def test_productive_over_wall_is_refused_past_its_allowance(wall: float, productive: float, raises: bool) -> None:
-    report = G.GoodputReport("r", "done", 1, 1, 0.0, wall, {G.PRODUCTIVE: productive})
+    _refused_if(G.GoodputReport("r", "done", 1, 1, 0.0, wall, {G.PRODUCTIVE: productive}), raises, "productive")
+
+
+def _refused_if(report: G.GoodputReport, raises: bool, match: str) -> None:
+    """``report.check()`` refuses the report (naming ``match``) when ``raises``, else passes."""
     if raises:
-        with pytest.raises(G.GoodputInvariantError, match="productive"):
+        with pytest.raises(G.GoodputInvariantError, match=match):
             report.check()
     else:
         report.check()
@@ -249,12 +253,7 @@ def test_productive_over_wall_is_refused_past_its_allowance(wall: float, product
     ],
 )
 def test_the_categories_must_add_up_to_the_wall_within_1_percent(wall: float, total: float, raises: bool) -> None:
-    report = G.GoodputReport("r", "done", 1, 1, 0.0, wall, {G.OTHER: total})
-    if raises:
-        with pytest.raises(G.GoodputInvariantError, match="add up"):
-            report.check()
-    else:
-        report.check()
+    _refused_if(G.GoodputReport("r", "done", 1, 1, 0.0, wall, {G.OTHER: total}), raises, "add up")
 
 
 def test_the_summary_line_has_the_cost_by_tier_and_nothing_after_it_without_efficiency() -> None:
