@@ -109,18 +109,23 @@ def _saving(gcs: Any, bucket: str, run: str) -> int | None:
     return partial[0] if partial else None
 
 
+def _orbax_job(settings: Any, bucket: str, wheelhouse: Path, accelerator: str) -> Any:
+    """The example trainer's job on ``accelerator``: its runtime uploaded, STEPS steps, a save every EVERY."""
+    rt = upload_orbax_runtime(settings, f"gs://{bucket}/orbax-runtime", wheelhouse)
+    return job_spec(
+        bucket, accelerator, steps=STEPS, checkpoint_every=EVERY, hyperparameters=HP, term_grace=10,
+        setup=["bash", "-c", ORBAX_SETUP, "setup", rt], command=["venv/bin/python", "rt/train.py"],
+        stall_limit="300s", heartbeat_interval=0.5, coordinator_port=_free_port(),
+    )  # fmt: skip
+
+
 def test_two_slices_of_one_host_one_slice_preempted_during_a_save_resume_bit_identical(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, wheelhouse: Path, baseline: np.ndarray
 ) -> None:
     """Issue 29: 2 x v4-8 (one host each) as one distributed job, slice 1 preempted while a save is in
     flight; the healthy slice kept, the lost one repaired, the result the uninterrupted run's bit for bit."""
     t0, run_id = time.monotonic(), "orbax-ms"
-    rt = upload_orbax_runtime(train_settings, f"gs://{ckpt_bucket}/orbax-runtime", wheelhouse)
-    job = job_spec(
-        ckpt_bucket, "v4-8", steps=STEPS, checkpoint_every=EVERY, hyperparameters=HP, term_grace=10,
-        setup=["bash", "-c", ORBAX_SETUP, "setup", rt], command=["venv/bin/python", "rt/train.py"],
-        stall_limit="300s", heartbeat_interval=0.5, coordinator_port=_free_port(),
-    )  # fmt: skip
+    job = _orbax_job(train_settings, ckpt_bucket, wheelhouse, "v4-8")
     job = job.model_copy(update={"provision": job.provision.model_copy(
         update={"slice": job.provision.slice.model_copy(update={"slices": 2})})})  # fmt: skip
     run = Run(job, run_id, train_settings)
@@ -181,12 +186,7 @@ def test_two_hosts_then_one_with_accumulation_then_two_through_the_ladder(
     from tpu_ops.train.checkpoints import latest_complete_step
 
     t0, run_id = time.monotonic(), "orbax-el"
-    rt = upload_orbax_runtime(train_settings, f"gs://{ckpt_bucket}/orbax-runtime", wheelhouse)
-    job = job_spec(
-        ckpt_bucket, "v4-16", steps=STEPS, checkpoint_every=EVERY, hyperparameters=HP, term_grace=10,
-        setup=["bash", "-c", ORBAX_SETUP, "setup", rt], command=["venv/bin/python", "rt/train.py"],
-        stall_limit="300s", heartbeat_interval=0.5, coordinator_port=_free_port(),
-    )  # fmt: skip
+    job = _orbax_job(train_settings, ckpt_bucket, wheelhouse, "v4-16")
     sl = job.provision.slice.model_copy(update={"shapes": ["v4-16", "v4-8"]})
     # each rung waits queue_timeout for a v4-16 that will not come (spot, then on-demand): 5 s, not 10
     prov = job.provision.model_copy(update={"slice": sl, "queue_timeout": timedelta(seconds=5)})
