@@ -33,8 +33,8 @@ STEPS, EVERY = 80, 5
 CLI = str(Path(sys.executable).with_name("tpu-ops"))
 
 
-def _spec(bucket: str, move: bool = True) -> TrainJobSpec:
-    doc = json.loads(job_spec(bucket, steps=STEPS, checkpoint_every=EVERY,
+def _spec(bucket: str, move: bool = True, steps: int = STEPS) -> TrainJobSpec:
+    doc = json.loads(job_spec(bucket, steps=steps, checkpoint_every=EVERY,
                               hyperparameters={"step_delay_s": 0.25}).model_dump_json())  # fmt: skip
     doc["provision"] = {
         "slice": {"accelerator_type": "v5p-8", "backend": "compute", "region": "us-east5", "zones": [ZONE]},
@@ -112,12 +112,12 @@ def _nothing_left(stack: Any, run_id: str) -> None:
     wait_for(clean, 30, what="no instance and no worker left")
 
 
-def _no_step_lost(state: dict[str, Any]) -> None:
+def _no_step_lost(state: dict[str, Any], steps: int = STEPS) -> None:
     """Each incarnation resumed from the step the one before reached: nothing was done twice."""
     incs = state["incarnations"]
     for before, after in zip(incs, incs[1:], strict=False):
         assert after["resume_step"] == before["last_step"] == before["kept_until"], (before, after)
-    assert state["preemptions"] == [] and state["final_step"] == STEPS
+    assert state["preemptions"] == [] and state["final_step"] == steps
 
 
 def test_a_run_on_spot_moves_to_the_freed_reservation_at_a_checkpoint(
@@ -156,9 +156,10 @@ def test_a_run_on_spot_moves_to_the_freed_reservation_at_a_checkpoint(
 def test_a_refused_target_leaves_the_run_where_it_is(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, fleet: Any
 ) -> None:
-    fleet.fail_operations("instances", "insert", "ZONE_RESOURCE_POOL_EXHAUSTED", count=1000)
     run = Run(_spec(ckpt_bucket), "stayer", train_settings)
     wait_for(lambda: _training_on_spot(gcs, ckpt_bucket, "stayer"), 120, what="the run training on spot")
+    # From here every instance insert is refused for capacity, as when another run takes the VM first.
+    fleet.fail_operations("instances", "insert", "ZONE_RESOURCE_POOL_EXHAUSTED", count=1000)
     _free_the_reservation(stack)
     report = run.result(timeout=240).to_json()
     state = _state(gcs, ckpt_bucket, "stayer")
@@ -190,28 +191,46 @@ def test_move_false_keeps_the_run_where_it_started(
 def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, fleet: Any, tmp_path: Path
 ) -> None:
+    """``tpu-ops train --no-flow`` killed twice: once with the target granted (a successor deletes it and the
+    old slice trains on), once after the old workers were told to stop (a successor finishes the handover)."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(json.loads(_spec(ckpt_bucket).model_dump_json())))
+    doc = json.loads(_spec(ckpt_bucket, steps=120).model_dump_json())
+    doc["train"]["heartbeat_interval"] = 1.5  # the old workers see the stop marker up to 1.5 s later
+    spec.write_text(yaml.safe_dump(doc))
     env = {**os.environ, **stack.env(), "TPU_OPS_STATE_DIR": str(train_settings.state_dir),
            "TPU_OPS_POLL_INTERVAL_S": "0.1"}  # fmt: skip
     argv = [CLI, "train", "--spec", str(spec), "--run-id", "crash", "--no-flow", "--json"]
-    first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "1.err").open("wb"))
+
+    def start(n: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{n}.err").open("wb"))
+
+    def moves() -> list[dict[str, Any]]:
+        return list(_state(gcs, ckpt_bucket, "crash").get("moves") or [])
+
+    def stop_marker() -> bool:
+        return any(gcs.list_blobs(ckpt_bucket, prefix="runs/crash/_tpu_ops/stop/", max_results=1))
+
+    first = start(1)
     try:
         wait_for(lambda: _training_on_spot(gcs, ckpt_bucket, "crash"), 120, what="the run training on spot")
         _free_the_reservation(stack)
-        granted = lambda: any(m.get("granted_at") for m in _state(gcs, ckpt_bucket, "crash").get("moves") or [])  # noqa: E731
-        wait_for(granted, 120, what="the move's target granted", interval=0.05)
+        wait_for(lambda: any(m.get("granted_at") for m in moves()), 120, what="the target granted", interval=0.05)
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-    mid = _state(gcs, ckpt_bucket, "crash")["moves"][0]
-    assert mid["phase"] in ("asked", "stopping")  # killed mid-handover: two slices of the run exist
-    second = subprocess.run(argv, env=env, capture_output=True, timeout=300)
-    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    assert [m["phase"] for m in moves()] == ["asked"]  # two slices of the run, the old one training
+    second = start(2)
+    try:
+        wait_for(stop_marker, 120, what="the old workers told to stop", interval=0.02)
+    finally:
+        second.send_signal(signal.SIGKILL)
+        second.wait(10)
+    assert [m["phase"] for m in moves()] == ["abandoned", "stopping"]
+    third = subprocess.run(argv, env=env, capture_output=True, timeout=300)
+    assert third.returncode == 0, third.stderr.decode()[-3000:]
     state = _state(gcs, ckpt_bucket, "crash")
-    _no_step_lost(state)
-    first_move = state["moves"][0]
-    assert first_move["phase"] in ("abandoned", "moved")
-    ends = [i["end"] for i in state["incarnations"]]
-    assert ends[-1] == "done" and all(e == "moved" for e in ends[:-1])
+    _no_step_lost(state, steps=120)
+    assert [m["phase"] for m in state["moves"]] == ["abandoned", "moved"]
+    assert "supervisor stopped" in state["moves"][0]["detail"]
+    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "moved"), ("reservation", "done")]
     _nothing_left(stack, "crash")
