@@ -8,6 +8,7 @@ ranks again, asks for the reservation alone, and hands over without losing a ste
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -115,7 +116,7 @@ def _nothing_left(stack: Any, run_id: str) -> None:
 def _no_step_lost(state: dict[str, Any], steps: int = STEPS) -> None:
     """Each incarnation resumed from the step the one before reached: nothing was done twice."""
     incs = state["incarnations"]
-    for before, after in zip(incs, incs[1:], strict=False):
+    for before, after in itertools.pairwise(incs):
         assert after["resume_step"] == before["last_step"] == before["kept_until"], (before, after)
     assert state["preemptions"] == [] and state["final_step"] == steps
 
