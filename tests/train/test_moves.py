@@ -235,3 +235,41 @@ def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
     assert "supervisor stopped" in state["moves"][0]["detail"]
     assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "moved"), ("reservation", "done")]
     _nothing_left(stack, "crash")
+
+
+def test_on_the_tpu_api_a_run_moves_back_to_spot_once_it_is_in_stock(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any
+) -> None:
+    """The same handover on the Cloud TPU API (queued resources, its host simulator): spot is stocked out
+    when the run starts, so it trains on on-demand; spot comes back, and at the next checkpoint the
+    ranking (history only: the TPU API has no reservation counts) moves it there."""
+    b = gcs.bucket(ckpt_bucket)
+    for run, tier in (("old-spot", "spot"), ("old-od", "on-demand")):
+        state = {"incarnations": [{"zone": "us-central2-b", "tier": tier, "requested_at": 0.0, "ready_at": 60.0,
+                                   "ended_at": 60.0 + 360000}]}  # fmt: skip
+        b.blob(f"runs/{run}/_tpu_ops/state.json").upload_from_string(json.dumps(state))
+        ident = {"accelerator_type": "v4-8", "backend": "tpu-api", "chips": 4}
+        b.blob(f"runs/{run}/_tpu_ops/capacity.json").upload_from_string(json.dumps(ident))
+    doc = json.loads(job_spec(ckpt_bucket, steps=STEPS, checkpoint_every=EVERY,
+                              hyperparameters={"step_delay_s": 0.25}).model_dump_json())  # fmt: skip
+    doc["provision"].update(ladder=["spot", "on-demand"], choose={})
+    stack.set_capacity({"us-central2-b": {"spot": 0, "on-demand": 64}})
+    run = Run(TrainJobSpec.model_validate(doc), "tpumove", train_settings)
+
+    def training_on_demand() -> bool:
+        incs = _state(gcs, ckpt_bucket, "tpumove").get("incarnations") or []
+        return bool(incs) and incs[0].get("tier") == "on-demand" and (incs[0].get("last_step") or 0) >= 1
+
+    wait_for(training_on_demand, 120, what="the run training on on-demand")
+    stack.set_capacity({"us-central2-b": {"spot": 64, "on-demand": 64}})
+    run.result(timeout=240)
+    state = _state(gcs, ckpt_bucket, "tpumove")
+    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("on-demand", "moved"), ("spot", "done")]
+    _no_step_lost(state)
+    assert [m["phase"] for m in state["moves"]] == ["moved"]
+
+    def clean() -> bool:
+        s = stack.state()
+        return s["queued_resources"] == 0 and s["nodes"] == 0 and not s["worker_pids"]
+
+    wait_for(clean, 30, what="no queued resource, node or worker left")

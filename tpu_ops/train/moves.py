@@ -34,7 +34,7 @@ from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.provision.providers import SliceState
 from tpu_ops.provision.records import Attempt
 from tpu_ops.provision.steps import plan
-from tpu_ops.train import notices
+from tpu_ops.train import cancel, notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.incarnations import done_marker, movable, startup_script
 from tpu_ops.train.layout import list_json, put_json
@@ -60,7 +60,10 @@ class Mover:
     # -- when --------------------------------------------------------------------------------------
     def consider(self, inc: IncarnationState) -> None:
         """At a newly committed checkpoint of ``inc``: rank, and move if worth it (raises ``Moved``)."""
-        step = self._due(inc)
+        try:
+            step = self._due(inc)
+        except TransientError:
+            return  # the next poll looks again
         if step is None:
             return
         self.seen = step
@@ -134,17 +137,19 @@ class Mover:
         """Until every host of the target stands by at the gate, the old slice watched meanwhile; why not, or ''."""
         sup = self.sup
         stall = sup.stall_s
+        beats: list[dict[str, Any]] = []
         while True:
             sup.lease.check()
             if time.monotonic() >= sup.deadline:
                 return "the run's max_duration came first"
-            beats = [b for b in list_json(sup.gcs, sup.layout.state(f"standby/{mv.to_id}")) if isinstance(b, dict)]
             if sum(1 for b in beats if b.get("state") == "waiting") >= hosts:
                 return ""
             newest = max([float(b.get("time") or 0) for b in beats] + [mv.granted_at or 0.0])
             if time.time() - newest > stall:
                 return f"the new slice's workers showed no sign of life for stall_limit ({stall:g} s)"
             try:
+                cancel.check(sup.gcs, sup.layout, sup.run_id)  # a cancel tears down both slices
+                beats = [b for b in list_json(sup.gcs, sup.layout.state(f"standby/{mv.to_id}")) if isinstance(b, dict)]
                 rec = sup.provider.describe(mv.to_zone, mv.to_resource)
                 sup._heartbeats(inc)
                 v = sup._judge(inc, stall_limit_s=stall)
@@ -154,7 +159,8 @@ class Mover:
                 return f"the new slice is {rec.raw_state if rec else 'gone'}"
             if v is not None and v.kind != Kind.HEALTHY:
                 return f"the old slice is {v.kind} ({v.reason})"  # the watch acts on it next
-            time.sleep(min(sup.poll_s, 1.0))
+            if sum(1 for b in beats if b.get("state") == "waiting") < hosts:
+                time.sleep(min(sup.poll_s, 1.0))
 
     def handover(self, inc: IncarnationState, mv: MoveState, endpoints: list[str] | None) -> None:
         """The old workers told to stop: their reports, the old slice deleted, the new incarnation named.
