@@ -121,13 +121,22 @@ def _no_step_lost(state: dict[str, Any], steps: int = STEPS) -> None:
     assert state["preemptions"] == [] and state["final_step"] == steps
 
 
-def test_a_run_on_spot_moves_to_the_freed_reservation_at_a_checkpoint(
+def test_a_run_on_spot_moves_to_the_freed_reservation_at_a_checkpoint_one_with_move_false_stays(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, fleet: Any
 ) -> None:
+    """Two runs side by side (one stack, one wait): ``mover`` moves; ``settled`` (``choose.move: false``) stays."""
     run = Run(_spec(ckpt_bucket), "mover", train_settings)
-    wait_for(lambda: _training_on_spot(gcs, ckpt_bucket, "mover"), 120, what="the run training on spot")
+    wait_for(lambda: run.error or _training_on_spot(gcs, ckpt_bucket, "mover"), 120, what="mover on spot")
+    other = Run(_spec(ckpt_bucket, move=False), "settled", train_settings)  # after: the agent wheel is built
+    wait_for(lambda: other.error or _training_on_spot(gcs, ckpt_bucket, "settled"), 120, what="settled on spot")
+    assert run.error is None and other.error is None, (run.error, other.error)
     _free_the_reservation(stack)
     report = run.result(timeout=240).to_json()
+    other.result(timeout=240)
+    state = _state(gcs, ckpt_bucket, "settled")
+    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "done")]
+    assert state["moves"] == []
+    assert not [e for e in L.Ledger(train_settings, "settled").events() if e["kind"] == MOVE_EVENT]
     state = _state(gcs, ckpt_bucket, "mover")
     incs = state["incarnations"]
     assert [(i["tier"], i["end"]) for i in incs] == [("spot", "moved"), ("reservation", "done")]
@@ -173,20 +182,6 @@ def test_a_refused_target_leaves_the_run_where_it_is(
     assert refused and all(e["outcome"] == "stockout" for e in refused)
     assert any(s["tier"] == "reservation" for s in state["stockouts"])  # published as the ladder's refusals
     _nothing_left(stack, "stayer")
-
-
-def test_move_false_keeps_the_run_where_it_started(
-    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, fleet: Any
-) -> None:
-    run = Run(_spec(ckpt_bucket, move=False), "settled", train_settings)
-    wait_for(lambda: _training_on_spot(gcs, ckpt_bucket, "settled"), 120, what="the run training on spot")
-    _free_the_reservation(stack)
-    run.result(timeout=240)
-    state = _state(gcs, ckpt_bucket, "settled")
-    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "done")]
-    assert state["moves"] == []
-    assert not [e for e in L.Ledger(train_settings, "settled").events() if e["kind"] == MOVE_EVENT]
-    _nothing_left(stack, "settled")
 
 
 def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
