@@ -26,6 +26,8 @@ from train_helpers import Run, job_spec, wait_for
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.rewalk import MOVE_EVENT
 from tpu_ops.specs import TrainJobSpec
+from tpu_ops.train.launches import PROCESS, LaunchRecord
+from tpu_ops.train.status import run_status
 
 pytestmark = pytest.mark.slow
 ZONE = "us-east5-a"
@@ -196,6 +198,7 @@ def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
     env = {**os.environ, **stack.env(), "TPU_OPS_STATE_DIR": str(train_settings.state_dir),
            "TPU_OPS_POLL_INTERVAL_S": "0.1"}  # fmt: skip
     argv = [CLI, "train", "--spec", str(spec), "--run-id", "crash", "--no-flow", "--json"]
+    record = LaunchRecord("crash", "train-job", PROCESS, checkpoint_dir=f"gs://{ckpt_bucket}/runs", zones=[ZONE])
 
     def start(n: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{n}.err").open("wb"))
@@ -215,6 +218,8 @@ def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     assert [m["phase"] for m in moves()] == ["asked"]  # two slices of the run, the old one training
+    status = run_status(train_settings, record, gcs)  # what `tpu-ops status crash` shows meanwhile
+    assert status.state == "moving" and [m["phase"] for m in status.moves] == ["asked"]
     second = start(2)
     try:
         wait_for(stop_marker, 120, what="the old workers told to stop", interval=0.02)
@@ -229,6 +234,8 @@ def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
     assert [m["phase"] for m in state["moves"]] == ["abandoned", "moved"]
     assert "supervisor stopped" in state["moves"][0]["detail"]
     assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "moved"), ("reservation", "done")]
+    last = run_status(train_settings, record, gcs).moves[-1]
+    assert (last["phase"], last["from"], last["to"]) == ("moved", f"spot in {ZONE}", f"reservation in {ZONE}")
     _nothing_left(stack, "crash")
 
 
