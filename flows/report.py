@@ -188,6 +188,10 @@ class RecoveryLog:
             )
         elif name.endswith(".recovered"):
             self._log(f"preemption {n}: recovered, training again at step {_step(payload.get('step'))}")
+        elif name.endswith(".moved"):  # a move at a checkpoint (docs/moves.md): moved, refused or abandoned
+            why = payload.get("detail") or payload.get("why")
+            self._log(f"move {payload.get('number')} {payload.get('from_tier')} -> {payload.get('to_tier')} in "
+                      f"{payload.get('to_zone')}: {payload.get('phase')}: {why}")  # fmt: skip
 
     def attempt(self, described: str) -> None:
         if self._pending is not None:

@@ -55,6 +55,9 @@ def detail(s: Any) -> str:
         lines.append("  slice: none yet" if s.state != "recovering" else "  slice: being replaced")
     if s.preemptions:
         lines.append(f"  preemptions {s.preemptions}, recovered {s.recoveries}")
+    for m in s.moves:  # voluntary moves at checkpoints (docs/moves.md)
+        lines.append(f"  move {m['number']} at step {m['checkpoint']}: {m['from']} -> {m['to']}, {m['phase']}"
+                     + (f" ({m['overlap_s']:g} s both held)" if m["phase"] == "moved" else "") + f": {m['why']}")
     lines.append(f"  cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing); goodput {_pct(s.goodput)}"
                  + (f" of {s.wall_s:.0f} s" if s.wall_s else ""))  # fmt: skip
     if s.usd_per_million_tokens is not None:

@@ -62,6 +62,8 @@ class Job:
     # (which names the live shape and its chips) whatever the slice count, and set TPU_OPS_ACCUM_STEPS.
     target_shape: str = ""
     target_chips: int = 0
+    # A run that may move at a checkpoint (docs/moves.md): a single slice's workers also obey the stop marker.
+    movable: bool = False
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Job:
@@ -128,6 +130,10 @@ class RunPaths:
     def notice(self, worker: int, slice_index: int = 0) -> str:
         return self.state(f"notices/{host_key(slice_index, worker)}.json")
 
+    def standby(self, incarnation: str, worker: int, slice_index: int = 0) -> str:
+        """A move's new worker heartbeats here until admitted (the live workers' heartbeats stay theirs)."""
+        return self.state(f"standby/{incarnation}/{host_key(slice_index, worker)}.json")
+
 
 def host_key(slice_index: int, worker: int) -> str:
     """A host's name in the run's state paths: ``worker-N`` on slice 0 (as ever), else ``slice-S-worker-N``."""
@@ -136,6 +142,8 @@ def host_key(slice_index: int, worker: int) -> str:
 
 MEGASCALE_PORT = 8080  # the port JAX's multislice runtime listens on (its default)
 ALLOCATION_DOC = "allocation.json"  # RUN/_tpu_ops/allocation.json: the live allocation (supervisor writes)
+# Metadata of a move's new slice (docs/moves.md): its agents wait until ALLOCATION_DOC names their incarnation.
+STANDBY_KEY = "tpu-ops-standby"
 
 
 @dataclass(frozen=True)

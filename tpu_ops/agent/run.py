@@ -36,7 +36,7 @@ from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
 from tpu_ops.agent.job import ENTRY as ENTRY  # the old import paths
-from tpu_ops.agent.job import MEGASCALE_PORT, contract_env, host_key, placement, shape_env
+from tpu_ops.agent.job import MEGASCALE_PORT, STANDBY_KEY, contract_env, host_key, placement, shape_env
 from tpu_ops.agent.job import Job as Job
 from tpu_ops.agent.logship import LogShipper
 from tpu_ops.agent.loopback import TRUE, LoopbackError, check_trainer_env
@@ -74,6 +74,7 @@ class Agent:
         which = metadata.optional("tpu-ops-slice") or metadata.tpu_env().get("MEGASCALE_SLICE_ID") or "0"
         self.slice = int(which.strip() or 0)
         self.where = placement(self.who, self.slice)  # until the allocation document says more
+        self.standby = (metadata.optional(STANDBY_KEY) or "").strip().lower() in TRUE  # a move's new slice
         self.workdir = Path(self.env.get("TPU_OPS_WORKER_DIR") or tempfile.mkdtemp(prefix="tpu-ops-agent-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log = self.workdir / "trainer.log"
@@ -148,8 +149,10 @@ class Agent:
             **self.goodput.heartbeat_fields(state),
         }
         self.shipper.ship()  # the trainer's output so far, for `tpu-ops logs`
-        try:
-            self.gcs.write_json(self.bucket, self.paths.heartbeat(self.who.worker_number, self.slice), doc)
+        w, i = self.who.worker_number, self.slice
+        try:  # standing by for a move: the live incarnation's workers own the heartbeat paths
+            self.gcs.write_json(self.bucket, self.paths.standby(self.incarnation, w, i) if self.standby
+                                else self.paths.heartbeat(w, i), doc)  # fmt: skip
         except GcsError as exc:  # a missed heartbeat must not kill training
             print(f"tpu-ops agent: heartbeat failed: {exc}", file=sys.stderr, flush=True)
 
@@ -196,7 +199,7 @@ class Agent:
             self._release(None)
             self._report(-signal.SIGTERM, None, None, "setup", _tail(self.setup_log))
             return -signal.SIGTERM
-        if (self.job.slices > 1 or self.job.target_shape) and not self._await_allocation():  # multislice, elastic
+        if (self.job.slices > 1 or self.job.target_shape or self.standby) and not self._await_allocation():
             self._release(None)
             self._report(-signal.SIGTERM if self.term_at is not None else 1, None, None, "allocation", "")
             return -signal.SIGTERM if self.term_at is not None else 1
@@ -276,7 +279,7 @@ class Agent:
         if doc is None:
             print("tpu-ops agent: the allocation's other slices never came up", file=sys.stderr, flush=True)
             return False
-        self.where, self._allocation = placement(self.who, self.slice, doc), doc
+        self.where, self._allocation, self.standby = placement(self.who, self.slice, doc), doc, False
         self._port = int(doc.get("megascale_port") or MEGASCALE_PORT)
         return True
 
@@ -345,7 +348,7 @@ class Agent:
             if first or time.monotonic() - last_beat >= self.job.heartbeat_s:
                 self._heartbeat(step, resume, "running")
                 last_beat = time.monotonic()
-                if self.job.slices > 1 and self.term_at is None and self._stopped():
+                if (self.job.slices > 1 or self.job.movable) and self.term_at is None and self._stopped():
                     self._stop()
             try:
                 return self.proc.wait(timeout=0.1)
@@ -355,7 +358,7 @@ class Agent:
                 self.proc.kill()
 
     def _stopped(self) -> bool:
-        """Another slice of the allocation was lost: the supervisor asks every worker to stop (a marker)."""
+        """Another slice was lost, or the run moves: the supervisor asks every worker to stop (a marker)."""
         try:
             return self.gcs.exists(self.bucket, self.paths.state(f"stop/{self.incarnation}.json"))
         except GcsError:
@@ -368,7 +371,8 @@ class Agent:
         self._asked_to_stop = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        print("tpu-ops agent: another slice was lost: stopping at the step in hand", flush=True)
+        why = "the run moves to another slice" if self.job.slices == 1 else "another slice was lost"
+        print(f"tpu-ops agent: {why}: stopping at the step in hand", flush=True)
 
     def _commit_done(self) -> None:
         commit_done(self.gcs, self.paths, self.job.run_id, self.incarnation, self.where.processes)

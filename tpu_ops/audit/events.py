@@ -22,6 +22,7 @@ class AuditEvent(StrEnum):
     SLICE_PREEMPTED = "slice.preempted"
     SLICE_RECOVERED = "slice.recovered"
     SLICE_DELETED = "slice.deleted"
+    SLICE_MOVED = "slice.moved"  # a voluntary move at a checkpoint (train.moves): moved, refused or abandoned
     TRAIN_FINISHED = "train.finished"
     MODEL_ARTIFACT_UPLOADED = "model.artifact_uploaded"
     MODEL_EXPORTED = "model.exported"

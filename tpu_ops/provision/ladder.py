@@ -41,7 +41,7 @@ from tpu_ops.settings import Settings
 from tpu_ops.specs.slice import ProvisionSpec
 from tpu_ops.tiers import Tier
 
-__all__ = ["Step", "plan", "provision", "recover"]  # Step and plan live in .steps
+__all__ = ["Step", "plan", "provision", "recover", "request"]  # Step and plan live in .steps
 
 
 def provision(
@@ -82,6 +82,17 @@ def provision(
         read = getattr(provider, "reservation_document", None)  # the fleet view's source
         walk.rank = lambda steps: ranking.apply(spec, steps, clients, run_id, ledger, table, progress, read=read)
     return walk.run()
+
+
+def request(
+    spec: ProvisionSpec, run_id: str, settings: Settings, number: int, *, provider: Provider,
+    metadata: dict[str, str], on_attempt: Callable[[Attempt], None] | None = None,
+) -> Slice | None:  # fmt: skip
+    """One attempt at the planned step ``number`` alone, beside the run's live slice (a move, docs/moves.md):
+    no survey (the live slice is not adopted), no other rung; None when refused (recorded as the ladder does)."""
+    ledger = L.Ledger(settings, run_id)
+    walk = _Ladder(spec, run_id, settings, provider, ledger, True, metadata, on_attempt)
+    return walk._attempt(next(s for s in walk.steps if s.number == number))
 
 
 def recover(spec: ProvisionSpec, run_id: str, settings: Settings, **kw: Any) -> Slice:

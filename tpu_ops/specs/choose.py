@@ -47,6 +47,12 @@ class ChooseSpec(StrictModel):
         "still make the deadline this much later and the expected saving beats the deadline risk it adds, wait "
         "this long and ask again instead of buying on-demand now. Default: never wait.",
     )
+    move: bool = Field(
+        True,
+        description="A training run already placed ranks its remaining work again at each committed checkpoint and "
+        "moves, make-before-break, to a rung worth leaving its slice for (capacity freed meanwhile, e.g. a "
+        "reservation VM handed back; docs/moves.md). false: rank only at the start and after a preemption.",
+    )
     steps: int | None = Field(None, ge=1, description="Steps of the run (default: train.steps).")
     checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints (default: train's).")
     checkpoint_interval: Duration(timedelta(seconds=1), timedelta(days=7)) = Field(  # type: ignore[valid-type]

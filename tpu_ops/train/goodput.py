@@ -17,7 +17,7 @@ Scheduling goodput (time a slice was held over time it was held or asked for) is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpu_ops.errors import NotFoundError, TpuOpsError
@@ -125,6 +125,7 @@ class GoodputReport:
     cost: dict[str, Any] = field(default_factory=dict)
     error: str = ""
     efficiency: dict[str, Any] = field(default_factory=dict)  # train.efficiency's figures, when the trainer said
+    moves: list[dict[str, Any]] = field(default_factory=list)  # voluntary moves (train.moves), with their overlap
     stored: dict[str, Any] | None = None  # the report as read back from GCS (a finished run's, unchanged)
 
     @property
@@ -153,19 +154,21 @@ class GoodputReport:
         # A committed checkpoint proves its steps kept even when their records went with a VM deleted before
         # its last heartbeat: they count as kept steps (their seconds stay unattributed, in "other").
         for inc in state.incarnations:
-            if inc.kept_until is not None and inc.end in ("done", "preempted"):
+            if inc.kept_until is not None and inc.end in ("done", "preempted", "moved"):
                 kept.update(range((inc.resume_step or 0) + 1, inc.kept_until + 1))
         held = asked = 0.0
-        for inc in state.incarnations:
+        for n, inc in enumerate(state.incarnations):
             stop = inc.ended_at if inc.ended_at is not None else end
             ready = inc.ready_at if inc.ready_at is not None else stop
-            asked += max(0.0, ready - inc.requested_at)
+            if not (n and state.incarnations[n - 1].end == "moved"):  # a move asks while it trains: no wait
+                asked += max(0.0, ready - inc.requested_at)
             held += max(0.0, stop - ready)
         report = cls(
             run_id=state.run_id, outcome=state.outcome, steps=state.steps, final_step=state.final_step,
             started_at=state.started_at, wall_s=max(0.0, end - state.started_at), categories=cats,
             steps_kept=len(kept), scheduling_goodput=held / (held + asked) if held + asked > 0 else None,
             incarnations=state.incarnations, preemptions=state.preemptions, cost=dict(cost or {}), error=state.error,
+            moves=[{**asdict(m), "overlap_s": round(m.overlap_s, 3)} for m in state.moves],
         )  # fmt: skip
         report.check()
         return report
@@ -190,8 +193,6 @@ class GoodputReport:
     def to_json(self) -> dict[str, Any]:
         if self.stored is not None:
             return self.stored
-        from dataclasses import asdict
-
         incs = []
         for i in self.incarnations:
             d = asdict(i)
@@ -216,6 +217,7 @@ class GoodputReport:
             "badput_s": {k: round(v, 3) for k, v in self.categories.items() if k != PRODUCTIVE},
             "scheduling_goodput": None if self.scheduling_goodput is None else round(self.scheduling_goodput, 4),
             "recoveries": len(self.preemptions),
+            **({"moves": self.moves} if self.moves else {}),  # train.moves: overlap_s, both slices held
             "preemptions": [{**asdict(p), "overhead_s": _overhead(p)} for p in self.preemptions],
             "incarnations": incs,
             "cost": self.cost,
@@ -254,9 +256,17 @@ class GoodputReport:
         return (
             f"run {self.run_id}: {doc['outcome']} at step {doc['final_step']}/{doc['steps']}; "
             f"wall {doc['wall_s']:.1f}s, "
-            f"productive {doc['productive_s']:.1f}s, goodput {doc['goodput']:.1%}; {doc['recoveries']} preemption(s); "
+            f"productive {doc['productive_s']:.1f}s, goodput {doc['goodput']:.1%}; {doc['recoveries']} preemption(s)"
+            f"{_moves(doc.get('moves') or [])}; "
             f"cost by tier {usd} (total ${float(doc['cost'].get('usd_total', 0)):,.4f})"
         ) + (f"; {line}" if (line := efficiency_line(doc.get("efficiency") or {})) else "")
+
+
+def _moves(moves: list[dict[str, Any]]) -> str:
+    done = [m for m in moves if m.get("phase") == "moved"]
+    if not done:
+        return ""
+    return f", {len(done)} move(s) ({sum(float(m.get('overlap_s') or 0) for m in done):.1f}s with both slices held)"
 
 
 def _percent(v: float) -> str:

@@ -41,8 +41,14 @@ def job_document(job: TrainJobSpec, layout: RunLayout, run_id: str, project: str
         heartbeat_s=t.heartbeat_interval.total_seconds(), term_grace_s=t.term_grace.total_seconds(),
         coordinator_port=t.coordinator_port, setup=list(t.setup) if t.setup else None, python=t.python,
         preemption_notice=t.preemption_notice, goodput=goodput, slices=job.provision.slice.slices,
-        **elastic(job.provision.slice),
+        movable=movable(job), **elastic(job.provision.slice),
     )  # fmt: skip
+
+
+def movable(job: TrainJobSpec) -> bool:
+    """Whether the run may move at a checkpoint (train.moves): ``choose`` with ``move``, one slice of one shape."""
+    c, sl = job.provision.choose, job.provision.slice
+    return c is not None and c.move and sl.slices == 1 and not sl.shapes
 
 
 def elastic(sl: SliceSpec) -> dict[str, Any]:

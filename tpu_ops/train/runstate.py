@@ -214,7 +214,7 @@ class IncarnationState:
     ready_at: float | None = None
     resume_step: int | None = None
     ended_at: float | None = None
-    end: str = ""  # preempted | done | failed | "" while live
+    end: str = ""  # preempted | moved | done | failed | "" while live (moved: left for another slice, no step lost)
     kept_until: int | None = None  # the step the next incarnation resumed from (or the final step)
     first_step_at: float | None = None
     last_step: int | None = None
@@ -262,6 +262,43 @@ class PreemptionState:
 
 
 @dataclass
+class MoveState:
+    """A voluntary move at a checkpoint (``train.moves``, docs/moves.md): make-before-break, no step lost.
+
+    ``phase``: asked (the target requested; the old slice trains) → stopping (the target's workers are up,
+    the old ones were told to stop) → moved; or refused (the target's request failed), abandoned (given up
+    on: the target deleted, the old slice trains on or the normal recovery runs)."""
+
+    number: int
+    incarnation: int  # the one moved from (its number); the one moved to gets the next number if moved
+    to_id: str  # the new incarnation's id (its agents' --incarnation)
+    checkpoint: int  # the committed step that prompted the move
+    from_resource: str
+    from_tier: str
+    from_zone: str
+    to_resource: str
+    to_tier: str
+    to_zone: str
+    why: str
+    stay_usd: float
+    move_usd: float
+    asked_at: float
+    phase: str = "asked"
+    granted_at: float | None = None  # the target ready (both slices held from here)
+    stopped_at: float | None = None  # the old workers told to stop
+    ended_at: float | None = None  # moved: the old slice deleted; else when given up
+    resume_step: int | None = None  # the step the new slice resumed from
+    detail: str = ""  # why a move was refused or abandoned
+
+    @property
+    def overlap_s(self) -> float:
+        """Seconds both slices were held (the target granted → the old one deleted)."""
+        if self.granted_at is None:
+            return 0.0
+        return max(0.0, (self.ended_at or self.granted_at) - self.granted_at)
+
+
+@dataclass
 class RunState:
     """Everything the report is derived from."""
 
@@ -276,6 +313,7 @@ class RunState:
     preemptions: list[PreemptionState] = field(default_factory=list)
     supervisors: list[dict[str, Any]] = field(default_factory=list)
     stockouts: list[dict[str, Any]] = field(default_factory=list)  # requests refused for capacity: zone, tier, at
+    moves: list[MoveState] = field(default_factory=list)  # voluntary moves at checkpoints (train.moves)
 
     @property
     def live(self) -> IncarnationState | None:
@@ -288,8 +326,9 @@ class RunState:
         d = dict(doc)
         incs = [IncarnationState.from_json(i) for i in d.pop("incarnations", [])]
         pres = [PreemptionState(**p) for p in d.pop("preemptions", [])]
+        moves = [MoveState(**m) for m in d.pop("moves", None) or []]
         d.pop("version", None)
-        return cls(**d, incarnations=incs, preemptions=pres)
+        return cls(**d, incarnations=incs, preemptions=pres, moves=moves)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, **asdict(self)}

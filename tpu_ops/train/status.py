@@ -30,6 +30,7 @@ STARTING: Final = "starting"  # launched; no run state yet (a pipeline mirrors f
 PROVISIONING: Final = "provisioning"  # asking the ladder for a slice
 RUNNING: Final = "running"
 RECOVERING: Final = "recovering"  # a slice was lost: a new one is being asked for, or is restoring
+MOVING: Final = "moving"  # a move at a checkpoint: the new slice asked for or taking over (docs/moves.md)
 CANCELLING: Final = "cancelling"
 FINISHING: Final = "finishing"  # a pipeline whose training ended: export and the audit digest go on
 LOST: Final = "lost"  # the run state says running, but its supervisor is gone (launch it again to resume)
@@ -67,6 +68,8 @@ class RunStatus:
     # every incarnation's allocation: number, end, its slices (index, resource_id, zone, tier, hosts, kept, repaired)
     incarnations: list[dict[str, Any]] = field(default_factory=list)
     hosts_alive: int = 0
+    # voluntary moves at checkpoints (docs/moves.md): number, from, to, phase, checkpoint, why, overlap_s
+    moves: list[dict[str, Any]] = field(default_factory=list)
     preemptions: int = 0
     recoveries: int = 0
     cost_usd: float = 0.0
@@ -157,6 +160,9 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
         {"number": i.number, "end": i.end, "slices": [asdict(s) for s in i.allocation()]} for i in state.incarnations
     ]
     out.recoveries = sum(1 for p in state.preemptions if p.resume_step is not None)
+    out.moves = [{"number": m.number, "from": f"{m.from_tier} in {m.from_zone}", "to": f"{m.to_tier} in {m.to_zone}",
+                  "phase": m.phase, "checkpoint": m.checkpoint, "why": m.detail or m.why,
+                  "overlap_s": round(m.overlap_s, 1)} for m in state.moves]  # fmt: skip
     live = state.live if state.outcome == "running" else None
     beats: list[dict[str, Any]] = []
     if live is not None and live.queued_resource and record.layout is not None:
@@ -192,3 +198,5 @@ def _from_state(out: RunStatus, state: RunState, gcs: Any, record: LaunchRecord,
     out.hosts_alive = sum(sl.hosts_alive for sl in out.slices)
     restoring = bool(state.preemptions) and live.first_step_at is None  # no new step since the restore
     out.state = RECOVERING if restoring else RUNNING
+    if state.moves and state.moves[-1].phase in ("asked", "stopping"):
+        out.state = MOVING

@@ -28,7 +28,7 @@ from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.train import cancel, choice, notices, recovery
+from tpu_ops.train import cancel, choice, moves, notices, recovery
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.closing import finish
 from tpu_ops.train.goodput import GoodputReport
@@ -112,6 +112,7 @@ class Supervisor:
         self._progress_mono = time.monotonic()
         self._notices: list[dict[str, Any]] = []  # the current incarnation's SIGTERM notices
         self.keeper = Keeper(self.slices, job.provision.slice, self.gcs, self.layout, self.ledger)
+        self.mover = moves.Mover(self)  # a move at a checkpoint (choose.move)
 
     def run(self) -> GoodputReport:
         """Train to the end (or fail); always tear down and write the goodput report.
@@ -191,10 +192,13 @@ class Supervisor:
                 return
             except _Preempted as p:
                 preemption = self._recover(inc, p.reason, lost=p.slice)
+            except moves.Moved:  # the run state names the new incarnation: adopted next
+                preemption = None
 
     def _resume(self) -> PreemptionState | None:
         """Take over a live incarnation left by a predecessor: adopt a healthy slice, else record the
         preemption that happened meanwhile."""
+        self.mover.resume()  # a move left half-way: undone, or finished
         live = self.state.live
         if live is None:  # a predecessor died between deleting a slice and asking anew
             last = self.state.preemptions[-1] if self.state.preemptions else None
@@ -297,6 +301,7 @@ class Supervisor:
                 raise TrainingError(f"run {self.run_id}: no progress past step {step} twice in a row; giving up")
         if v.recover:
             raise _Preempted(v)
+        self.mover.consider(inc)  # at a new checkpoint: rank again, maybe move (moves.Moved)
         if time.monotonic() - self._saved_at >= self._save_every:
             self._save()  # the step records so far
         return None
