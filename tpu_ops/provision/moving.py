@@ -6,7 +6,10 @@ are preempted. At each committed checkpoint a run may rank its remaining work ag
 view) and move, make-before-break: the new slice is obtained while the old one trains, then the old
 one's workers save the step in hand and stop, and the new one resumes there. The move costs both
 slices held for ``move_s`` (the new one's boot and restore, the old one's save) and a refused
-request at worst; it loses no step.
+request at worst; it loses no step. The old slice's record ends ``"moved"``: its hours count for
+its rung, not as a preemption (:func:`tpu_ops.provision.history.fold_run` reads preemptions only
+from the record's ``preemptions``). Measured in ``bench/fleet_sim.py`` (``auto with moves``; see
+docs/fleet.md, "Voluntary moves").
 """
 
 from __future__ import annotations
@@ -32,9 +35,7 @@ def _cost(e: Expectation) -> float:
     return e.usd + e.scarcity_usd
 
 
-def worth_moving(
-    choice: Choice, held: int, move_s: float, *, margin: float = MARGIN, _overlap_target: bool = False
-) -> Move | None:
+def worth_moving(choice: Choice, held: int, move_s: float, *, margin: float = MARGIN) -> Move | None:
     """The first rung ranked ahead of the held one (step number ``held``) worth moving to, or None to stay.
 
     A target must, for the remaining work:
@@ -46,7 +47,8 @@ def worth_moving(
     - cost less than staying by more than ``margin`` of staying. Staying costs the held rung's
       expected dollars (no scarcity charge: it is held, not asked for); moving, the target's (with its
       scarcity charge: it must be granted) plus ``move_s`` seconds at the held rung's price (the
-      handover's overlap: the new slice's boot and restore, the old one's save).
+      handover's overlap: the new slice's boot and restore, the old one's save; measured against the
+      target's price, which makes a move to a prepaid reservation free: 0.07 points less).
 
     ``choice`` ranks the run's remaining work as a re-walk would (:func:`tpu_ops.provision.ranking.order`
     with the fleet view): a reservation that is full now, or whose last free VM is left to a run that
@@ -60,13 +62,12 @@ def worth_moving(
     h = here.expectation
     stay = h.usd
     for r in choice.ranked:
-        if r.position >= here.position:
+        if r is here:
             return None
         e = r.expectation
         if not r.eligible or e.miss_probability > h.miss_probability or e.rung.usd_per_hour >= h.rung.usd_per_hour:
             continue
-        price = e.rung.usd_per_hour if _overlap_target else h.rung.usd_per_hour
-        cost = _cost(e) + move_s / 3600.0 * price
+        cost = _cost(e) + move_s / 3600.0 * h.rung.usd_per_hour
         if cost < stay * (1.0 - margin):
             why = (
                 f"{e.rung.label()} is expected to cost ${cost:.2f} for the remaining work against "
