@@ -32,6 +32,11 @@ with hindsight). The floor (:meth:`Fleet.floor`) respects every run's window and
 paid window; for each policy the gap to it is split into on-demand hours, idle reservation, lost time
 (:meth:`Fleet.gap`).
 
+Voluntary moves (``auto with moves``, the table's ``auto``): at every checkpoint a running run ranks
+its remaining work again and, when :func:`tpu_ops.provision.moving.worth_moving` says so, moves
+make-before-break (the new slice inserted while the old trains; the old saves the step in hand and is
+deleted when the new one is up; both billed during the new one's boot). See docs/fleet.md.
+
     .venv/bin/python bench/fleet_sim.py [--runs 100] [--seeds 7,8] [--scenario NAME ...] [--jobs 2]
         [--variants NAME ...] [--written-only] [--json] [--json-out FILE] [--fixed-cache DIR]
 
