@@ -110,3 +110,21 @@ def test_a_moved_slice_folds_as_held_hours_not_a_preemption() -> None:
            "end": "moved"}  # fmt: skip
     folded = H.fold_run({"incarnations": [inc], "preemptions": []}, {"accelerator_type": "v5p-8", "backend": "compute"})
     assert folded == {("v5p-8", "us-east5-b", "spot", "compute"): History(hours=1.0, obtained=1, obtain_s_total=180.0)}
+
+
+def test_a_rung_skipped_ahead_does_not_end_the_search() -> None:
+    """Ranked ahead of the held flaky spot: the steady spot (one price: skipped), then the reservation,
+    full often enough that its scarcity charge ($8.96) ranks it second: still a move, $9.24 < 90% of $10.95."""
+    steady = replace(SPOT, zone=A, order=4)
+    seen = {
+        RES.key: History(hours=10.0, obtained=5, stockouts=8),
+        SPOT.key: History(hours=10.0, preemptions=20, obtained=5),
+        steady.key: History(hours=10.0, obtained=5),
+        OD.key: History(hours=10.0, obtained=5),
+    }
+    choice = rank([RES, steady, SPOT, OD], RUN, seen)
+    assert [r.expectation.rung for r in choice.ranked] == [steady, RES, SPOT, OD]
+    move = worth_moving(choice, SPOT.order, move_s=120.0)
+    assert move is not None and move.to == RES.order
+    assert move.move_usd == pytest.approx(9.244267767397357, rel=1e-9)
+    assert move.stay_usd == pytest.approx(10.946206123388231, rel=1e-9)
