@@ -32,6 +32,11 @@ with hindsight). The floor (:meth:`Fleet.floor`) respects every run's window and
 paid window; for each policy the gap to it is split into on-demand hours, idle reservation, lost time
 (:meth:`Fleet.gap`).
 
+Voluntary moves (``auto with moves``, the table's ``auto``): at every checkpoint a running run ranks
+its remaining work again and, when :func:`tpu_ops.provision.moving.worth_moving` says so, moves
+make-before-break (the new slice inserted while the old trains; the old saves the step in hand and is
+deleted when the new one is up; both billed during the new one's boot). See docs/fleet.md.
+
     .venv/bin/python bench/fleet_sim.py [--runs 100] [--seeds 7,8] [--scenario NAME ...] [--jobs 2]
         [--variants NAME ...] [--written-only] [--json] [--json-out FILE] [--fixed-cache DIR]
 
@@ -59,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra.local.compute.models import RESERVATION_KEY, ComputeBackend
 from infra.local.core.clock import ManualClock
-from tpu_ops.provision import fleet, forgetting, ranking
+from tpu_ops.provision import fleet, forgetting, moving, ranking
 from tpu_ops.provision import history as H
 from tpu_ops.provision.choose import History, RunModel
 from tpu_ops.provision.ladder import Step, plan
@@ -239,6 +244,16 @@ class RunState:
     failed: bool = False
     api_calls: int = 0
     refused: list[dict[str, Any]] = field(default_factory=list)  # stock-outs not yet published
+    # Voluntary moves (``moves``): billing starts at RUNNING, or at the insert for a slice moved to (its
+    # boot overlaps the old slice's training: both are billed); the held slice's pending events, ended
+    # by a move; the slice being moved to (step, instance, inserted at); the moves made and the rungs left.
+    bill_from: float = 0.0
+    train_from: float = 0.0
+    ends_at: float = 0.0  # the held slice's preemption or finish, whichever comes first
+    live: list[int] = field(default_factory=list)
+    moving: tuple[Step, str, float] | None = None
+    moves: int = 0
+    left: list[int] = field(default_factory=list)
 
 
 def make_runs(n: int, seed: int, sc: dict[str, Any] | None = None) -> list[RunSpec]:
@@ -297,8 +312,14 @@ class Fleet:
                  reservation_price: ranking.ReservationPrice = "prepaid", rates: Rates | None = None,
                  half_life_h: float | None = None, scarcity: bool = True,
                  wait_s: float | None = None, sc: dict[str, Any] | None = None, forget: bool = True,
-                 view: bool = True) -> None:  # fmt: skip
+                 view: bool = True, moves: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.sc = sc or SCENARIO
+        # Voluntary moves at checkpoints (``auto`` only; fixed ladders never rank): None, or the
+        # keywords of :func:`moving.worth_moving` plus the simulator's own rules (``MOVES``).
+        self.moves = {**MOVES, **moves} if moves is not None and order is None else None
+        self.cancelled: set[int] = set()
+        self.move_counts = {"checkpoints": 0, "asked": 0, "refused": 0, "moved": 0, "back": 0,
+                            "old_preempted_in_overlap": 0, "finished_in_overlap": 0}  # fmt: skip
         self.forget, self.view = forget, view
         self.changes: dict[H.Key, forgetting.Change] = {}  # rungs reset by a change, at the last ranking
         self.summary: dict[str, Any] = {"runs": {}}  # the capacity summary's asks (fleet.asks, fleet.admit)
@@ -340,8 +361,10 @@ class Fleet:
         self.why_counts: dict[str, int] = {}
 
     # -- plumbing ----------------------------------------------------------------------------------
-    def at(self, t: float, what: str, run: int) -> None:
-        heapq.heappush(self.events, (t, next(self.seq), what, run))
+    def at(self, t: float, what: str, run: int) -> int:
+        seq = next(self.seq)
+        heapq.heappush(self.events, (t, seq, what, run))
+        return seq
 
     def now(self) -> float:
         return self.clock.now() - self.t0
@@ -430,35 +453,118 @@ class Fleet:
         self.history_writes += 1
         st.refused = []
 
-    def ready(self, st: RunState) -> None:
+    def ready(self, st: RunState, bill_from: float | None = None) -> None:
         assert st.step is not None
         st.api_calls += 1
         inst = self.api.get_instance(PROJECT, st.step.zone, st.instance)
         assert inst["status"] == "RUNNING", inst["status"]
         t = st.ready_at = self.now()
+        st.bill_from = t if bill_from is None else bill_from
         sps = self.sc["seconds_per_step"]
-        done_at = t + self.sc["restore_s"] + (st.spec.steps - st.kept) * sps
+        st.train_from = t + self.sc["restore_s"]
+        done_at = st.train_from + (st.spec.steps - st.kept) * sps
         lose_at = math.inf
         if st.step.tier == "spot":
             luck = trace(self.seed, st.spec.idx, st.step.number, st.uses[st.step.number])
             lose_at = preempted_at(self.rates, st.step.zone, t, luck)
-        if lose_at < done_at:
-            self.at(lose_at, "preempt", st.spec.idx)
-        else:
-            self.at(done_at, "finish", st.spec.idx)
+        st.ends_at = min(lose_at, done_at)
+        st.live = [self.at(lose_at, "preempt", st.spec.idx) if lose_at < done_at
+                   else self.at(done_at, "finish", st.spec.idx)]  # fmt: skip
+        if self.moves is not None:
+            self._next_checkpoint(st, st.train_from)
+
+    # -- voluntary moves -----------------------------------------------------------------------------
+    def _next_checkpoint(self, st: RunState, after: float) -> None:
+        """The held slice's next committed checkpoint after ``after``, if it comes before its end."""
+        every_s = st.spec.checkpoint_every * self.sc["seconds_per_step"]
+        k = math.floor((after - st.train_from) / every_s + 1e-9) + 1
+        t = st.train_from + k * every_s
+        if t < st.ends_at:
+            st.live.append(self.at(t, "checkpoint", st.spec.idx))
+
+    def checkpoint(self, st: RunState) -> None:
+        """A committed checkpoint: rank the remaining work as a re-walk would and, when
+        :func:`moving.worth_moving` says so, insert the rung it names while this slice trains on."""
+        assert st.step is not None and self.moves is not None
+        t = self.now()
+        self._next_checkpoint(st, t)
+        self.move_counts["checkpoints"] += 1
+        if st.moving is not None:
+            return
+        sps = self.sc["seconds_per_step"]
+        every = st.spec.checkpoint_every
+        kept = st.kept + round((t - st.train_from) / sps) // every * every
+        run = RunModel(st.spec.steps - kept, sps, every, st.spec.deadline - t)
+        view = None
+        if self.view:
+            st.api_calls += 1
+            view = ranking.view_for(self.steps, self.summary, lambda z, n: self.api.get_reservation(PROJECT, z, n))
+        _, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
+                                  self.reservation_price, self.scarcity, view)  # fmt: skip
+        if view is not None and choice.method == "cost" and self.moves.get("note_ask"):
+            self.summary["runs"].setdefault(st.spec.idx, {})["ask"] = fleet.ask(fleet.gain(choice), self.clock.now())
+        self.rankings += 1
+        self.history_reads += 1
+        move_s = self.sc["boot_s"] + self.sc["restore_s"]
+        move = moving.worth_moving(choice, st.step.number, move_s, margin=self.moves["margin"])
+        by = {s.number: s for s in self.steps}
+        if move is None or str(by[move.to].tier) not in self.moves["to"]:
+            return
+        self.move_counts["asked"] += 1
+        step = by[move.to]
+        n = st.uses.get(step.number, 0)
+        name = f"sim-{st.spec.idx}-a{step.number}-{n}"
+        st.api_calls += 2
+        op = self.api.insert_instance(PROJECT, step.zone, self.body(st, step, name))
+        op = self.api.get_operation(PROJECT, f"zones/{step.zone}", op["name"])
+        if "error" in op:  # refused: stay; the refusal is published as the ladder's are
+            self.move_counts["refused"] += 1
+            st.refused.append({"zone": step.zone, "tier": str(step.tier), "at": self.t0 + t})
+            self._publish_refusals(st)
+            return
+        st.uses[step.number] = n + 1
+        st.moving = (step, name, t)
+        self.at(t + self.sc["boot_s"], "moved", st.spec.idx)
+
+    def moved(self, st: RunState) -> None:
+        """The slice moved to is up: the old one's workers save the step in hand (none lost) and it is
+        deleted (its record ends "moved", not a preemption); the new one restores and trains on."""
+        assert st.moving is not None
+        step, name, inserted = st.moving
+        st.moving = None
+        t = self.now()
+        if st.step is not None:
+            old = st.step.number
+            kind = f"moved {st.step.tier}@{st.step.zone[-1]} > {step.tier}@{step.zone[-1]}"
+            self.move_counts[kind] = self.move_counts.get(kind, 0) + 1
+            ran = max(0, int((t - st.train_from) / self.sc["seconds_per_step"]))
+            st.kept = min(st.spec.steps, st.kept + ran)
+            self.cancelled.update(st.live)
+            self._release(st, t, "moved", None)
+            self.move_counts["moved"] += 1
+            self.move_counts["back"] += old in st.left or step.number in st.left
+            st.left.append(old)
+            st.moves += 1
+        st.step, st.instance, st.requested_at = step, name, inserted
+        if st.finished_at is not None or st.failed:  # the run ended during the boot: give the new one back
+            self.move_counts["finished_in_overlap"] += 1
+            st.ready_at = st.bill_from = inserted
+            self._release(st, t, "unused", None)
+            return
+        self.ready(st, bill_from=inserted)
 
     def _release(self, st: RunState, end: float, outcome: str, lost_steps: int | None) -> None:
         assert st.step is not None
-        held = end - st.ready_at
+        held = end - st.bill_from
         self.list_cost += held / 3600.0 * self.price(st.step)
         # A reserved VM is paid for the whole window anyway (see ``reservation_cost``): only an hour
         # held after the window costs anything more.
-        billed = max(0.0, end - max(st.ready_at, self.window_end)) if st.step.tier == "reservation" else held
+        billed = max(0.0, end - max(st.bill_from, self.window_end)) if st.step.tier == "reservation" else held
         st.cost += billed / 3600.0 * self.price(st.step)
         where = f"{st.step.tier}@{st.step.zone[-1]}"
         self.held[where] = self.held.get(where, 0.0) + held / 3600.0
         if st.step.tier == "reservation":
-            self.reserved_in_window_h += max(0.0, min(end, self.window_end) - st.ready_at) / 3600.0
+            self.reserved_in_window_h += max(0.0, min(end, self.window_end) - st.bill_from) / 3600.0
         st.api_calls += 1
         self.api.delete_instance(PROJECT, st.step.zone, st.instance)
         # The slice's record, as a run's state.json has it, folded by the real history code.
@@ -493,6 +599,9 @@ class Fleet:
         self._release(st, t + self.sc["detect_delete_s"], "preempted", lost)
         if st.recoveries > self.sc["max_recoveries"]:
             st.failed, st.finished_at = True, t
+            return
+        if st.moving is not None:  # the slice moved to is already booting: no walk, it takes over
+            self.move_counts["old_preempted_in_overlap"] += 1
             return
         self.at(t + self.sc["detect_delete_s"], "walk", st.spec.idx)
 
@@ -585,11 +694,14 @@ class Fleet:
     def run(self) -> dict[str, Any]:
         for r in self.runs:
             self.at(r.arrival, "walk", r.idx)
-        handlers = {"walk": self.walk, "ready": self.ready, "preempt": self.preempt, "finish": self.finish}
+        handlers = {"walk": self.walk, "ready": self.ready, "preempt": self.preempt, "finish": self.finish,
+                    "checkpoint": self.checkpoint, "moved": self.moved}  # fmt: skip
         for n in itertools.count():
             if not self.events:
                 break
-            t, _, what, idx = heapq.heappop(self.events)
+            t, seq, what, idx = heapq.heappop(self.events)
+            if seq in self.cancelled:
+                continue
             self.clock.advance(max(0.0, t - self.now()))
             handlers[what](self.state[idx])
             if n % 16 == 15:
@@ -617,6 +729,7 @@ class Fleet:
             "history_gcs_writes_per_run": self.history_writes / len(sts),
             "history_gcs_reads_per_run_full_scan": self.history_scan_reads / len(sts),
             "preemptions": sum(s.recoveries for s in sts),
+            "moves": dict(self.move_counts) if self.moves is not None else None,
             "gap_to_floor_per_1k": self.gap(kept, cost),
             "slice_hours": {k: round(v, 1) for k, v in sorted(self.held.items())},
             "usd_per_1k_steps_by_class": {
@@ -677,10 +790,16 @@ AUTOS: dict[str, dict[str, Any]] = {
     "auto as last round (no forgetting, no fleet view)": {"forget": False, "view": False},
     "auto without the scarcity charge, reservation at the spot price (two rounds ago)": {
         "reservation_price": "opportunity", "scarcity": False, "forget": False, "view": False},
+    "auto with moves": {"moves": {}},  # a voluntary move at a checkpoint when worth_moving says so
 }
 
 
-VARIANTS = ("auto",)  # measured by default; ``--variants`` adds the others of ``AUTOS``
+# Voluntary moves (``Fleet(moves=...)``): ``margin`` for worth_moving, the tiers a run may move to (the
+# "reservation only" variant measured in docs/fleet.md), and whether a checkpoint's ranking keeps the
+# run's ask in the summary as a walk's does (``fleet.admit``'s median then counts running runs too).
+MOVES: dict[str, Any] = {"margin": moving.MARGIN, "to": ("reservation", "spot", "on-demand"), "note_ask": False}
+
+VARIANTS = ("auto with moves", "auto")  # measured by default; ``--variants`` adds the others of ``AUTOS``
 
 
 def per_class_orders(results: dict[str, dict[str, Any]], classes: list[str]) -> dict[str, str]:
@@ -822,7 +941,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(f"fleet suite: {len(names)} scenario(s) x seeds {args.seeds}, {args.runs} runs each, "
-          f"{SCENARIO['accelerator']}; {results[0]['fixed_ladders'] if results else 0} fixed ladders")
+          f"{SCENARIO['accelerator']}; {results[0]['fixed_ladders'] if results else 0} fixed ladders; "
+          f"the auto column: {variants[0]!r}")
     print(table(results))
     print(f"{out['seconds']} s")
     return 0

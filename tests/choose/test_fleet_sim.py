@@ -212,3 +212,30 @@ def test_auto_sees_the_swap_within_four_hours_and_asks_the_reservation_for_its_c
     assert r["slices_leaked"] == 0 and fleet.why_counts["cost"] > 100 and len(asks) > 50
     assert len(sim.fleet.asks(fleet.summary)) == sim.fleet.RECENT_ASKS
     assert reads == [1] * fleet.rankings  # one reservations.get per ranking
+
+
+def test_a_run_on_spot_moves_to_a_freed_reservation_vm_at_its_next_checkpoint(sim: ModuleType) -> None:
+    """Make-before-break: run 1 is on spot (the 1-VM reservation held by run 0). Run 0 ends at 4020 s;
+    at run 1's next checkpoint (4110 s, 1800 steps kept) the reservation is free and ranked first: its
+    VM is inserted while spot trains on, and up at 4290 s; spot's workers save the step in hand (1890:
+    none lost) and it is deleted, its record ending "moved" (no preemption); the reservation restores
+    (240 s) and trains the other 1710 steps: done at 4530 + 3420 = 7950 s."""
+    sc = {**sim.SCENARIO, "reservation_vms": 1, "spot_preemptions_per_hour": dict.fromkeys(sim.ZONES, 0.0)}
+    h = 3600.0
+    runs = [sim.RunSpec(0, "experiment", 0.0, 1800, 150, 10 * h), sim.RunSpec(1, "long", 60.0, 3600, 300, 10 * h)]
+    fleet = sim.Fleet(runs, 7, None, sc=sc, moves={})
+    r = fleet.run()
+    st = fleet.state[1]
+    assert fleet.move_counts["moved"] == 1 and fleet.move_counts["refused"] == 0
+    assert st.finished_at == 7950.0 and st.kept == 3600 and st.recoveries == 0 and st.moves == 1
+    assert r["preemptions"] == 0 and r["slices_leaked"] == 0 and r["deadline_hit_rate"] == 1.0
+    # Spot held from RUNNING (270 s) to the handover (4290 s); the reservation from its insert (4110 s):
+    # both held (and billed) during the new one's boot, while spot still trained.
+    assert fleet.held["spot@a"] == pytest.approx((4290 - 270) / h, rel=1e-12)
+    assert fleet.held["reservation@a"] == pytest.approx(((4020 - 180) + (7950 - 4110)) / h, rel=1e-12)
+    assert st.cost == pytest.approx((4290 - 270) / h * 8.4, rel=1e-12)  # the reservation is prepaid
+    moved = [rec for rec, _ in fleet.records if any(i["end"] == "moved" for i in rec["incarnations"])]
+    assert len(moved) == 1 and moved[0]["preemptions"] == []
+    (spot_key,) = [k for k in fleet.history if k[1:3] == ("us-east5-a", "spot")]
+    assert fleet.history[spot_key].preemptions == 0
+    assert fleet.history[spot_key].hours == pytest.approx((4290 - 270) / h, rel=1e-12)

@@ -6,7 +6,10 @@ are preempted. At each committed checkpoint a run may rank its remaining work ag
 view) and move, make-before-break: the new slice is obtained while the old one trains, then the old
 one's workers save the step in hand and stop, and the new one resumes there. The move costs both
 slices held for ``move_s`` (the new one's boot and restore, the old one's save) and a refused
-request at worst; it loses no step.
+request at worst; it loses no step. The old slice's record ends ``"moved"``: its hours count for
+its rung, not as a preemption (:func:`tpu_ops.provision.history.fold_run` reads preemptions only
+from the record's ``preemptions``). Measured in ``bench/fleet_sim.py`` (``auto with moves``; see
+docs/fleet.md, "Voluntary moves").
 """
 
 from __future__ import annotations
@@ -33,9 +36,19 @@ def _cost(e: Expectation) -> float:
 
 
 def worth_moving(choice: Choice, held: int, move_s: float, *, margin: float = MARGIN) -> Move | None:
-    """The first rung ranked ahead of the held one (step number ``held``) that makes the deadline and
-    is expected to cost less than staying by more than ``margin`` of staying, the overlap of
-    ``move_s`` seconds at the held rung's price included; None to stay.
+    """The first rung ranked ahead of the held one (step number ``held``) worth moving to, or None to stay.
+
+    A target must, for the remaining work:
+    - make the deadline (``eligible``) and be no likelier to miss it than staying: a voluntary move
+      takes no deadline risk that staying does not;
+    - be priced below the held rung per hour (a reservation from spot or on-demand, spot from
+      on-demand): between rungs of one price a move only bets on the preemption estimates, which lag
+      a change (measured: spot-to-spot moves cost 0.2 points of the suite's mean saving, see docs/fleet.md);
+    - cost less than staying by more than ``margin`` of staying. Staying costs the held rung's
+      expected dollars (no scarcity charge: it is held, not asked for); moving, the target's (with its
+      scarcity charge: it must be granted) plus ``move_s`` seconds at the held rung's price (the
+      handover's overlap: the new slice's boot and restore, the old one's save; measured against the
+      target's price, which makes a move to a prepaid reservation free: 0.07 points less).
 
     ``choice`` ranks the run's remaining work as a re-walk would (:func:`tpu_ops.provision.ranking.order`
     with the fleet view): a reservation that is full now, or whose last free VM is left to a run that
@@ -43,22 +56,22 @@ def worth_moving(choice: Choice, held: int, move_s: float, *, margin: float = MA
     """
     if choice.method != "cost":
         return None
-    by_order = {r.expectation.rung.order: r for r in choice.ranked}
-    here = by_order.get(held)
+    here = next((r for r in choice.ranked if r.expectation.rung.order == held), None)
     if here is None:
         return None
-    stay = _cost(here.expectation)
-    overlap = move_s / 3600.0 * here.expectation.rung.usd_per_hour
+    h = here.expectation
+    stay = h.usd
     for r in choice.ranked:
-        if r.position >= here.position:
+        if r is here:
             return None
-        if not r.eligible:
+        e = r.expectation
+        if not r.eligible or e.miss_probability > h.miss_probability or e.rung.usd_per_hour >= h.rung.usd_per_hour:
             continue
-        cost = _cost(r.expectation) + overlap
+        cost = _cost(e) + move_s / 3600.0 * h.rung.usd_per_hour
         if cost < stay * (1.0 - margin):
             why = (
-                f"{r.expectation.rung.label} is expected to cost ${cost:.2f} for the remaining work against "
-                f"${stay:.2f} staying on {here.expectation.rung.label}"
+                f"{e.rung.label()} is expected to cost ${cost:.2f} for the remaining work against "
+                f"${stay:.2f} staying on {h.rung.label()}"
             )
-            return Move(r.expectation.rung.order, stay, cost, why)
+            return Move(e.rung.order, stay, cost, why)
     return None
