@@ -7,6 +7,8 @@ that need a clean slate use ``stack`` (which resets the emulators' state first).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +19,42 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ["TPU_OPS_DRY_RUN"] = "true"
 for _var in ("AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS"):
     os.environ.pop(_var, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make pytest`` runs ``-n 2``) each worker gets its own Prefect home (unless the
+    shell set one): the in-process Prefect of two workers must not share ~/.prefect's files."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "PREFECT_HOME" not in os.environ:
+        home = os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"tpu-ops-prefect-{worker}-")
+        config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, files holding a ``slow`` test come first: the scheduler hands out files in this
+    order, so the long ones start at once instead of leaving one worker busy at the end."""
+    if hasattr(config, "workerinput"):
+        slow = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.path not in slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup`` (``make pytest``): a test file is one unit of work for one worker (its module
+    fixtures are built once), and tests marked ``xdist_group(name)`` are one unit across files (they share
+    a session fixture, e.g. the default dry run). Units go out in collection order (see above)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist appends "@group" to a grouped test's id
+                return nodeid.rsplit("@", 1)[1]
+            return nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False  # keep the order above, not largest-file-first
+    return FileOrGroup(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")
