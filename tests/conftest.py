@@ -38,20 +38,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: item.path not in slow)
 
 
+# Test files whose tests share a session fixture too slow to build twice: under pytest-xdist each group runs
+# on one worker. (Not ``xdist_group`` marks: pytest-xdist 3.8 groups by renaming ``item._nodeid``, which
+# pytest 9 no longer reads, so the marks are silently ignored.)
+SHARED_SESSION = {
+    "tests/flows/test_dryrun.py": "default_dry_run",  # tests/flows/conftest.py's dry run, ~60-110 s
+    "tests/flows/test_dryrun_records.py": "default_dry_run",
+    "tests/flows/test_prefect_server.py": "prefect_server",  # a `prefect server start`, ~30-50 s
+    "tests/flows/test_operate_prefect.py": "prefect_server",
+}
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """``--dist loadgroup`` (``make pytest``): a test file is one unit of work for one worker (its module
-    fixtures are built once), and tests marked ``xdist_group(name)`` are one unit across files (they share
-    a session fixture, e.g. the default dry run). Units go out in collection order (see above)."""
-    if config.getvalue("dist") != "loadgroup":
+    """``--dist loadfile`` (``make pytest``): a test file is one unit of work for one worker (its module
+    fixtures are built once), and the files of a ``SHARED_SESSION`` group are one unit. Units go out in
+    collection order (see above)."""
+    if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class FileOrGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist appends "@group" to a grouped test's id
-                return nodeid.rsplit("@", 1)[1]
-            return nodeid.split("::", 1)[0]
+            path = nodeid.split("::", 1)[0]
+            return SHARED_SESSION.get(path, path)
 
     config.option.loadscopereorder = False  # keep the order above, not largest-file-first
     return FileOrGroup(config, log)  # type: ignore[arg-type]

@@ -11,7 +11,6 @@ from dryruns import EXE, dry_run
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("default_dry_run")  # on the worker that runs test_dryrun_records.py: one dry run for both
 def test_dry_run_on_compute_engine_by_default(default_dry_run: dict[str, Any]) -> None:
     tmp_path, summary, out, env = (default_dry_run[k] for k in ("tmp", "summary", "out", "env"))
     assert summary["disk"]["workers_kept"] and (tmp_path / "work" / "workers").is_dir()

@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 
 EXE = Path(sys.executable).with_name("tpu-ops")
-# under pytest-xdist, on the worker that runs test_dryrun.py's default dry run test: one dry run for both
-pytestmark = pytest.mark.xdist_group("default_dry_run")
 
 
 @pytest.fixture(scope="module")
