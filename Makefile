@@ -37,8 +37,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+## on 2 workers (pytest-xdist; `make pytest WORKERS=0` for one process): a test file, or the files that
+## share a slow session fixture, runs on one worker, files with a slow test first (tests/conftest.py; docs/testing.md)
+WORKERS ?= 2
 pytest: setup
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadfile)
 
 ## a real JAX + orbax-checkpoint trainer (CPU) on 2 slices (one preempted during a save), and through the
 ## ladder v4-16 -> v4-8 (accumulation 2) -> v4-16, ends with the parameters of an uninterrupted run; its

@@ -7,6 +7,8 @@ that need a clean slate use ``stack`` (which resets the emulators' state first).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +19,52 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ["TPU_OPS_DRY_RUN"] = "true"
 for _var in ("AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS"):
     os.environ.pop(_var, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make pytest`` runs ``-n 2``) each worker gets its own Prefect home (unless the
+    shell set one): the in-process Prefect of two workers must not share ~/.prefect's files."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "PREFECT_HOME" not in os.environ:
+        home = os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"tpu-ops-prefect-{worker}-")
+        config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, files holding a ``slow`` test come first: the scheduler hands out files in this
+    order, so the long ones start at once instead of leaving one worker busy at the end."""
+    if hasattr(config, "workerinput"):
+        slow = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.path not in slow)
+
+
+# Test files whose tests share a session fixture too slow to build twice: under pytest-xdist each group runs
+# on one worker. (Not ``xdist_group`` marks: pytest-xdist 3.8 groups by renaming ``item._nodeid``, which
+# pytest 9 no longer reads, so the marks are silently ignored.)
+SHARED_SESSION = {
+    "tests/flows/test_dryrun.py": "default_dry_run",  # tests/flows/conftest.py's dry run, ~60-110 s
+    "tests/flows/test_dryrun_records.py": "default_dry_run",
+    "tests/flows/test_prefect_server.py": "prefect_server",  # a `prefect server start`, ~30-50 s
+    "tests/flows/test_operate_prefect.py": "prefect_server",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` (``make pytest``): a test file is one unit of work for one worker (its module
+    fixtures are built once), and the files of a ``SHARED_SESSION`` group are one unit. Units go out in
+    collection order (see above)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_SESSION.get(path, path)
+
+    config.option.loadscopereorder = False  # keep the order above, not largest-file-first
+    return FileOrGroup(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

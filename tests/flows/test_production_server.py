@@ -50,6 +50,19 @@ def call(url: str, body: dict[str, Any] | None = None, auth: str | None = AUTH) 
         return e.code, json.loads(e.read() or b"null")
 
 
+def _engine_in_group(pgid: int) -> bool:
+    """A live ``python -m prefect.engine`` (a flow run's process) in process group ``pgid``."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")  # empty for a zombie
+            pgrp = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
+        except (OSError, IndexError, ValueError):
+            continue
+        if pgrp == pgid and b"prefect.engine" in argv:
+            return True
+    return False
+
+
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The server (auth string, PostgreSQL, 127.0.0.1) and the environment of a client that has the string."""
@@ -156,6 +169,9 @@ def test_a_pipeline_run_completes_through_a_served_worker_with_the_auth_string(
 
         wait_until(lambda: state() == "COMPLETED", 600, 1.0, "the pipeline run to complete")
         print(f"pipeline run completed in {time.monotonic() - t0:.1f}s")
+        # The run reports COMPLETED before its process exits, and the runner marks a run whose process it still
+        # tracks CANCELLED when serve gets SIGTERM (seen under load): stop serve once that process is gone.
+        wait_until(lambda: not _engine_in_group(serve.pid), 120, 0.2, "the run's process to exit")
     finally:
         kill_group(serve, grace=20)
         local_stack.reset()
