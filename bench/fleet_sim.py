@@ -791,6 +791,7 @@ AUTOS: dict[str, dict[str, Any]] = {
     "auto without the scarcity charge, reservation at the spot price (two rounds ago)": {
         "reservation_price": "opportunity", "scarcity": False, "forget": False, "view": False},
     "auto with moves": {"moves": {}},  # a voluntary move at a checkpoint when worth_moving says so
+    "auto with moves and choose.wait 10 min": {"moves": {}, "wait_s": 600.0},  # both opt-in levers at once
 }
 
 
