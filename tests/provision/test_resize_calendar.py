@@ -238,3 +238,26 @@ def test_capacity_calendar_lists_the_windows_a_spec_could_use(fake: Fake, tmp_pa
     assert rows["fit"]["usable"].startswith("yes, opens in 1.0 h") and rows["fit"]["in ladder"] == "yes"
     assert rows["fit"]["opens"] == datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     assert (rows["small"]["usable"], rows["small"]["in ladder"]) == ("no: 8 chips < 16", "no")
+
+
+def test_a_resize_request_s_group_of_size_0_is_not_a_running_slice_before_its_request(fake: Fake) -> None:
+    """A flex-start or calendar slice's group is made at target size 0, then its resize request asks for
+    the hosts: read in between (seen once in CI) it once passed for a running slice with no host."""
+    sched = compute_v1.Scheduling(provisioning_model="FLEX_START", on_host_maintenance="TERMINATE",
+                                  instance_termination_action="DELETE",
+                                  max_run_duration=compute_v1.Duration(seconds=3600))  # fmt: skip
+    props = compute_v1.InstanceProperties(machine_type="ct5p-hightpu-4t", scheduling=sched)
+    fake.templates.insert_unary(project=PROJECT, instance_template_resource=compute_v1.InstanceTemplate(
+        name="run-zero-a1-t", properties=props))  # fmt: skip
+    name = "run-zero-a1-0"
+    desc = f"tpu-ops run=run-zero attempt=1 tier=flex-start accelerator=v5p-32 created={int(time.time())}"
+    fake.groups.insert_unary(project=PROJECT, zone=ZA, instance_group_manager_resource=compute_v1.InstanceGroupManager(
+        name=name, description=desc, base_instance_name=name, target_size=0,
+        instance_template=f"projects/{PROJECT}/global/instanceTemplates/run-zero-a1-t"))  # fmt: skip
+    try:
+        rec = for_backend("compute", fake.settings).describe(ZA, name)
+        assert rec is not None and rec.tier == "flex-start"
+        assert (rec.state, rec.hosts) == ("waiting", ())
+    finally:
+        fake.groups.delete_unary(project=PROJECT, zone=ZA, instance_group_manager=name)
+        fake.templates.delete_unary(project=PROJECT, instance_template="run-zero-a1-t")

@@ -127,7 +127,7 @@ def describe_group(
         state, detail, stockout = Phase.FAILED, str(err), isinstance(err, CapacityError)
     elif 0 < len(instances) < target and not creating:
         state, detail = Phase.LOST, f"{len(instances)} of {target} hosts left"
-    elif len(running) == target:
+    elif target > 0 and len(running) == target:  # a resize request's group starts at size 0: not a slice yet
         state = Phase.RUNNING
     elif instances:
         state, partial = Phase.BOOTING, len(running)
