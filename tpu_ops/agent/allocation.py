@@ -62,3 +62,28 @@ def commit_done(gcs: Gcs, paths: RunPaths, run_id: str, incarnation: str, proces
             return
         time.sleep(0.2)
     print("tpu-ops agent: not every worker reported success; no DONE marker", file=sys.stderr, flush=True)
+
+
+def next_incarnation(gcs: Gcs, paths: RunPaths, current: str, cancelled: Callable[[], bool]) -> dict[str, Any] | None:
+    """The allocation document once it names an incarnation after ``current``; None if ``cancelled``."""
+    return wait_for_document(
+        gcs, paths.bucket, paths.allocation, lambda d: d.get("incarnation") not in (None, current), cancelled
+    )
+
+
+def stop_requested(gcs: Gcs, paths: RunPaths, incarnation: str) -> bool:
+    """The supervisor's marker asking every worker of ``incarnation`` to save the step in hand and stop
+    (another slice was lost, or the run moves); False when GCS cannot say."""
+    try:
+        return gcs.exists(paths.bucket, paths.state(f"stop/{incarnation}.json"))
+    except GcsError:
+        return False
+
+
+def write_notice(gcs: Gcs, paths: RunPaths, doc: dict[str, Any], worker: int, slice_index: int) -> None:
+    """This worker's SIGTERM notice (``doc``: who, when, the grace), for the supervisor's recovery."""
+    try:
+        gcs.write_json(paths.bucket, paths.notice(worker, slice_index), doc)
+        print(f"tpu-ops agent: SIGTERM: notice written; the trainer has {doc['grace_s']:g}s", flush=True)
+    except GcsError as exc:
+        print(f"tpu-ops agent: SIGTERM: notice not written: {exc}", file=sys.stderr, flush=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tpu_ops.agent.allocation import commit_done, wait_for_document
+from tpu_ops.agent.allocation import commit_done, next_incarnation, stop_requested, wait_for_document, write_notice
 from tpu_ops.agent.checkpoints import latest_complete_step
 from tpu_ops.agent.gcs import Gcs, GcsError
 from tpu_ops.agent.goodput_hooks import GoodputHooks
@@ -127,11 +127,7 @@ class Agent:
             "grace_s": self.job.term_grace_s,
             "node": self.who.node_id,
         }
-        try:
-            self.gcs.write_json(self.bucket, self.paths.notice(self.who.worker_number, self.slice), doc)
-            print(f"tpu-ops agent: SIGTERM: notice written; the trainer has {self.job.term_grace_s:g}s", flush=True)
-        except GcsError as exc:
-            print(f"tpu-ops agent: SIGTERM: notice not written: {exc}", file=sys.stderr, flush=True)
+        write_notice(self.gcs, self.paths, doc, self.who.worker_number, self.slice)
 
     # -- reports -------------------------------------------------------------------------------
     def _heartbeat(self, step: int | None, resume: int | None, state: str) -> None:
@@ -240,13 +236,7 @@ class Agent:
         """A VM restarted into an incarnation already stopped (Google's multislice repair restarts every node):
         this worker's part is in the next incarnation, once its allocation is written. False on SIGTERM."""
         while self.job.slices > 1 and self._stopped():
-            doc = wait_for_document(
-                self.gcs,
-                self.bucket,
-                self.paths.allocation,
-                lambda d: d.get("incarnation") not in (None, self.incarnation),
-                lambda: self.term_at is not None,
-            )
+            doc = next_incarnation(self.gcs, self.paths, self.incarnation, lambda: self.term_at is not None)
             if doc is None:
                 self._release(None)
                 return False
@@ -255,13 +245,7 @@ class Agent:
 
     def _kept_for(self) -> str | None:
         """After a stop: the next incarnation if the supervisor keeps this slice in it, else None."""
-        doc = wait_for_document(
-            self.gcs,
-            self.bucket,
-            self.paths.allocation,
-            lambda d: d.get("incarnation") not in (None, self.incarnation),
-            lambda: self._signalled,
-        )
+        doc = next_incarnation(self.gcs, self.paths, self.incarnation, lambda: self._signalled)
         return str(doc["incarnation"]) if doc is not None and self.slice in doc.get("kept", []) else None
 
     def _await_allocation(self) -> bool:
@@ -359,10 +343,7 @@ class Agent:
 
     def _stopped(self) -> bool:
         """Another slice was lost, or the run moves: the supervisor asks every worker to stop (a marker)."""
-        try:
-            return self.gcs.exists(self.bucket, self.paths.state(f"stop/{self.incarnation}.json"))
-        except GcsError:
-            return False
+        return stop_requested(self.gcs, self.paths, self.incarnation)
 
     def _stop(self) -> None:
         """Stop as on SIGTERM (the trainer saves the step in hand with the others), without a notice: this
