@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -54,7 +56,11 @@ def build_wheel(out_dir: Path, package: Path = PACKAGE) -> Path:
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{NAME}-{VERSION}-py3-none-any.whl"
-    tmp = target.with_suffix(".tmp")
+    # A file of its own per build: two supervisors starting at once both build, and a shared name let one
+    # rename the other's half-written file away (FileNotFoundError). The last rename wins; both are identical.
+    fd, name = tempfile.mkstemp(dir=out_dir, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
     records = []
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in _files(package):
