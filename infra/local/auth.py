@@ -17,47 +17,27 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from infra.local.core import tempdirs
 from infra.local.core.oauth import LIFETIME_S, TOKEN_PATH, TokenAuthority
 from infra.local.core.server import LoopbackServer
 
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]  # what prefect-gcp's GcpCredentials asks for
-PREFIX, OWNER = "tpu-ops-auth-", "owner.json"  # each stack's directory under the temp dir, and who made it
+PREFIX = "tpu-ops-auth-"  # each stack's directory under the temp dir (its owner in tempdirs.OWNER)
+OWNER = tempdirs.OWNER
 # A directory from before owner files: a live stack rewrites its token file at least hourly, so one untouched for
 # twice the token's lifetime has no stack behind it.
 UNOWNED_STALE_S = 2 * LIFETIME_S
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 def sweep_stale(root: Path | None = None) -> list[Path]:
     """Remove the ``tpu-ops-auth-*`` directories a killed stack left (its owner process gone); the removed."""
-    removed = []
-    for d in Path(root or tempfile.gettempdir()).glob(f"{PREFIX}*"):
-        try:
-            owner = json.loads((d / OWNER).read_text()) if (d / OWNER).exists() else None
-            stale = not _alive(int(owner["pid"])) if owner else time.time() - d.stat().st_mtime > UNOWNED_STALE_S
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # another stack's, half written or going: not ours to judge
-        if stale:
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-    return removed
+    return tempdirs.sweep(PREFIX, UNOWNED_STALE_S, root)
 
 
 class _TokenServer(LoopbackServer):
@@ -85,8 +65,7 @@ class StackAuth:
         self.authority.token_uri = self._server.url + TOKEN_PATH
         self.key = self.authority.new_key(self.email, self.project)
         sweep_stale()  # a killed stack (kill -9, a crashed test run) never ran stop()
-        self._dir = Path(tempfile.mkdtemp(prefix=PREFIX))
-        (self._dir / OWNER).write_text(json.dumps({"pid": os.getpid()}))
+        self._dir = tempdirs.owned(PREFIX)
         self.key_file.write_text(json.dumps(self.key, indent=2))
         self.key_file.chmod(0o600)
         self.mint_token()  # writes token_file

@@ -26,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from infra.local._proc import kill_group, wait_until
+from infra.local.core import tempdirs
 from infra.local.core.backend import NodeEvent
 from infra.local.metadata import MetadataServer, compute_vm_values, tpu_vm_values
 
@@ -48,6 +48,7 @@ class HostBackend(Protocol):
 
 # The only variables of the stack's environment a worker inherits: what a VM knows (on Google's
 # cloud these point at Google; here at the emulators) and the dry-run flag.
+PREFIX = "tpu-ops-hosts-"  # a stack's simulated hosts under the temp dir
 WORKER_ENV = frozenset({
     "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING", "TPU_OPS_DRY_RUN",
     "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
@@ -116,7 +117,9 @@ class HostSimulator:
         self._terminating: set[tuple[str, str]] = set()  # told to stop (SIGTERM sent), kill comes next
         self.grace_s = grace_s
         self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tpu-ops-hosts-"))
+        if workdir is None:
+            tempdirs.sweep(PREFIX)  # a killed stack's simulated hosts (their logs, a venv of the image's python)
+        self.workdir = Path(workdir) if workdir is not None else tempdirs.owned(PREFIX)
         self._env = dict(env)
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, str], list[Worker]] = {}  # (zone, node id) -> latest incarnation
