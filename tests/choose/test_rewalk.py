@@ -166,3 +166,23 @@ def test_a_move_the_budget_refuses_is_recorded_once_and_asks_for_nothing(
         assert sup.mover.seen == 30 and len(sup.state.moves) == 1 and len(events) == 1
     finally:
         sup.lease.release()
+
+
+def test_the_checkpoint_s_ranking_is_the_walk_s_from_the_same_start(
+    gcs_env: dict[str, str], google_auth: Any, tmp_path: Path
+) -> None:
+    """The figures are those a walk (``ranking.apply``, which reads the start from the ledger's first event)
+    makes with the same start: the same choice, the deadline counted from it (max_duration 24 h by default)."""
+    from tpu_ops.provision import ranking
+    from tpu_ops.provision.rewalk import rank_now
+    from tpu_ops.provision.steps import plan
+
+    sup, _, _ = _supervisor(gcs_env, google_auth, tmp_path, "on-demand", 1000)
+    spec, clients, table, now = sup.job.provision, sup.slices.clients, shipped(), sup.state.started_at + 1800.0
+    walk = L.Ledger(sup.settings, "walk")
+    walk.append(L.OWNER, t=sup.state.started_at)
+    _, walked = ranking.apply(spec, plan(spec), clients, "walk", walk, table, lambda: 20, now=now)
+    choice, run, view = rank_now(spec, clients, table, 20, sup.state.started_at, now=now)
+    assert walked is not None and choice == walked and choice.method == "cost" and view is None
+    assert run.steps == 80 and run.deadline_s == 24 * 3600.0 - 1800.0
+    assert [r.expectation.rung.tier for r in choice.ranked] == ["spot", "on-demand"]
