@@ -74,12 +74,13 @@ class Mover:
         try:
             self._table = self._table or load_prices(sup.settings)
             choice, run, _ = rewalk.rank_now(spec, sup.slices.clients, self._table, step, sup.state.started_at, read)
+            move = rewalk.decide(choice, held)
+            if move is None:
+                return
+            spent = sup.ledger.summary(self._table).usd_total  # read only for a move worth making
+            why = rewalk.over_budget(spec, self._table, spent, run, choice, held, move)
         except TpuOpsError:
-            return  # no ranking at this checkpoint: the next one ranks again
-        move = rewalk.decide(choice, held)
-        if move is None:
-            return
-        why = rewalk.over_budget(spec, self._table, sup.ledger.summary(self._table).usd_total, run, choice, held, move)
+            return  # no ranking at this checkpoint (a price missing too): the next one ranks again
         if why:
             self._over_budget(inc, step, move, why)
             return
