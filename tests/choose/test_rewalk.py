@@ -78,7 +78,7 @@ def test_a_move_over_the_budget_is_refused_with_the_figures() -> None:
         "over budget: $5.00 spent + $0.78 for 334 s of both slices + $16.80 for the remaining 1.00 h on "
         "reservation team-res in us-east5-a = $22.58 exceeds budget_usd $22.57"
     )
-    # Half the work left: $8.40 of it; a $14 budget fits $5 + $0.78 + $8.40 = $14.18 no more.
+    # Half the work left ($8.40): $5 + $0.78 + $8.40 = $14.18 fits a budget of $14.18, not one a cent less.
     half = replace(RUN, steps=1800)
     assert over_budget(SPEC.model_copy(update={"budget_usd": 14.18}), table, 5.0, half, choice, SPOT.order, m) == ""
     assert over_budget(SPEC.model_copy(update={"budget_usd": 14.17}), table, 5.0, half, choice, SPOT.order, m)
