@@ -128,3 +128,21 @@ def test_a_rung_skipped_ahead_does_not_end_the_search() -> None:
     assert move is not None and move.to == RES.order
     assert move.move_usd == pytest.approx(9.244267767397357, rel=1e-9)
     assert move.stay_usd == pytest.approx(10.946206123388231, rel=1e-9)
+
+
+def test_each_target_weighed_with_its_own_overlap_in_one_call() -> None:
+    """From on-demand ($16.82 staying): the reservation is free but its handover holds both slices 4000 s
+    here ($18.67 at on-demand's price: no saving), spot's 120 s ($9.13 + $0.56). One figure for both
+    names the reservation (120 s) or nothing (4000 s); the overlap per target names spot."""
+    choice = rank([RES, SPOT, OD], RUN, SEEN)
+    overlaps = {RES.order: 4000.0, SPOT.order: 120.0}
+    move = worth_moving(choice, OD.order, lambda e: overlaps[e.rung.order])
+    assert move is not None and move.to == SPOT.order and move.overlap_s == 120.0
+    assert move.stay_usd == pytest.approx(16.816008256992557, rel=1e-12)
+    assert move.move_usd == pytest.approx(9.132636025984963 + 120.0 / 3600.0 * 16.8, rel=1e-12)
+    assert move.move_usd == pytest.approx(9.692636025984964, rel=1e-12)
+    one = worth_moving(choice, OD.order, 120.0)
+    assert one is not None and one.to == RES.order and one.move_usd == pytest.approx(0.56, rel=1e-12)
+    assert worth_moving(choice, OD.order, 4000.0) is None
+    # A callable giving the single figure decides as the figure does.
+    assert worth_moving(choice, OD.order, lambda e: 120.0) == one

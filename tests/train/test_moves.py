@@ -239,6 +239,44 @@ def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
     _nothing_left(stack, "crash")
 
 
+def test_kill9_mid_move_and_no_successor_the_reaper_deletes_both_slices(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, fleet: Any, tmp_path: Path
+) -> None:
+    """``tpu-ops train --no-flow`` killed with the move ``asked`` (the target granted, its agents standing by, the
+    old slice training), and nobody takes over: both slices carry the run's labels, the ledger's owner is
+    dead, so the reaper (no judge, no TTL: a dead owner is enough) deletes both."""
+    from tpu_ops.provision.reaper import reap
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(json.loads(_spec(ckpt_bucket, steps=120).model_dump_json())))
+    env = {**os.environ, **stack.env(), "TPU_OPS_STATE_DIR": str(train_settings.state_dir),
+           "TPU_OPS_POLL_INTERVAL_S": "0.1"}  # fmt: skip
+    argv = [CLI, "train", "--spec", str(spec), "--run-id", "orphan", "--no-flow", "--json"]
+    sup = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "err").open("wb"))
+
+    def moves() -> list[dict[str, Any]]:
+        return list(_state(gcs, ckpt_bucket, "orphan").get("moves") or [])
+
+    try:
+        wait_for(lambda: _training_on_spot(gcs, ckpt_bucket, "orphan"), 120, what="the run training on spot")
+        _free_the_reservation(stack)
+        wait_for(lambda: any(m.get("granted_at") for m in moves()), 120, what="the target granted", interval=0.05)
+    finally:
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(10)
+    (mv,) = moves()
+    assert mv["phase"] == "asked" and stack.state()["compute"]["instances"] == 2
+    assert reap(train_settings, zones=[ZONE], dry_run=True).reaped[0].deleted is False  # (nothing deleted yet)
+    assert stack.state()["compute"]["instances"] == 2
+    report = reap(train_settings, zones=[ZONE])
+    (r,) = report.reaped
+    assert (r.run_id, r.reason, r.deleted, r.error) == ("orphan", "the process that provisioned it is gone", True, "")
+    instances = {(x.resource_id, x.tier) for x in r.resources if x.kind == "instance"}
+    assert instances == {(mv["from_resource"], "spot"), (mv["to_resource"], "reservation")}, r.resources
+    assert report.kept == [] and _in_use(stack) == 0  # the reservation's VM handed back
+    _nothing_left(stack, "orphan")
+
+
 def test_on_the_tpu_api_a_run_moves_back_to_spot_once_it_is_in_stock(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any
 ) -> None:

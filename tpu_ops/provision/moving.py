@@ -14,6 +14,7 @@ docs/fleet.md, "Voluntary moves").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tpu_ops.provision.choose import Choice, Expectation
@@ -29,13 +30,17 @@ class Move:
     stay_usd: float  # expected cost of staying on the held rung
     move_usd: float  # expected cost on ``to``, the handover's overlap included
     why: str
+    overlap_s: float = 0.0  # the seconds both slices are held, as counted in ``move_usd``
+
+
+Overlap = float | Callable[[Expectation], float]  # seconds both slices are held: one figure, or per target
 
 
 def _cost(e: Expectation) -> float:
     return e.usd + e.scarcity_usd
 
 
-def worth_moving(choice: Choice, held: int, move_s: float, *, margin: float = MARGIN) -> Move | None:
+def worth_moving(choice: Choice, held: int, move_s: Overlap, *, margin: float = MARGIN) -> Move | None:
     """The first rung ranked ahead of the held one (step number ``held``) worth moving to, or None to stay.
 
     A target must, for the remaining work:
@@ -49,6 +54,10 @@ def worth_moving(choice: Choice, held: int, move_s: float, *, margin: float = MA
       scarcity charge: it must be granted) plus ``move_s`` seconds at the held rung's price (the
       handover's overlap: the new slice's boot and restore, the old one's save; measured against the
       target's price, which makes a move to a prepaid reservation free: 0.07 points less).
+
+    ``move_s``: one figure for every target (the simulator's ``boot_s + restore_s``), or a function of
+    the target's expectation (the supervisor's: its believed obtain and recovery time), so each candidate
+    is weighed with its own overlap in one pass.
 
     ``choice`` ranks the run's remaining work as a re-walk would (:func:`tpu_ops.provision.ranking.order`
     with the fleet view): a reservation that is full now, or whose last free VM is left to a run that
@@ -67,11 +76,12 @@ def worth_moving(choice: Choice, held: int, move_s: float, *, margin: float = MA
         e = r.expectation
         if not r.eligible or e.miss_probability > h.miss_probability or e.rung.usd_per_hour >= h.rung.usd_per_hour:
             continue
-        cost = _cost(e) + move_s / 3600.0 * h.rung.usd_per_hour
+        overlap = move_s(e) if callable(move_s) else move_s
+        cost = _cost(e) + overlap / 3600.0 * h.rung.usd_per_hour
         if cost < stay * (1.0 - margin):
             why = (
                 f"{e.rung.label()} is expected to cost ${cost:.2f} for the remaining work against "
                 f"${stay:.2f} staying on {h.rung.label()}"
             )
-            return Move(e.rung.order, stay, cost, why)
+            return Move(e.rung.order, stay, cost, why, overlap)
     return None

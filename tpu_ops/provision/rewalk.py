@@ -15,28 +15,32 @@ from typing import Any
 from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import TpuOpsError
 from tpu_ops.provision import ranking
-from tpu_ops.provision.choose import Choice, RunModel
+from tpu_ops.provision.choose import Choice, Expectation, RunModel
 from tpu_ops.provision.moving import Move, worth_moving
 from tpu_ops.provision.prices import PriceTable
 from tpu_ops.provision.steps import plan
 from tpu_ops.specs.slice import ProvisionSpec
 
 MOVE_EVENT = "move"  # the ledger event of a move decided (the plan it rests on and why)
+OVER_BUDGET = "over budget"  # how the reason for a move the budget refuses starts
 
 
 def rank_now(
     spec: ProvisionSpec,
     clients: Clients,
-    ledger: Any,
     table: PriceTable,
     kept: int,
+    started_at: float,
     read: ranking.ReadReservation | None = None,
     now: float | None = None,
 ) -> tuple[Choice, RunModel, ranking.View | None]:
-    """The run's remaining work (``kept`` steps already kept) ranked as a re-walk now would rank it."""
+    """The run's remaining work (``kept`` steps already kept) ranked as a re-walk now would rank it.
+
+    ``started_at``: the run's start (its run state's), from which ``choose.max_duration`` counts. A walk
+    reads it from the ledger's first event; a checkpoint's ranking is not given the ledger, whose reading
+    grows with the run."""
     now = time.time() if now is None else now
-    started = min((float(e["t"]) for e in ledger.events() if "t" in e), default=now)
-    run = ranking.run_model(spec, steps_done=kept, started_at=started, now=now)
+    run = ranking.run_model(spec, steps_done=kept, started_at=started_at, now=now)
     steps = plan(spec)
     summary = ranking.summary_for(spec, clients)
     view = ranking.view_for(steps, summary, read)
@@ -44,21 +48,44 @@ def rank_now(
     return choice, run, view
 
 
+def overlap_s(e: Expectation) -> float:
+    """The seconds a move to ``e``'s rung holds both slices, as the ranking believes: its obtain and recovery."""
+    return e.belief.obtain_s + e.belief.recovery_s
+
+
 def move_s(choice: Choice, to: int) -> float:
-    """The seconds a move to step ``to`` holds both slices, as the ranking believes: its obtain and recovery."""
-    r = next(r for r in choice.ranked if r.expectation.rung.order == to)
-    return r.expectation.belief.obtain_s + r.expectation.belief.recovery_s
+    """:func:`overlap_s` of the rung of step ``to`` in ``choice``."""
+    return overlap_s(next(r.expectation for r in choice.ranked if r.expectation.rung.order == to))
 
 
 def decide(choice: Choice, held: int) -> Move | None:
-    """The move worth making from the held step ``held``, if any (each candidate with its own overlap)."""
-    for r in choice.ranked:  # worth_moving takes one overlap: the first candidate's it would name
-        if r.expectation.rung.order == held:
-            return None
-        m = worth_moving(choice, held, move_s(choice, r.expectation.rung.order))
-        if m is not None and m.to == r.expectation.rung.order:
-            return m
-    return None
+    """The move worth making from the held step ``held``, if any: each candidate with its own overlap."""
+    return worth_moving(choice, held, overlap_s)
+
+
+def over_budget(
+    spec: ProvisionSpec, table: PriceTable, spent_usd: float, run: RunModel, choice: Choice, held: int, move: Move
+) -> str:
+    """Why ``move`` would take the run past ``budget_usd``, or '' when it fits.
+
+    Counted as the budget and the ledger count (list prices, a reservation's too: the ranking's prepaid
+    reservation is free to use, not to own): the run's spend so far (``spent_usd``, the ledger's cost),
+    the overlap (``move.overlap_s`` of the held slice, which trains on while the target boots), and the
+    remaining work (``run``: steps left x seconds per step) at the target's price."""
+    acc = spec.slice.accelerator
+    rungs = {r.expectation.rung.order: r.expectation.rung for r in choice.ranked}
+    here, to = rungs[held], rungs[move.to]
+    overlap = move.overlap_s / 3600.0 * acc.chips * table.price(acc.generation, here.tier)
+    hours = run.steps * run.seconds_per_step / 3600.0
+    rest = hours * acc.chips * table.price(acc.generation, to.tier)
+    total, budget = spent_usd + overlap + rest, float(spec.budget_usd)
+    if total <= budget + 1e-9:
+        return ""
+    return (
+        f"{OVER_BUDGET}: ${spent_usd:,.2f} spent + ${overlap:,.2f} for {move.overlap_s:.0f} s of both slices + "
+        f"${rest:,.2f} for the remaining {hours:.2f} h on {to.label()} = ${total:,.2f} exceeds budget_usd "
+        f"${budget:,.2f}"
+    )
 
 
 def record(

@@ -73,11 +73,16 @@ class Mover:
         read = getattr(sup.provider, "reservation_document", None)
         try:
             self._table = self._table or load_prices(sup.settings)
-            choice, run, _ = rewalk.rank_now(spec, sup.slices.clients, sup.ledger, self._table, step, read)
+            choice, run, _ = rewalk.rank_now(spec, sup.slices.clients, self._table, step, sup.state.started_at, read)
+            move = rewalk.decide(choice, held)
+            if move is None:
+                return
+            spent = sup.ledger.summary(self._table).usd_total  # read only for a move worth making
+            why = rewalk.over_budget(spec, self._table, spent, run, choice, held, move)
         except TpuOpsError:
-            return  # no ranking at this checkpoint: the next one ranks again
-        move = rewalk.decide(choice, held)
-        if move is None:
+            return  # no ranking at this checkpoint (a price missing too): the next one ranks again
+        if why:
+            self._over_budget(inc, step, move, why)
             return
         rewalk.record(spec, sup.slices.clients, sup.run_id, sup.ledger, self._table, choice, run, move,
                       inc.queued_resource)  # fmt: skip
@@ -95,13 +100,32 @@ class Mover:
         return step if step is not None and base < step < t.steps else None
 
     # -- how ---------------------------------------------------------------------------------------
-    def _move(self, inc: IncarnationState, step: int, move: Any) -> None:
+    def _state(self, inc: IncarnationState, step: int, move: Any) -> MoveState:
         sup, state = self.sup, self.sup.state
         target = next(s for s in plan(sup.job.provision) if s.number == move.to)
         new_id = f"{len(state.incarnations)}-{uuid.uuid4().hex[:8]}"
-        mv = MoveState(len(state.moves) + 1, inc.number, new_id, step, inc.queued_resource, inc.tier, inc.zone,
-                       resource_id(sup.run_id, move.to), str(target.tier), target.zone, move.why, move.stay_usd,
-                       move.move_usd, time.time())  # fmt: skip
+        return MoveState(len(state.moves) + 1, inc.number, new_id, step, inc.queued_resource, inc.tier, inc.zone,
+                         resource_id(sup.run_id, move.to), str(target.tier), target.zone, move.why, move.stay_usd,
+                         move.move_usd, time.time())  # fmt: skip
+
+    def _over_budget(self, inc: IncarnationState, step: int, move: Any, why: str) -> None:
+        """A move the budget refuses, before any request: ``refused`` with why (no stockout: the rung was not
+        asked). Kept once while the same target stays over budget: one ranking per checkpoint would repeat it."""
+        target = resource_id(self.sup.run_id, move.to)
+        last = self.sup.state.moves[-1:]
+        if any(
+            m.phase == REFUSED and m.to_resource == target and m.detail.startswith(rewalk.OVER_BUDGET) for m in last
+        ):
+            return
+        mv = self._state(inc, step, move)
+        mv.phase, mv.ended_at, mv.detail = REFUSED, mv.asked_at, why
+        self.sup.state.moves.append(mv)
+        self.sup._save()
+        self._event(mv)
+
+    def _move(self, inc: IncarnationState, step: int, move: Any) -> None:
+        sup, state = self.sup, self.sup.state
+        mv = self._state(inc, step, move)
         state.moves.append(mv)
         sup._save()  # before the request: a successor deletes the target of a move it finds asked
         tried: list[Attempt] = []
@@ -110,7 +134,7 @@ class Mover:
             tried.append(a)
             sup.slices.on_attempt(a)  # refusals reach the run state's stockouts, as a walk's do
 
-        md = Launch(startup_script(sup.run_id, sup.layout, new_id), 1, {STANDBY_KEY: "true"}).metadata(0)
+        md = Launch(startup_script(sup.run_id, sup.layout, mv.to_id), 1, {STANDBY_KEY: "true"}).metadata(0)
         try:
             got = ladder.request(sup.job.provision, sup.run_id, sup.settings, move.to, provider=sup.provider,
                                  metadata=md, on_attempt=note)  # fmt: skip
