@@ -69,6 +69,7 @@ from tpu_ops.provision import history as H
 from tpu_ops.provision.choose import History, RunModel
 from tpu_ops.provision.ladder import Step, plan
 from tpu_ops.provision.prices import PriceTable, shipped
+from tpu_ops.specs.choose import ChooseSpec
 from tpu_ops.specs.slice import ProvisionSpec
 
 PROJECT = "fleet-sim"
@@ -475,10 +476,13 @@ class Fleet:
 
     # -- voluntary moves -----------------------------------------------------------------------------
     def _next_checkpoint(self, st: RunState, after: float) -> None:
-        """The held slice's next committed checkpoint after ``after``, if it comes before its end."""
+        """The held slice's next ranking after ``after`` (its last): its next committed checkpoint, or
+        ``choose.move_every`` later if that comes first (production's ``Mover._due``), before its end."""
         every_s = st.spec.checkpoint_every * self.sc["seconds_per_step"]
         k = math.floor((after - st.train_from) / every_s + 1e-9) + 1
         t = st.train_from + k * every_s
+        assert self.moves is not None
+        t = min(t, after + self.moves["every_s"])
         if t < st.ends_at:
             st.live.append(self.at(t, "checkpoint", st.spec.idx))
 
@@ -493,7 +497,9 @@ class Fleet:
             return
         sps = self.sc["seconds_per_step"]
         every = st.spec.checkpoint_every
-        kept = st.kept + round((t - st.train_from) / sps) // every * every
+        ran = (t - st.train_from) / sps
+        at_checkpoint = abs(ran - round(ran)) < 1e-6 and round(ran) % every == 0
+        kept = st.kept + (round(ran) if at_checkpoint else int(ran))  # between them a handover saves the step in hand
         run = RunModel(st.spec.steps - kept, sps, every, st.spec.deadline - t)
         view = None
         if self.view:
@@ -790,15 +796,18 @@ AUTOS: dict[str, dict[str, Any]] = {
     "auto as last round (no forgetting, no fleet view)": {"forget": False, "view": False},
     "auto without the scarcity charge, reservation at the spot price (two rounds ago)": {
         "reservation_price": "opportunity", "scarcity": False, "forget": False, "view": False},
-    "auto with moves": {"moves": {}},  # a voluntary move at a checkpoint when worth_moving says so
+    "auto with moves": {"moves": {}},  # voluntary moves at checkpoints and every choose.move_every (10 min)
+    "auto with moves at checkpoints only (choose.move_every: null)": {"moves": {"every_s": math.inf}},
     "auto with moves and choose.wait 10 min": {"moves": {}, "wait_s": 600.0},  # both opt-in levers at once
 }
 
 
 # Voluntary moves (``Fleet(moves=...)``): ``margin`` for worth_moving, the tiers a run may move to (the
-# "reservation only" variant measured in docs/fleet.md), and whether a checkpoint's ranking keeps the
-# run's ask in the summary as a walk's does (``fleet.admit``'s median then counts running runs too).
-MOVES: dict[str, Any] = {"margin": moving.MARGIN, "to": ("reservation", "spot", "on-demand"), "note_ask": False}
+# "reservation only" variant measured in docs/fleet.md), whether a checkpoint's ranking keeps the
+# run's ask in the summary as a walk's does (``fleet.admit``'s median then counts running runs too), and
+# ``every_s``, the longest time between two rankings of a running run (``choose.move_every``'s default).
+MOVES: dict[str, Any] = {"margin": moving.MARGIN, "to": ("reservation", "spot", "on-demand"), "note_ask": False,
+                         "every_s": ChooseSpec().move_every.total_seconds()}
 
 VARIANTS = ("auto with moves", "auto")  # measured by default; ``--variants`` adds the others of ``AUTOS``
 

@@ -36,12 +36,12 @@ STEPS, EVERY = 80, 5
 CLI = str(Path(sys.executable).with_name("tpu-ops"))
 
 
-def _spec(bucket: str, move: bool = True, steps: int = STEPS) -> TrainJobSpec:
-    doc = json.loads(job_spec(bucket, steps=steps, checkpoint_every=EVERY,
+def _spec(bucket: str, move: bool = True, steps: int = STEPS, every: int = EVERY, **choose: Any) -> TrainJobSpec:
+    doc = json.loads(job_spec(bucket, steps=steps, checkpoint_every=every,
                               hyperparameters={"step_delay_s": 0.25}).model_dump_json())  # fmt: skip
     doc["provision"] = {
         "slice": {"accelerator_type": "v5p-8", "backend": "compute", "region": "us-east5", "zones": [ZONE]},
-        "ladder": [f"reservation:{RES}@{ZONE}", "spot", "on-demand"], "choose": {"move": move},
+        "ladder": [f"reservation:{RES}@{ZONE}", "spot", "on-demand"], "choose": {"move": move, **choose},
         "budget_usd": 1000, "hours": 1, "queue_timeout": "10s", "overall_timeout": "60s",
     }  # fmt: skip
     return TrainJobSpec.model_validate(doc)
@@ -163,6 +163,32 @@ def test_a_run_on_spot_moves_to_the_freed_reservation_at_a_checkpoint_one_with_m
     assert sum(h.preemptions for h in folded.values()) == 0
     assert any(n == "slice.moved" for n, _ in run.events)
     _nothing_left(stack, "mover")
+
+
+def test_between_checkpoints_a_run_ranks_every_move_every_and_moves_with_the_step_in_hand(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, fleet: Any
+) -> None:
+    """No checkpoint before the end (``checkpoint_every`` = ``steps``): ``ranker`` (``move_every: 2s``) moves to the
+    freed reservation at the step in hand, which the old workers save on the stop marker; ``waiter``
+    (``move_every: null``) ranks at checkpoints only, so it stays on spot to the end."""
+    steps = 160
+    run = Run(_spec(ckpt_bucket, steps=steps, every=steps, move_every="2s"), "ranker", train_settings)
+    wait_for(lambda: run.error or _training_on_spot(gcs, ckpt_bucket, "ranker"), 120, what="ranker on spot")
+    other = Run(_spec(ckpt_bucket, steps=steps, every=steps, move_every=None), "waiter", train_settings)
+    wait_for(lambda: other.error or _training_on_spot(gcs, ckpt_bucket, "waiter"), 120, what="waiter on spot")
+    assert run.error is None and other.error is None, (run.error, other.error)
+    _free_the_reservation(stack)
+    report = run.result(timeout=240).to_json()
+    other.result(timeout=240)
+    state = _state(gcs, ckpt_bucket, "waiter")
+    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "done")] and state["moves"] == []
+    state = _state(gcs, ckpt_bucket, "ranker")
+    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "moved"), ("reservation", "done")]
+    _no_step_lost(state, steps)
+    (mv,) = state["moves"]
+    assert mv["phase"] == "moved" and 0 < mv["checkpoint"] <= mv["resume_step"] < steps  # ranked mid-interval
+    assert report["steps_kept"] == steps and report["recoveries"] == 0
+    _nothing_left(stack, "ranker")
 
 
 def test_a_refused_target_leaves_the_run_where_it_is(

@@ -53,6 +53,12 @@ class ChooseSpec(StrictModel):
         "moves, make-before-break, to a rung worth leaving its slice for (capacity freed meanwhile, e.g. a "
         "reservation VM handed back; docs/moves.md). false: rank only at the start and after a preemption.",
     )
+    move_every: Duration(timedelta(seconds=1), timedelta(days=1)) | None = Field(  # type: ignore[valid-type]
+        timedelta(minutes=10),
+        description="With move: also rank again this often between checkpoints while training. A move's handover "
+        "saves the step in hand, so it need not wait for the next checkpoint (hour-long intervals would leave "
+        "freed capacity idle). null: rank at committed checkpoints only.",
+    )
     steps: int | None = Field(None, ge=1, description="Steps of the run (default: train.steps).")
     checkpoint_every: int | None = Field(None, ge=1, description="Steps between checkpoints (default: train's).")
     checkpoint_interval: Duration(timedelta(seconds=1), timedelta(days=7)) = Field(  # type: ignore[valid-type]

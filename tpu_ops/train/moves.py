@@ -1,12 +1,13 @@
 """A voluntary move at a checkpoint, make-before-break (docs/moves.md).
 
-At each newly committed checkpoint a run with ``choose`` (and ``choose.move``, the default) ranks its
-remaining work as a re-walk would (:mod:`tpu_ops.provision.rewalk`). When a rung ahead of the held one
-is worth the move (:func:`tpu_ops.provision.moving.worth_moving`), the supervisor asks for that rung
-alone, beside the held slice; its agents stand by (``agent.job.STANDBY_KEY``) until the allocation
-document names their incarnation, so two trainers never write the run. Once they are up, the old
-workers are told to stop (``state/stop/<incarnation>.json``: they save the step in hand), the old
-slice is deleted, and the allocation document names the new incarnation: it restores that step.
+At each newly committed checkpoint, and ``choose.move_every`` after its last ranking, a run with
+``choose`` (and ``choose.move``, the default) ranks its remaining work as a re-walk would
+(:mod:`tpu_ops.provision.rewalk`). When a rung ahead of the held one is worth the move
+(:func:`tpu_ops.provision.moving.worth_moving`), the supervisor asks for that rung alone, beside the held
+slice; its agents stand by (``agent.job.STANDBY_KEY``) until the allocation document names their
+incarnation, so two trainers never write the run. Once they are up, the old workers are told to stop
+(``state/stop/<incarnation>.json``: they save the step in hand), the old slice is deleted, and the
+allocation document names the new incarnation: it restores that step.
 
 Every phase is in the run state (:class:`~tpu_ops.train.runstate.MoveState`) before it is acted on, so a
 successor supervisor finishes a handover the old workers were told of, or undoes one they were not.
@@ -55,18 +56,20 @@ class Mover:
     def __init__(self, sup: Any) -> None:
         self.sup, self.on = sup, movable(sup.job)
         self.seen = 0  # the newest checkpoint ranked: one ranking per committed checkpoint
+        self.ranked_at: float | None = None  # monotonic: when the last ranking was (choose.move_every)
         self._table: PriceTable | None = None
 
     # -- when --------------------------------------------------------------------------------------
     def consider(self, inc: IncarnationState) -> None:
-        """At a newly committed checkpoint of ``inc``: rank, and move if worth it (raises ``Moved``)."""
+        """At a newly committed checkpoint of ``inc``, or ``choose.move_every`` after the last ranking: rank, and
+        move if worth it (raises ``Moved``)."""
         try:
             step = self._due(inc)
         except TransientError:
             return  # the next poll looks again
         if step is None:
             return
-        self.seen = step
+        self.seen, self.ranked_at = step, time.monotonic()
         sup = self.sup
         spec = sup.job.provision
         held = (attempt_of(sup.run_id, inc.queued_resource) or 0) % SLICE_STRIDE
@@ -89,15 +92,23 @@ class Mover:
         self._move(inc, step, move)
 
     def _due(self, inc: IncarnationState) -> int | None:
-        """The checkpoint to rank at: committed, newer than the resume step and the last one ranked."""
+        """The step to rank at: a committed checkpoint newer than the resume step and the last one ranked; else,
+        ``choose.move_every`` after the last ranking, the step in hand (a handover saves it); else None."""
         if not self.on or inc.last_step is None or not inc.queued_resource:
             return None
         t = self.sup.job.train
         base = max(self.seen, inc.resume_step or 0)
-        if inc.last_step // t.checkpoint_every * t.checkpoint_every <= base:
-            return None  # no save since: no listing
-        step = latest_complete_step(self.sup.gcs, self.sup.layout.steps_uri)
-        return step if step is not None and base < step < t.steps else None
+        if inc.last_step // t.checkpoint_every * t.checkpoint_every > base:  # a save since: list the steps
+            step = latest_complete_step(self.sup.gcs, self.sup.layout.steps_uri)
+            if step is not None and base < step < t.steps:
+                return step
+        every = self.sup.job.provision.choose.move_every
+        now = time.monotonic()
+        if self.ranked_at is None:
+            self.ranked_at = now  # the first look: the interval counts from here
+        if every is None or now - self.ranked_at < every.total_seconds():
+            return None
+        return inc.last_step if base < inc.last_step < t.steps else None
 
     # -- how ---------------------------------------------------------------------------------------
     def _state(self, inc: IncarnationState, step: int, move: Any) -> MoveState:
