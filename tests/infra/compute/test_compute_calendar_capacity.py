@@ -10,6 +10,7 @@ capacity is set per zone and TPU generation through ``/_fake/capacity`` (``CALEN
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any
@@ -85,9 +86,9 @@ def test_a_request_whose_chips_do_not_fit_its_window_is_declined_and_nothing_wai
     assert _raw(fake, "overlaps")["status"] == {"procurementStatus": "DECLINED"}
     # A resize request that targets the reservation it would have made fails now, not at its window.
     _group(fake, "g", "RESERVATION_BOUND", reservation="overlaps-res")
-    _resize(fake_rrs(fake), "g")
+    _resize(_rrs(fake), "g")
     _tick(fake)
-    assert _state(fake_rrs(fake), "g") == "FAILED"
+    assert _state(_rrs(fake), "g") == "FAILED"
     _tick(fake, 2 * HOUR + DAY / 2)  # its window: nothing is delivered
     assert _status(fake, "overlaps") == "DECLINED"
     with pytest.raises(gexc.NotFound):
@@ -100,16 +101,16 @@ def test_an_approved_request_whose_capacity_went_before_its_window_fails_then(fa
     _tick(fake)
     assert _status(fake, "cal") == "APPROVED"  # the default capacity approves it (what the dry run needs)
     _group(fake, "g", "RESERVATION_BOUND", reservation="cal-res")
-    _resize(fake_rrs(fake), "g")
+    _resize(_rrs(fake), "g")
     _tick(fake, 60)
-    assert _state(fake_rrs(fake), "g") == "ACCEPTED"  # waits for the window
+    assert _state(_rrs(fake), "g") == "ACCEPTED"  # waits for the window
     _post(f"{fake.url}/_fake/capacity", {ZONE: {"CALENDAR": 0}})
     _tick(fake, HOUR)
     assert _status(fake, "cal") == "FAILED"
     assert _raw(fake, "cal")["status"] == {"procurementStatus": "FAILED"}
     with pytest.raises(gexc.NotFound):
         fake.reservations.get(project=PROJECT, zone=ZONE, reservation="cal-res")
-    assert _state(fake_rrs(fake), "g") == "FAILED"
+    assert _state(_rrs(fake), "g") == "FAILED"
     with pytest.raises(gexc.BadRequest, match="cannot be modified, cancelled or deleted"):
         compute_v1.FutureReservationsClient(
             credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=fake.url)
@@ -122,6 +123,6 @@ def test_a_bad_calendar_capacity_is_refused_naming_the_allowed_keys(fake: Any) -
     assert err.value.code == 400 and "['tpu7x', 'v5p', 'v6e', '*']" in err.value.read().decode()
 
 
-def fake_rrs(fake: Any) -> Any:
+def _rrs(fake: Any) -> Any:
     kw: dict[str, Any] = {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=fake.url)}
     return compute_v1.InstanceGroupManagerResizeRequestsClient(**kw)
