@@ -10,6 +10,7 @@ from tpu_ops.errors import SpecError
 from tpu_ops.provision.calendar import CALENDAR, CalendarWindow, gate, reserved, rows
 from tpu_ops.provision.ladder import plan
 from tpu_ops.provision.ledger import Ledger
+from tpu_ops.provision.records import Outcome
 from tpu_ops.settings import Settings
 from tpu_ops.specs.loader import parse_spec
 from tpu_ops.specs.slice import ProvisionSpec
@@ -92,6 +93,7 @@ def test_reserved_and_fit_table() -> None:
         CalendarWindow("d", "us-east5-a", NOW - 9 * HOUR, NOW - HOUR, "CALENDAR", "FULFILLED", "", "v5p", 16),
         CalendarWindow("e", "us-east5-a", NOW, NOW + HOUR, "DEFAULT", "FULFILLED", "", "v5p", 16),
         CalendarWindow("f", "us-central1-a", NOW, NOW + HOUR, "CALENDAR", "FULFILLED", "", "v5p", 16),
+        CalendarWindow("g", "us-east5-a", NOW + HOUR, NOW + 86400, "CALENDAR", "DECLINED", "g-res", "v5p", 16),
     ]
     got = {r["name"]: (r["usable"], r["in ladder"]) for r in rows(spec, windows, now=NOW)}
     assert got == {
@@ -99,4 +101,29 @@ def test_reserved_and_fit_table() -> None:
         "b": ("yes, open now", "no"),
         "c": ("no: v6e, not v5p", "no"),
         "d": ("no: ended", "no"),
+        "g": ("no: DECLINED", "no"),
     }
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "words"),
+    [
+        ("DECLINED", Outcome.STOCKOUT, "Google rejected the request at review"),
+        ("FAILED", Outcome.STOCKOUT, "provided no reservation for its window"),
+        ("CANCELLED", Outcome.FAILED, "was cancelled"),
+        ("DRAFTING", Outcome.FAILED, "never submitted"),
+    ],
+)
+def test_a_request_that_will_deliver_nothing_is_walked_past_at_once(
+    tmp_path: Path, status: str, outcome: str, words: str
+) -> None:
+    """Its window opens within the overall timeout, so an approved one would be waited for; not this one."""
+    ledger = Ledger(Settings(dry_run=True, state_dir=tmp_path), "run-gate")
+    window = CalendarWindow("cal", "us-east5-a", NOW + 300, NOW + 86400, "CALENDAR", status, "cal-res", "v5p", 16)
+    g = gate(window, "cal", "us-east5-a", left_s=600, finish_by=None, ledger=ledger, attempt=1, now=NOW)
+    assert (g.go, g.wait_s, g.outcome) == (False, 0.0, outcome)
+    assert g.reason == f"calendar reservation 'cal' in us-east5-a is {status}: " + g.reason.split(": ", 1)[1]
+    assert words in g.reason
+    said = [e for e in ledger.events() if e["kind"] == CALENDAR]
+    assert [(e["decision"], e["status"], e["reservation"]) for e in said] == [("refused", status, "cal")]
+    assert Outcome.audit_outcome(g.outcome) == ("refused" if outcome == Outcome.STOCKOUT else "failure")

@@ -177,6 +177,57 @@ def test_calendar_window_after_the_overall_timeout_walks_on(fake: Fake) -> None:
         teardown("run-late", fake.settings, zones=[ZA, ZB])
 
 
+def _said(settings: Any, run: str) -> list[tuple[str, str]]:
+    """The run's ledger ``calendar`` events: (decision, procurement status if said)."""
+    return [(e["decision"], e.get("status", "")) for e in Ledger(settings, run).events() if e["kind"] == "calendar"]
+
+
+def test_a_calendar_request_google_declined_is_walked_past_in_the_same_walk(fake: Fake) -> None:
+    fake.req("POST", "/_fake/capacity", {ZA: {"CALENDAR": {"v5p": 0}}})  # Google cannot promise the window
+    start = fake.calendar("full", opens_in_s=300.0)  # approved, the ladder would wait 5 min for it
+    assert fake.futures.get(project=PROJECT, zone=ZA, future_reservation="full").status.procurement_status == (
+        "DECLINED")  # fmt: skip
+    spec = fake.spec(["calendar:full@us-east5-a", "spot"])
+    try:
+        s = provision(spec, "run-dec", fake.settings)
+        assert time.time() < start - 240  # never waited on until the window
+        assert [(a.tier, a.zone, a.outcome, a.reservation) for a in s.attempts] == [
+            ("calendar", ZA, Outcome.STOCKOUT, "full"), ("spot", ZA, Outcome.ACTIVE, "")]  # fmt: skip
+        assert s.attempts[0].detail.startswith("calendar reservation 'full' in us-east5-a is DECLINED: Google rejected")
+        assert Outcome.audit_outcome(s.attempts[0].outcome) == "refused"  # as a stock-out is, in the audit trail
+        assert _said(fake.settings, "run-dec") == [("refused", "DECLINED")]
+        logged = [e for e in Ledger(fake.settings, "run-dec").events() if e["kind"] == "attempt"]
+        assert [(e["outcome"], e["reservation"]) for e in logged] == [("stockout", "full"), ("active", "")]
+        made = for_backend("compute", fake.settings).resources([ZA, ZB], "run-dec")
+        assert {r.kind for r in made} == {"instance-group", "instance-template", "workload-policy", "instance"}
+        assert all(r.resource_id.startswith(s.attempts[1].resource_id) for r in made)  # nothing for the rung
+    finally:
+        report = teardown("run-dec", fake.settings, zones=[ZA, ZB])
+    assert report.confirmed_gone and fake.left() == 0
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_calendar_request_failed_at_its_window_is_walked_past_not_waited_on(fake: Fake, named: bool) -> None:
+    """Approved, waited for; its capacity goes before the window and Google fails it when the window opens
+    (no reservation is made). Named: the ladder's resize request waits; unnamed: the provider waits for the
+    window to name its reservation. Either way the ladder walks on at once to the next rung."""
+    start = fake.calendar("cal", opens_in_s=3.0, named=named)
+    assert fake.futures.get(project=PROJECT, zone=ZA, future_reservation="cal").status.procurement_status == (
+        "APPROVED")  # fmt: skip
+    fake.req("POST", "/_fake/capacity", {ZA: {"CALENDAR": 0}})
+    run = f"run-fail-{named}".lower()
+    try:
+        s = provision(fake.spec(["calendar:cal@us-east5-a", "spot"], queue_timeout="5m"), run, fake.settings)
+        assert start <= time.time() < start + 30  # not the 5 min queue timeout, not a minute past the window
+        assert [(a.tier, a.outcome) for a in s.attempts] == [("calendar", Outcome.STOCKOUT), ("spot", Outcome.ACTIVE)]
+        assert "calendar reservation 'cal' in us-east5-a is FAILED: the request failed: Compute Engine provided no " \
+               "reservation for its window" in s.attempts[0].detail  # fmt: skip
+        assert _said(fake.settings, run)[0] == ("wait", "")
+    finally:
+        report = teardown(run, fake.settings, zones=[ZA, ZB])
+    assert report.confirmed_gone and fake.left() == 0
+
+
 @pytest.mark.parametrize("rung", ["flex-start", "calendar"])
 def test_kill_9_while_a_resize_request_waits_is_reaped(
     fake: Fake, rung: str, tmp_path: Path, waiter: Callable[..., Any]

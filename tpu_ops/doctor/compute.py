@@ -86,11 +86,12 @@ def compute_checks(settings: Settings, spec: PipelineSpec) -> list[Check]:
 
 
 def _calendar(settings: Settings, name: str, zone: str) -> Check:
-    """A calendar rung's future reservation exists, is in calendar mode, and its window has not ended."""
+    """A calendar rung's future reservation exists, is in calendar mode, will deliver (not declined or
+    failed by Google) and its window has not ended."""
     import time
 
     from tpu_ops.cloud.compute_resize import ComputeResizeApi
-    from tpu_ops.provision.calendar import when
+    from tpu_ops.provision.calendar import REFUSALS, when
 
     label = f"calendar reservation {name} in {zone}"
     fr = ComputeResizeApi(settings).get_future_reservation(zone, name)
@@ -99,6 +100,8 @@ def _calendar(settings: Settings, name: str, zone: str) -> Check:
         return _missing(label, why, f"book one (it cannot be cancelled once submitted): gcloud compute "
                         f"future-reservations create {name} --zone={zone} --reservation-mode=calendar ...")  # fmt: skip
     window = f"window {when(fr.start)} - {when(fr.end)}, {fr.status}"
+    if fr.status in REFUSALS:  # Google declined or failed it (or it was cancelled, or never submitted)
+        return _missing(label, f"{window}: {REFUSALS[fr.status][1]}", "book another window or zone and name it")
     if fr.end is not None and fr.end <= time.time():
         return _missing(label, f"{window}: ended", "name a calendar reservation whose window is still ahead")
     return _ok(label, window)

@@ -6,6 +6,13 @@ is read from Compute Engine. Before the window opens the ladder says when it ope
 ``calendar`` and a log line) and either waits for it, if it opens before the overall timeout and the
 spec's ``choose.finish_by``, or walks on to the next rung. A window that has ended, or a reservation
 that does not exist, is a rung that cannot be served: the ladder walks on at once.
+
+Google reviews a submitted request (``status.procurementStatus`` PENDING_APPROVAL, then APPROVED or
+DECLINED) and one approved may still be FAILED when its window opens ("No additional reservations
+were provided"). A request Google declined or failed is a refusal of the rung, as a stock-out is
+(outcome ``stockout``, the ledger event with ``decision: refused``), seen at the gate or, while the
+ladder waits for the window, at each poll (:func:`recheck`): it is never waited on. The compute.v1
+``FutureReservationStatus`` has no field saying why, so the message says what the status means.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from tpu_ops.errors import TransientError
 from tpu_ops.provision import ledger as L
+from tpu_ops.provision.records import Outcome
 from tpu_ops.tiers import Tier
 
 if TYPE_CHECKING:
@@ -25,6 +34,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CALENDAR: Final = "calendar"  # the ledger event
+# procurementStatus after which the request delivers nothing -> (Google's refusal?, what it means)
+REFUSALS: Final = {
+    "DECLINED": (True, "Google rejected the request at review (the API gives no reason); it will deliver nothing"),
+    "FAILED": (True, "the request failed: Compute Engine provided no reservation for its window"),
+    "CANCELLED": (False, "the request was cancelled; it will deliver nothing"),
+    "DRAFTING": (False, "the request is a draft that was never submitted"),
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,13 @@ class CalendarWindow:
 
     def ended(self, now: float) -> bool:
         return self.end is not None and now >= self.end
+
+    @property
+    def refusal(self) -> str:
+        """Why the request will deliver nothing, naming it and its status ("" while it may)."""
+        if self.status not in REFUSALS:
+            return ""
+        return f"calendar reservation {self.name!r} in {self.zone} is {self.status}: {REFUSALS[self.status][1]}"
 
 
 # ``aggregateReservation.vmFamily`` -> TPU generation (the compute.v1 discovery document's enum)
@@ -82,7 +105,9 @@ def rows(spec: ProvisionSpec, windows: list[CalendarWindow], now: float | None =
     for w in sorted(windows, key=lambda w: (w.start or 0.0, w.zone, w.name)):
         if w.mode != "CALENDAR" or w.zone not in spec.slice.zones:
             continue
-        if w.ended(now):
+        if w.refusal:
+            use = f"no: {w.status}"
+        elif w.ended(now):
             use = "no: ended"
         elif w.generation != acc.generation:
             use = f"no: {w.generation or 'not TPU'}, not {acc.generation}"
@@ -108,6 +133,12 @@ class Gate:
     wait_s: float = 0.0
     reason: str = ""
     late: bool = False  # walks on because the window opens too late (not because it cannot be served)
+    refused: bool = False  # walks on because Google declined or failed the request
+
+    @property
+    def outcome(self) -> str:
+        """The attempt's outcome when the gate walks on."""
+        return Outcome.TIMEOUT if self.late else Outcome.STOCKOUT if self.refused else Outcome.FAILED
 
 
 def gate(
@@ -127,6 +158,8 @@ def gate(
         return Gate(False, reason=f"calendar reservation {name!r} not found in {zone}")
     if window.mode != "CALENDAR":
         return Gate(False, reason=f"future reservation {name!r} is not in calendar mode ({window.mode})")
+    if window.refusal:
+        return _refuse(window, ledger, attempt)
     if window.ended(now):
         return Gate(False, reason=f"calendar reservation {name!r} ended at {when(window.end)}")
     opens_in = window.opens_in(now)
@@ -156,3 +189,21 @@ def step_gate(provider: Any, spec: ProvisionSpec, zone: str, name: str, attempt:
     finish_by = spec.choose.finish_by.timestamp() if spec.choose is not None and spec.choose.finish_by else None
     return gate(read(zone, name), name, zone, left_s=deadline_mono - time.monotonic(), finish_by=finish_by,
                 ledger=ledger, attempt=attempt)  # fmt: skip
+
+
+def _refuse(window: CalendarWindow, ledger: L.Ledger, attempt: int) -> Gate:
+    """Walk on from a request that will deliver nothing: said in the ledger and the log."""
+    ledger.append(CALENDAR, attempt=attempt, reservation=window.name, zone=window.zone, opens_at=window.start,
+                  ends_at=window.end, status=window.status, decision="refused")  # fmt: skip
+    log.warning("%s: walking on", window.refusal)
+    return Gate(False, reason=window.refusal, refused=REFUSALS[window.status][0])
+
+
+def recheck(provider: Any, zone: str, name: str, ledger: L.Ledger, attempt: int) -> Gate | None:
+    """While the ladder waits for a window: the gate that walks on if Google has since declined or
+    failed the request, else None (also when it cannot be read this time: the next poll reads again)."""
+    try:
+        window = provider.calendar_window(zone, name)
+    except TransientError:
+        return None
+    return _refuse(window, ledger, attempt) if window is not None and window.refusal else None

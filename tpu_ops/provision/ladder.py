@@ -247,19 +247,11 @@ class _Ladder:
                 gate = calendar.step_gate(
                     self.provider, self.spec, step.zone, step.reservation, step.number, self.deadline, self.ledger
                 )
-                if not gate.go:
-                    self._record(
-                        Attempt(
-                            step.number,
-                            step.tier,
-                            step.zone,
-                            rid,
-                            Outcome.TIMEOUT if gate.late else Outcome.FAILED,
-                            0.0,
-                            gate.reason,
-                            step.reservation,
-                        )
+                if not gate.go:  # not waited on: late, ended, declined or failed by Google
+                    att = Attempt(
+                        step.number, step.tier, step.zone, rid, gate.outcome, 0.0, gate.reason, step.reservation
                     )
+                    self._record(att)
                     return None
                 opens_in = gate.wait_s
             existing = self.provider.describe(step.zone, rid)
@@ -324,6 +316,11 @@ class _Ladder:
                 rec = last[0] = self.provider.describe(step.zone, rid)
             except TransientError:
                 return None  # retries used up for this poll; the next poll tries again
+            if step.tier == Tier.CALENDAR and (rec is None or rec.state not in SliceState.RUNNING):
+                # Google may decline the request, or fail it at the window, while we wait for it
+                no = calendar.recheck(self.provider, step.zone, step.reservation, self.ledger, step.number)
+                if no is not None:
+                    return no.outcome, no.reason, None
             self.hold.see(rec)
             return None if rec is None else self._settled(rec)
 

@@ -4,11 +4,18 @@ A request names capacity (``specificSkuProperties``: ``instanceProperties.machin
 ``totalCount`` VMs, or for TPUs ``aggregateReservation``: ``vmFamily`` and accelerator counts) for a
 ``timeWindow`` (``startTime`` and ``endTime`` or ``duration``). ``reservationMode: CALENDAR`` windows
 last 1 to 90 days and, once submitted, cannot be modified, cancelled or deleted ("About future
-reservation requests in calendar mode"). ``status.procurementStatus``: PENDING_APPROVAL on insert,
-APPROVED after (the fake approves every request), FULFILLED once the window opens: Compute Engine
-then auto-creates a reservation (``reservationName``, else ``<namePrefix|name>-<id>``) listed in
-``status.autoCreatedReservations``, and at the end of the window deletes it and every VM that
-consumes it. Resize requests consume it (:mod:`.resize`): one made before the window waits.
+reservation requests in calendar mode"). ``status.procurementStatus`` is PENDING_APPROVAL on insert;
+Google's review then approves or declines it. The fake's review of a calendar request weighs the
+zone's calendar capacity (``/_fake/capacity`` ``{zone: {"CALENDAR": chips | {generation: chips}}}``,
+4096 chips of every generation by default): APPROVED if the chips it asks for fit beside those the
+approved requests of the same generation hold at every moment of its window, else DECLINED (the
+compute.v1 ``FutureReservationStatus`` has no field saying why, so neither does the fake). When the
+window opens an approved request is FULFILLED: Compute Engine auto-creates a reservation
+(``reservationName``, else ``<namePrefix|name>-<id>``) listed in ``status.autoCreatedReservations``,
+and at the end of the window deletes it and every VM that consumes it; if the capacity was lowered
+meanwhile and its chips no longer fit, it is FAILED ("No additional reservations were provided") and
+nothing is created. Resize requests consume it (:mod:`.resize`): one made before the window waits.
+Requests in DEFAULT mode are approved as before.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from infra.local.compute.resize import ResizeMixin
 from infra.local.core import exceptions as exc
 
 DAY = 86400.0
+ENDED = ("CANCELLED", "DECLINED", "FAILED")  # procurement states that will never deliver
+HOLDING = ("APPROVED", "FULFILLED")  # calendar requests that hold calendar capacity
 # aggregateReservation.vmFamily -> the machine type its auto-created reservation holds
 VM_FAMILIES = {
     "VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P": "ct5p-hightpu-4t",
@@ -220,14 +229,40 @@ class FutureReservationsMixin(ResizeMixin):
             zc.reservations.pop(fr.reservation, None)
         self.capacity.zones[fr.zone] = zc
 
+    def _chips(self, fr: FutureReservation) -> tuple[str, int]:
+        mt = MACHINE_TYPES[fr.machine_type]
+        return mt.generation, fr.count * mt.chips
+
+    def _fits(self, fr: FutureReservation, at: list[float], delivered: bool = False) -> bool:
+        """Whether ``fr``'s chips fit beside those the other approved (``delivered``: fulfilled) calendar
+        requests of its zone and generation hold at each moment of ``at`` (a window's peak is at a start)."""
+        gen, chips = self._chips(fr)
+        others = [o for o in self._futures.values() if o is not fr and o.calendar and o.zone == fr.zone
+                  and (o.delivered if delivered else o.status in HOLDING) and not o.ended
+                  and self._chips(o)[0] == gen]  # fmt: skip
+        held = max((sum(self._chips(o)[1] for o in others if o.start <= t < o.end) for t in at), default=0)
+        return held + chips <= self.capacity.zone(fr.zone).calendar_chips(gen)
+
+    def _review(self, fr: FutureReservation) -> str:
+        """Google's review of a submitted request: APPROVED or DECLINED (calendar capacity)."""
+        if not fr.calendar:
+            return "APPROVED"
+        starts = [fr.start] + [o.start for o in self._futures.values() if fr.start < o.start < fr.end]
+        return "APPROVED" if self._fits(fr, starts) else "DECLINED"
+
     def _advance_futures(self, now: float) -> bool:
         changed = False
-        for fr in self._futures.values():
-            if fr.status in ("CANCELLED", "DECLINED"):
+        for fr in sorted(self._futures.values(), key=lambda f: f.uid):  # first come, first served
+            if fr.status in ENDED:
                 continue
             if fr.status == "PENDING_APPROVAL":
-                fr.status, changed = "APPROVED", True
+                fr.status, changed = self._review(fr), True
+                if fr.status in ENDED:
+                    continue
             if fr.start <= now < fr.end:
+                if fr.calendar and not fr.delivered and not self._fits(fr, [now], delivered=True):
+                    fr.status, changed = "FAILED", True  # the capacity went meanwhile: nothing is delivered
+                    continue
                 if fr.reservation not in self.capacity.zone(fr.zone).reservations:
                     self._deliver(fr, True)  # again if someone reconfigured the zone's reservations
                     changed = True
@@ -249,7 +284,7 @@ class FutureReservationsMixin(ResizeMixin):
         now = self.clock.now()
         return any(
             fr.project == project and fr.zone == zone and fr.reservation == name and now < fr.start
-            and fr.status not in ("CANCELLED", "DECLINED")
+            and fr.status not in ENDED
             for fr in self._futures.values()
         )  # fmt: skip
 

@@ -9,6 +9,7 @@ document last.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -162,6 +163,33 @@ def test_reservations_describe_and_list(fake):
     assert (res["specificReservation"]["count"], res["specificReservationRequired"], res["status"]) == (
         "16", True, "READY")  # fmt: skip
     assert "was not found" in g.fails("compute", "reservations", "describe", "nope", f"--zone={ZONE}")
+
+
+def test_calendar_requests_created_reviewed_described_and_listed(fake):
+    """Pages "Create a future reservation request in calendar mode" (compute/docs/instances/
+    create-future-reservations-calendar-mode) and "View reservations or future reservation requests":
+    gcloud 528 has ``future-reservations`` in its beta track only. Two v5p requests for the same days
+    where the zone has calendar capacity for one: Google's review approves the first, declines the second
+    (``status.procurementStatus: DECLINED``, no reason field), and neither can be deleted."""
+    g, b = fake.gcloud, fake.backend
+    b.configure_capacity({ZONE: {"CALENDAR": {"v5p": 16}}})
+    start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600 + 2 * 86400))
+    for name in ("first", "second"):
+        g.run("beta", "compute", "future-reservations", "create", name, f"--zone={ZONE}",
+              "--reservation-mode=CALENDAR", f"--reservation-name={name}-res", "--tpu-version=V5P",
+              "--chip-count=16", "--workload-type=BATCH", f"--start-time={start}", f"--end-time={end}",
+              "--auto-delete-auto-created-reservations")  # fmt: skip
+    got = {n: g.json("beta", "compute", "future-reservations", "describe", n, f"--zone={ZONE}")
+           for n in ("first", "second")}  # fmt: skip
+    assert {n: f["status"] for n, f in got.items()} == {
+        "first": {"procurementStatus": "APPROVED"}, "second": {"procurementStatus": "DECLINED"}}  # fmt: skip
+    assert got["second"]["aggregateReservation"]["vmFamily"] == "VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P"
+    listed = g.json("beta", "compute", "future-reservations", "list")
+    assert sorted((f["name"], f["status"]["procurementStatus"]) for f in listed) == [
+        ("first", "APPROVED"), ("second", "DECLINED")]  # fmt: skip
+    err = g.fails("beta", "compute", "future-reservations", "delete", "second", f"--zone={ZONE}")
+    assert "cannot be modified, cancelled or deleted" in err
 
 
 def test_operations_list_finds_a_preemption_and_describes_it(fake):

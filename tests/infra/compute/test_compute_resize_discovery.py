@@ -55,7 +55,13 @@ def url() -> Iterator[str]:
             "timeWindow": {"startTime": _iso(now + 30 * 86400), "duration": {"seconds": str(7 * 86400)}},
             "specificSkuProperties": {"totalCount": "2", "instanceProperties": {"machineType": "ct5p-hightpu-4t"}},
         })  # fmt: skip
-        b.configure_capacity({ZONE: {"FLEX_START": 4}})
+        b.configure_capacity({ZONE: {"FLEX_START": 4, "CALENDAR": {"v5p": 8}}})
+        b.insert_future_reservation(PROJECT, ZONE, {  # 8 + 8 chips of v5p over 8: Google declines it
+            "name": "refused", "reservationMode": "CALENDAR", "reservationName": "refused-res",
+            "timeWindow": {"startTime": _iso(now + 120), "endTime": _iso(now + 120 + 86400)},
+            "aggregateReservation": {"vmFamily": "VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P", "reservedResources": [
+                {"accelerator": {"acceleratorCount": 8}}]},
+        })  # fmt: skip
         for name in ("ok", "waits", "cancelled"):
             _group(b, name, "FLEX_START")
         _group(b, "failed", "RESERVATION_BOUND", reservation="nowhere")
@@ -84,13 +90,14 @@ def test_resize_requests_and_future_reservations_fit_the_discovery_document(url:
         assert COMPUTE.validate("InstanceGroupManagerResizeRequestsListResponse", listed) == []
     assert states == {"ok": "SUCCEEDED", "waits": "ACCEPTED", "cancelled": "CANCELLED", "failed": "FAILED",
                       "cal": "SUCCEEDED"}  # fmt: skip
-    for name in ("open", "later"):
+    for name in ("open", "later", "refused"):
         body = _get(f"{url}{Z}/futureReservations/{name}")
         assert COMPUTE.validate("FutureReservation", body) == [], body
     assert _get(f"{url}{Z}/futureReservations/open")["status"]["procurementStatus"] == "FULFILLED"
+    assert _get(f"{url}{Z}/futureReservations/refused")["status"] == {"procurementStatus": "DECLINED"}
     assert COMPUTE.validate("FutureReservationsListResponse", _get(f"{url}{Z}/futureReservations")) == []
     agg = _get(f"{url}/compute/v1/projects/{PROJECT}/aggregated/futureReservations")
     assert COMPUTE.validate("FutureReservationsAggregatedListResponse", agg) == []
-    assert [f["name"] for f in agg["items"][f"zones/{ZONE}"]["futureReservations"]] == ["later", "open"]
+    assert [f["name"] for f in agg["items"][f"zones/{ZONE}"]["futureReservations"]] == ["later", "open", "refused"]
     ops = _get(f"{url}{Z}/operations")
     assert COMPUTE.validate("OperationList", ops) == []

@@ -31,8 +31,8 @@ from typing import ClassVar, Final
 
 from tpu_ops.cloud.compute import classify, vm_body
 from tpu_ops.cloud.compute_resize import ComputeResizeApi, FutureReservationRecord, ResizeRecord, ResizeState
-from tpu_ops.errors import AlreadyExistsError, CapacityError, DeadlineError, NotFoundError, TpuOpsError
-from tpu_ops.provision.calendar import CalendarWindow, reserved
+from tpu_ops.errors import AlreadyExistsError, CapacityError, CloudError, DeadlineError, NotFoundError, TpuOpsError
+from tpu_ops.provision.calendar import REFUSALS, CalendarWindow, reserved
 from tpu_ops.provision.providers.base import Phase, SliceRecord, SliceRequest
 from tpu_ops.provision.providers.compute import GROUP, ComputeProvider
 from tpu_ops.provision.providers.compute_groups import marker, policy_name
@@ -79,9 +79,11 @@ class ComputeResizeProvider(ComputeProvider):
     def _named_window(self, zone: str, name: str) -> CalendarWindow | None:
         """The window, once the reservation it creates has a name: a calendar reservation booked
         without ``reservationName`` names it only when its window opens (the ladder's gate let us
-        wait that long), so poll until then."""
+        wait that long), so poll until then, or until Google declines or fails it."""
         window = self.calendar_window(zone, name)
-        while window is not None and not window.reservation and window.opens_in(time.time()) > -60:
+        while (
+            window is not None and not window.reservation and not window.refusal and window.opens_in(time.time()) > -60
+        ):
             time.sleep(max(self.settings.poll_interval_s, min(5.0, window.opens_in(time.time()))))
             window = self.calendar_window(zone, name)
         return window
@@ -96,6 +98,10 @@ class ComputeResizeProvider(ComputeProvider):
         base = req
         if req.tier == Tier.CALENDAR:
             window = self._named_window(req.zone, req.reservation)
+            if window is not None and window.refusal:  # declined or failed: a refusal, as a stock-out is
+                if REFUSALS[window.status][0]:
+                    raise CapacityError(f"compute: {window.refusal}", zone=req.zone, tier=req.tier)
+                raise CloudError(f"compute: {window.refusal}", service="compute")
             if window is None or not window.reservation:
                 raise NotFoundError(f"compute: calendar reservation {req.reservation!r} in {req.zone} has no "
                                     "reservation to consume (not found, or not named before its window)")  # fmt: skip
