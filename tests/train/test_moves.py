@@ -188,6 +188,13 @@ def test_between_checkpoints_a_run_ranks_every_move_every_and_moves_with_the_ste
     (mv,) = state["moves"]
     assert mv["phase"] == "moved" and 0 < mv["checkpoint"] <= mv["resume_step"] < steps  # ranked mid-interval
     assert report["steps_kept"] == steps and report["recoveries"] == 0
+    # Each ranking keeps the run's ask in the capacity summary, as a walk does: the ranker's is from a ranking
+    # while it trained, the waiter's (no ranking between its walk and its end) from its walk.
+    blob = gcs.bucket(ckpt_bucket).blob("runs/_tpu_ops/capacity-summary.json")
+    asks = {r: e["ask"]["at"] for r, e in json.loads(blob.download_as_bytes())["runs"].items() if "ask" in e}
+    assert asks["ranker"] > state["incarnations"][0]["first_step_at"]
+    waiter = _state(gcs, ckpt_bucket, "waiter")["incarnations"][0]
+    assert asks["waiter"] < waiter["first_step_at"]
     _nothing_left(stack, "ranker")
 
 

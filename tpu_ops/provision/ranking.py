@@ -343,6 +343,20 @@ def for_job(provision: ProvisionSpec, *, steps: int, checkpoint_every: int, chec
     return provision.model_copy(update={"choose": c.model_copy(update=update)})
 
 
+def keep_ask(spec: ProvisionSpec, clients: Any, run_id: str, choice: Choice, view: View | None, now: float) -> None:
+    """After a ranking by cost with a fleet view, the run's ask for the reservation (its gain) in its capacity
+    summary entry: the bar :func:`tpu_ops.provision.fleet.admit` sets for the last free VM is the median of
+    the fleet's asks, running runs' included. A write that fails is skipped, never this run's slice."""
+    if view is None or choice.method != "cost" or spec.choose is None or spec.choose.history is None:
+        return
+    from tpu_ops.errors import TpuOpsError
+    from tpu_ops.provision import fleet, history
+    from tpu_ops.uris import parse_gs
+
+    with contextlib.suppress(TpuOpsError):
+        history.note_ask(clients.gcs(), parse_gs(spec.choose.history), run_id, fleet.ask(fleet.gain(choice), now))
+
+
 def apply(
     spec: ProvisionSpec,
     steps: Sequence[Any],
@@ -370,12 +384,7 @@ def apply(
     summary = summary_for(spec, clients)
     view = view_for(steps, summary, read)
     ordered, choice = order(spec, steps, table, weigh(spec, summary, now), run, view=view)
-    if view is not None and choice.method == "cost" and spec.choose.history is not None:
-        from tpu_ops.provision import fleet, history
-        from tpu_ops.uris import parse_gs
-
-        with contextlib.suppress(TpuOpsError):  # the next rankings miss this ask, never this run its slice
-            history.note_ask(clients.gcs(), parse_gs(spec.choose.history), run_id, fleet.ask(fleet.gain(choice), now))
+    keep_ask(spec, clients, run_id, choice, view, now)
     doc = plan_document(spec, choice, run, table)
     ledger.append(CHOICE_EVENT, plan=doc)
     # The ledger has it; a bucket we cannot write to is no reason to refuse a slice.

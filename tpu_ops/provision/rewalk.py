@@ -2,8 +2,9 @@
 
 The ranking is the one :func:`tpu_ops.provision.ranking.apply` makes when the ladder walks (the history from
 the capacity summary, the fleet view from the reservations' own counts), with the steps the checkpoint
-keeps; unlike a walk it writes nothing unless the run moves (one ranking per committed checkpoint would
-flood the ledger and the fleet's asks). The decision is :func:`tpu_ops.provision.moving.worth_moving`.
+keeps. Unlike a walk it writes only the run's ask for the reservation (its capacity summary entry,
+replaced each time) unless the run moves: a ranking every ``choose.move_every`` would flood the ledger.
+The decision is :func:`tpu_ops.provision.moving.worth_moving`.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def rank_now(
     started_at: float,
     read: ranking.ReadReservation | None = None,
     now: float | None = None,
+    run_id: str | None = None,
 ) -> tuple[Choice, RunModel, ranking.View | None]:
-    """The run's remaining work (``kept`` steps already kept) ranked as a re-walk now would rank it.
+    """The run's remaining work (``kept`` steps already kept) ranked as a re-walk now would rank it; with
+    ``run_id``, its ask for the reservation kept in the capacity summary as a walk keeps it.
 
     ``started_at``: the run's start (its run state's), from which ``choose.max_duration`` counts. A walk
     reads it from the ledger's first event; a checkpoint's ranking is not given the ledger, whose reading
@@ -45,6 +48,8 @@ def rank_now(
     summary = ranking.summary_for(spec, clients)
     view = ranking.view_for(steps, summary, read)
     _, choice = ranking.order(spec, steps, table, ranking.weigh(spec, summary, now), run, view=view)
+    if run_id is not None:
+        ranking.keep_ask(spec, clients, run_id, choice, view, now)
     return choice, run, view
 
 

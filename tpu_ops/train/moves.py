@@ -76,7 +76,8 @@ class Mover:
         read = getattr(sup.provider, "reservation_document", None)
         try:
             self._table = self._table or load_prices(sup.settings)
-            choice, run, _ = rewalk.rank_now(spec, sup.slices.clients, self._table, step, sup.state.started_at, read)
+            started, rid = sup.state.started_at, sup.run_id
+            choice, run, _ = rewalk.rank_now(spec, sup.slices.clients, self._table, step, started, read, run_id=rid)
             move = rewalk.decide(choice, held)
             if move is None:
                 return
