@@ -133,7 +133,8 @@ def test_a_slice_lost_while_unsupervised_is_named_by_the_supervisor_that_takes_o
     steps, every = 40, 5
     cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, "unsup-ms", steps=steps, checkpoint_every=every)
     doc = yaml.safe_load(cli.spec.read_text())
-    doc["provision"]["slice"].update(accelerator_type="v4-16", slices=2)
+    # The successor keeps the request and waits for Google's repair (tests/train/test_takeover.py), 2 s here
+    doc["provision"]["slice"].update(accelerator_type="v4-16", slices=2, keep_healthy_for="2s")
     cli.spec.write_text(yaml.safe_dump(doc))
     run_uri = f"gs://{ckpt_bucket}/runs/unsup-ms"
     stack.backend.set_latency(repair_s=600)  # Google's repair not begun while the successor looks
@@ -151,3 +152,6 @@ def test_a_slice_lost_while_unsupervised_is_named_by_the_supervisor_that_takes_o
     (p,) = state["preemptions"]
     assert p["unsupervised"] is True
     assert (p["queued_resource"], p["zone"], p["tier"]) == ("unsup-ms-a1-1", "us-central2-b", "spot")
+    events = L.Ledger(train_settings, "unsup-ms").events()
+    ladder = [(e["resource_id"], e["outcome"]) for e in events if e["kind"] == "attempt"]
+    assert ladder == [("unsup-ms-a1", "active")] * 2  # no repair within 2 s: given back whole, a new request
