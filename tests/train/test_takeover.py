@@ -70,7 +70,7 @@ def _take_over(stack: Any, gcs: Any, bucket: str, settings: Any, tmp_path: Path,
     again = wait_for(training_again, 180, what="the next incarnation's first step", interval=0.1)
     during = [_instance(stack, f"{run_id}-a{n}") for n in (1, 1001)]
     record = LaunchRecord(run_id, "train-job", PROCESS, checkpoint_dir=f"gs://{bucket}/runs", zones=[ZONE],
-                          hosts=2, accelerator="v5p-8", slices=2, heartbeat_s=0.25)  # fmt: skip
+                          hosts=2, accelerator="v5p-8", slices=2, heartbeat_s=10)  # fmt: skip
     status = detail(run_status(settings, record, gcs))  # what `tpu-ops status RUN` shows meanwhile
     rc, _, err = cli.finish(second, timeout=240)
     assert rc == 0, err
@@ -127,7 +127,8 @@ def test_a_supervisor_taking_over_keeps_the_healthy_slice_and_replaces_only_the_
     assert state["outcome"] == "done" and state["final_step"] == STEPS
     # The steps lost are those slice 0 trained past the last commit while slice 1 was gone: with slice 1's
     # part missing they can never be committed (slice 1's own notice-driven save needs every process to agree).
-    assert p["resume_step"] == committed == inc1["resume_step"]
+    # (>=: slice 1 may have written its part of a step just before it went, committed just after this read)
+    assert p["resume_step"] == inc1["resume_step"] >= committed
     assert p["steps_lost"] == p["last_step"] - p["resume_step"] <= EVERY
     events, bills = _bills(train_settings, run_id)
     assert bills == {f"{run_id}-a1": ["active", "gone"], f"{run_id}-a1001": ["active", "gone"] * 2}
