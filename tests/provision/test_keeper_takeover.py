@@ -12,6 +12,7 @@ import pytest
 
 from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.ledger import ACTIVE, DELETE_REQUESTED, GONE, Ledger
+from tpu_ops.provision.providers import Phase
 from tpu_ops.specs.slice import SliceSpec
 from tpu_ops.train.keeper import Keeper
 from tpu_ops.train.runstate import SliceState as Recorded
@@ -79,5 +80,23 @@ def test_otherwise_nothing_is_held_and_everything_is_given_back(
         assert (state["queued_resources"], state["nodes"]) == (0, 0)  # the request and every node deleted
         closed = [e["resource_id"] for e in Ledger(settings, run_id).events() if e["kind"] == GONE]
         assert [closed.count(f"{run_id}-a1-{i}") for i in (0, 1)] == [1, 1]  # each node's bill closed once
+    finally:
+        keeper.lease.release()
+
+
+def test_a_node_google_repaired_before_the_successor_looked_is_taken_as_repaired(
+    fake: Any, settings: Any, spec_factory: Any, waiter: Any
+) -> None:
+    keeper, recorded = _successor(fake, settings, spec_factory, "run-to-fixed", "2s")
+    try:
+        p = keeper.lease.provider
+        created = p.describe(ZA, "run-to-fixed-a1-1").created_at
+        fake.preempt(ZA, "run-to-fixed-a1-1")
+        waiter(lambda: (r := p.describe(ZA, "run-to-fixed-a1-1")).state == Phase.RUNNING and r.created_at != created,
+               what="Google's repair")  # fmt: skip
+        waiter(lambda: p.describe(ZA, "run-to-fixed-a1").state == Phase.RUNNING, what="the request whole again")
+        assert keeper.adopt(recorded, 1)  # a notice named node 1 lost; it is already back, a new node
+        keeper.give_back(1)  # not waiting 2 s for a newer node than the repaired one: kept at once
+        assert keeper.kept == (0, 1) and fake.state()["queued_resources"] == 1
     finally:
         keeper.lease.release()

@@ -102,8 +102,10 @@ class Keeper:
                 rec = self.lease.provider.describe(r.zone, r.resource_id)
             except TpuOpsError:  # the control plane cannot say: nothing is known to run
                 return False
-            if r.index == lost:  # as it was (the TPU API's repair is told by a new creation time); its bill is open
-                when, hosts = (rec.created_at if rec is not None else None), r.hosts or acc.hosts
+            if r.index == lost:  # its bill is open. Google's repair is told by a new node: the lost one's creation
+                # time; a node already being repaired (or repaired) is the new one, so none
+                when = rec.created_at if rec is not None and rec.state in SliceState.LOST else None
+                hosts = r.hosts or acc.hosts
                 ids = (r.resource_id, r.resource_id, r.zone, r.tier, acc.name, acc.chips, hosts, ())
                 held.append(Slice(run, *ids, created_at=when, backend=plane))
             elif rec is None or rec.state not in SliceState.RUNNING:
