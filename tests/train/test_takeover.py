@@ -1,7 +1,8 @@
 """A supervisor killed (``kill -9``) while a 2-slice Compute Engine allocation trains; slice 1 preempted while
 none runs; the next supervisor takes over. With ``keep_healthy_for`` it keeps slice 0 (the same instance, warm)
 and replaces slice 1 alone, as a live supervisor does; with ``keep_healthy_for: 0`` it gives everything back.
-Both are run and their time from the new supervisor's start to training again printed.
+Both are run and their time from the new supervisor's start to training again printed (each VM takes
+``CREATE_S`` to come up in the fake, so the whole re-gather's second VM shows). A third test: the TPU API.
 
 The real supervisor (``tpu-ops train --no-flow``) and agents, the fake Compute Engine over HTTP."""
 
@@ -26,6 +27,7 @@ from tpu_ops.train.status import run_status
 pytestmark = pytest.mark.slow
 ZONE = "us-east5-a"
 STEPS, EVERY = 60, 5
+CREATE_S = 3.0  # a VM's time from insert to RUNNING in the fake (Google: minutes for a TPU VM)
 FIGURES: dict[str, str] = {}  # per case: seconds from the new supervisor's start to its first step, and where
 
 
@@ -41,8 +43,20 @@ def _instance(stack: Any, name: str) -> dict[str, Any] | None:
 
 def _take_over(stack: Any, gcs: Any, bucket: str, settings: Any, tmp_path: Path, run_id: str, keep: str) -> Any:
     """Train 2 x v5p-8 (one host each) on spot; kill -9 the supervisor after a first commit; preempt slice 1;
-    start a new supervisor. Returns (cli, state, slice 0 before, slice 0 while training again, figure)."""
+    start a new supervisor. Returns the run state, both slices' instances before and while training again,
+    ``tpu-ops status RUN`` meanwhile, and the step committed when slice 1 went."""
     stack.set_compute_capacity({ZONE: {"SPOT": 64}})
+    default = stack.compute_backend.set_latency()["provision_s"]
+    stack.compute_backend.set_latency(provision_s=CREATE_S)
+    try:
+        return _train_kill_preempt_take_over(stack, gcs, bucket, settings, tmp_path, run_id, keep)
+    finally:
+        stack.compute_backend.set_latency(provision_s=default)
+
+
+def _train_kill_preempt_take_over(
+    stack: Any, gcs: Any, bucket: str, settings: Any, tmp_path: Path, run_id: str, keep: str
+) -> Any:
     cli = Cli(stack, settings, tmp_path, bucket, run_id, steps=STEPS, checkpoint_every=EVERY,
               hyperparameters={"step_delay_s": 0.3})  # fmt: skip
     doc = yaml.safe_load(cli.spec.read_text())
