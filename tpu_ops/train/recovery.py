@@ -87,6 +87,8 @@ def stop_others(
 def take_over(keeper: Keeper, gcs: Any, layout: RunLayout, inc: IncarnationState, lost: int | None) -> bool:
     """A successor finding slice ``lost`` of ``inc`` gone: hold the allocation as its predecessor did when the
     others still run and their workers have not exited (``Keeper.adopt``), so only that slice is replaced."""
+    if lost is None or len(inc.allocation()) < 2:
+        return False  # nothing to keep: no need to read the reports
     exited = {int(r.get("slice") or 0) for r in mine(inc, list_json(gcs, layout.workers))}
     return keeper.adopt(inc.allocation(), lost, exited)
 
