@@ -102,8 +102,8 @@ class Keeper:
                 rec = self.lease.provider.describe(r.zone, r.resource_id)
             except TpuOpsError:  # the control plane cannot say: nothing is known to run
                 return False
-            if r.index == lost:  # its bill is open. Google's repair is told by a new node: the lost one's creation
-                # time; a node already being repaired (or repaired) is the new one, so none
+            if r.index == lost:  # (its bill still open) On the TPU API Google's repair shows as a node newer than
+                # the lost one; a node already being repaired, or repaired, is the new one: any node running will do
                 when = rec.created_at if rec is not None and rec.state in SliceState.LOST else None
                 hosts = r.hosts or acc.hosts
                 ids = (r.resource_id, r.resource_id, r.zone, r.tier, acc.name, acc.chips, hosts, ())
