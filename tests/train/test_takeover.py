@@ -24,7 +24,7 @@ from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.launches import PROCESS, LaunchRecord
 from tpu_ops.train.status import run_status
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.usefixtures("nothing_left"), pytest.mark.slow]
 ZONE = "us-east5-a"
 STEPS, EVERY = 60, 5
 CREATE_S = 3.0  # a VM's time from insert to RUNNING in the fake (Google: minutes for a TPU VM)
