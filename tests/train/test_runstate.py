@@ -5,54 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from train_helpers import blob_exists, job_spec, live_node, params_bytes, run_reference_locally, wait_for
+from train_helpers import Cli, blob_exists, kill9, live_node, params_bytes, run_reference_locally, wait_for
 
 from tpu_ops.provision import ledger as L
 from tpu_ops.train.checkpoints import latest_complete_step
 
 pytestmark = [pytest.mark.usefixtures("nothing_left"), pytest.mark.slow]
-CLI = str(Path(sys.executable).with_name("tpu-ops"))
-
-
-class Cli:
-    """``tpu-ops train --no-flow --json`` for one spec and run id, as separate processes."""
-
-    def __init__(self, stack: Any, settings: Any, tmp_path: Path, bucket: str, run_id: str, **train: Any) -> None:
-        self.spec = tmp_path / f"{run_id}.yaml"
-        doc = json.loads(job_spec(bucket, **train).model_dump_json())
-        self.spec.write_text(yaml.safe_dump(doc))
-        self.run_id, self.tmp = run_id, tmp_path
-        self.env = {**os.environ, **stack.env(), "TPU_OPS_STATE_DIR": str(settings.state_dir),
-                    "TPU_OPS_POLL_INTERVAL_S": "0.1"}  # fmt: skip
-        self.n = 0
-        self.number: dict[int, int] = {}  # pid -> which start it was (names its output files)
-
-    def start(self) -> subprocess.Popen[bytes]:
-        self.n += 1
-        out = (self.tmp / f"{self.run_id}-{self.n}.out").open("wb")
-        err = (self.tmp / f"{self.run_id}-{self.n}.err").open("wb")
-        proc = subprocess.Popen([CLI, "train", "--spec", str(self.spec), "--run-id", self.run_id, "--no-flow",
-                                 "--json"], env=self.env, stdout=out, stderr=err)  # fmt: skip
-        self.number[proc.pid] = self.n
-        return proc
-
-    def finish(self, proc: subprocess.Popen[bytes], timeout: float = 150) -> tuple[int, str, str]:
-        rc = proc.wait(timeout)
-        n = self.number[proc.pid]
-        return rc, (self.tmp / f"{self.run_id}-{n}.out").read_text(), (self.tmp / f"{self.run_id}-{n}.err").read_text()
-
-
-def kill9(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
 
 
 def goodput_doc(gcs: Any, bucket: str, run_id: str) -> tuple[dict[str, Any], bytes]:
@@ -170,7 +133,8 @@ def test_a_slice_lost_while_unsupervised_is_named_by_the_supervisor_that_takes_o
     steps, every = 40, 5
     cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, "unsup-ms", steps=steps, checkpoint_every=every)
     doc = yaml.safe_load(cli.spec.read_text())
-    doc["provision"]["slice"].update(accelerator_type="v4-16", slices=2)
+    # The successor keeps the request and waits for Google's repair (tests/train/test_takeover.py), 2 s here
+    doc["provision"]["slice"].update(accelerator_type="v4-16", slices=2, keep_healthy_for="2s")
     cli.spec.write_text(yaml.safe_dump(doc))
     run_uri = f"gs://{ckpt_bucket}/runs/unsup-ms"
     stack.backend.set_latency(repair_s=600)  # Google's repair not begun while the successor looks
@@ -188,3 +152,6 @@ def test_a_slice_lost_while_unsupervised_is_named_by_the_supervisor_that_takes_o
     (p,) = state["preemptions"]
     assert p["unsupervised"] is True
     assert (p["queued_resource"], p["zone"], p["tier"]) == ("unsup-ms-a1-1", "us-central2-b", "spot")
+    events = L.Ledger(train_settings, "unsup-ms").events()
+    ladder = [(e["resource_id"], e["outcome"]) for e in events if e["kind"] == "attempt"]
+    assert ladder == [("unsup-ms-a1", "active")] * 2  # no repair within 2 s: given back whole, a new request

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from infra.local.wheelhouse import reference_setup
 from tpu_ops.cloud.tpu import TpuApi
@@ -116,3 +121,39 @@ def run_reference_locally(env: dict[str, str], checkpoint_dir: str, steps: int, 
     env = {k: v for k, v in env.items() if not k.startswith("OPENBLAS_")}
     subprocess.run([sys.executable, "-m", "tpu_ops.train.reference"], env={**env, **contract}, check=True,
                    capture_output=True, timeout=120)  # fmt: skip
+
+
+CLI = str(Path(sys.executable).with_name("tpu-ops"))
+
+
+class Cli:
+    """``tpu-ops train --no-flow --json`` for one spec and run id, as separate processes."""
+
+    def __init__(self, stack: Any, settings: Any, tmp_path: Path, bucket: str, run_id: str, **train: Any) -> None:
+        self.spec = tmp_path / f"{run_id}.yaml"
+        doc = json.loads(job_spec(bucket, **train).model_dump_json())
+        self.spec.write_text(yaml.safe_dump(doc))
+        self.run_id, self.tmp = run_id, tmp_path
+        self.env = {**os.environ, **stack.env(), "TPU_OPS_STATE_DIR": str(settings.state_dir),
+                    "TPU_OPS_POLL_INTERVAL_S": "0.1"}  # fmt: skip
+        self.n = 0
+        self.number: dict[int, int] = {}  # pid -> which start it was (names its output files)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        self.n += 1
+        out = (self.tmp / f"{self.run_id}-{self.n}.out").open("wb")
+        err = (self.tmp / f"{self.run_id}-{self.n}.err").open("wb")
+        proc = subprocess.Popen([CLI, "train", "--spec", str(self.spec), "--run-id", self.run_id, "--no-flow",
+                                 "--json"], env=self.env, stdout=out, stderr=err)  # fmt: skip
+        self.number[proc.pid] = self.n
+        return proc
+
+    def finish(self, proc: subprocess.Popen[bytes], timeout: float = 150) -> tuple[int, str, str]:
+        rc = proc.wait(timeout)
+        n = self.number[proc.pid]
+        return rc, (self.tmp / f"{self.run_id}-{n}.out").read_text(), (self.tmp / f"{self.run_id}-{n}.err").read_text()
+
+
+def kill9(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)

@@ -9,15 +9,20 @@ gives everything back at once.
 On the Cloud TPU API the k slices are one multislice queued resource, and Google repairs a lost slice
 itself (a new node of the same name, then every other node's VMs restarted): the keeper waits for that
 repair instead of deleting the slice, at most ``keep_healthy_for``, then gives the whole request back.
+
+A supervisor taking over a run whose slice was lost while none ran holds nothing yet: :meth:`Keeper.adopt`
+takes the incarnation's slices from the run state when the lost one is named and every other one still
+runs (asked by name), so the rest is the live supervisor's path; else everything is given back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tpu_ops.accelerators import Shape
 from tpu_ops.agent.job import ALLOCATION_DOC
-from tpu_ops.errors import ProvisioningError, TransientError
+from tpu_ops.errors import ProvisioningError, TpuOpsError, TransientError
 from tpu_ops.layout import RunLayout
 from tpu_ops.polling import poll
 from tpu_ops.provision import ledger as L
@@ -27,9 +32,11 @@ from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.providers import SliceState
 from tpu_ops.provision.records import Slice
 from tpu_ops.provision.shapes import gather_shapes, shape_fields
+from tpu_ops.provision.steps import obtained
 from tpu_ops.specs.slice import SliceSpec
 from tpu_ops.train.incarnations import startup_script
 from tpu_ops.train.layout import put_json
+from tpu_ops.train.runstate import SliceState as Recorded
 
 
 class Keeper:
@@ -78,10 +85,39 @@ class Keeper:
         found = self.lease.provider.slices(list(self.spec.zones), self.lease.run_id)
         return [r.accelerator_type for r in found if r.state in SliceState.RUNNING]
 
+    def _may_keep(self) -> bool:
+        # elastic shapes: the next allocation may be of another shape, so nothing is kept
+        return bool(self.spec.keep_healthy_for.total_seconds()) and not self.spec.shapes
+
+    def adopt(self, recorded: Sequence[Recorded], lost: int | None, exited: Collection[int] = ()) -> bool:
+        """Hold ``recorded`` (an incarnation's slices, taken over from a supervisor that died) when slice ``lost``
+        went and every other one still runs, its workers not exited (``exited``: slices with an exit report):
+        then ``give_back(lost)`` keeps them. False, holding nothing, when that is not known to be so."""
+        if self.slices or lost is None or len(recorded) < 2 or not self._may_keep() or set(exited) - {lost}:
+            return False
+        held: list[Slice] = []
+        acc, run, plane = self.lease.spec.slice.accelerator, self.lease.run_id, self.lease.provider.name
+        for r in sorted(recorded, key=lambda r: r.index):
+            try:
+                rec = self.lease.provider.describe(r.zone, r.resource_id)
+            except TpuOpsError:  # the control plane cannot say: nothing is known to run
+                return False
+            if r.index == lost:  # (its bill still open) On the TPU API Google's repair shows as a node newer than
+                # the lost one; a node already being repaired, or repaired, is the new one: any node running will do
+                when = rec.created_at if rec is not None and rec.state in SliceState.LOST else None
+                hosts = r.hosts or acc.hosts
+                ids = (r.resource_id, r.resource_id, r.zone, r.tier, acc.name, acc.chips, hosts, ())
+                held.append(Slice(run, *ids, created_at=when, backend=plane))
+            elif rec is None or rec.state not in SliceState.RUNNING:
+                return False
+            else:  # billed since its first grant: the ledger has it open, nothing is opened again
+                held.append(obtained(self.lease.spec, run, rec, self.ledger, plane, ()))
+        self.slices = tuple(held)
+        return True
+
     def give_back(self, lost: int | None, timeout_s: float = 900.0) -> None:
         """Everything, or (``lost`` of a multislice allocation, keep_healthy_for > 0) that slice only."""
-        # elastic shapes: the next allocation may be of another shape, so nothing is kept
-        if lost is None or len(self.slices) < 2 or not self.spec.keep_healthy_for.total_seconds() or self.spec.shapes:
+        if lost is None or len(self.slices) < 2 or not self._may_keep():
             self.kept = ()
             self.lease.release()
             return

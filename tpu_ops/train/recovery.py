@@ -15,6 +15,7 @@ from tpu_ops.layout import RunLayout
 from tpu_ops.provision.records import Slice
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.incarnations import mine, record_allocation
+from tpu_ops.train.keeper import Keeper
 from tpu_ops.train.layout import list_json, put_json
 from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState
 
@@ -81,6 +82,15 @@ def stop_others(
         return set(), 0.0
     kept = {(i, w) for i, s in enumerate(slices) if i != lost for w in range(s.hosts)}
     return kept, time.time() + 2 * job.heartbeat_s + job.term_grace_s + REPORT_S
+
+
+def take_over(keeper: Keeper, gcs: Any, layout: RunLayout, inc: IncarnationState, lost: int | None) -> bool:
+    """A successor finding slice ``lost`` of ``inc`` gone: hold the allocation as its predecessor did when the
+    others still run and their workers have not exited (``Keeper.adopt``), so only that slice is replaced."""
+    if lost is None or len(inc.allocation()) < 2:
+        return False  # nothing to keep: no need to read the reports
+    exited = {int(r.get("slice") or 0) for r in mine(inc, list_json(gcs, layout.workers))}
+    return keeper.adopt(inc.allocation(), lost, exited)
 
 
 def close_preemption(p: PreemptionState, inc: IncarnationState, gcs: Any, layout: RunLayout) -> None:

@@ -177,7 +177,7 @@ class Supervisor:
     def _train(self) -> None:
         preemption = self._resume()
         while True:
-            done = self._done()
+            done = done_marker(self.gcs, self.layout)
             if done is not None:  # finished while no supervisor ran
                 last = self.state.incarnations[-1] if self.state.incarnations else None
                 if last is not None and last.end in ("", "done"):
@@ -197,7 +197,7 @@ class Supervisor:
 
     def _resume(self) -> PreemptionState | None:
         """Take over a live incarnation left by a predecessor: adopt a healthy slice, else record the
-        preemption that happened meanwhile."""
+        preemption that happened meanwhile (keeping the slices that still run)."""
         self.mover.resume()  # a move left half-way: undone, or finished
         live = self.state.live
         if live is None:  # a predecessor died between deleting a slice and asking anew
@@ -210,10 +210,12 @@ class Supervisor:
         v = self._judge(live, with_done=False, slices=mine_all)  # a DONE run is _train's to close
         if v.kind not in Kind.LOST:
             return None  # _provision adopts it (same incarnation id: reports stay current)
+        recovery.take_over(self.keeper, self.gcs, self.layout, live, v.slice)
         return self._recover(live, v.reason, unsupervised=True, lost=v.slice)
 
     def _provision(self, preemption: PreemptionState | None) -> IncarnationState:
-        self._check_deadline()
+        if time.monotonic() >= self.deadline:
+            raise TrainingError(f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached")
         inc = self.state.live
         if inc is None:  # a new incarnation: its id is stored before the slice boots
             number = len(self.state.incarnations)
@@ -320,9 +322,6 @@ class Supervisor:
     def _hosts(self) -> int:
         return sum(s.hosts for s in self.keeper.slices) or 1
 
-    def _done(self) -> dict[str, Any] | None:
-        return done_marker(self.gcs, self.layout)
-
     def _completed(self, inc: IncarnationState, done: dict[str, Any]) -> None:
         final = latest_complete_step(self.gcs, self.layout.steps_uri)
         self._heartbeats(inc)  # worker 0's exit heartbeat (written before DONE) has the last steps
@@ -369,10 +368,6 @@ class Supervisor:
         self._save()
         check_recoveries(self.run_id, len(self.state.preemptions), self.job.train.max_recoveries)
         return p
-
-    def _check_deadline(self) -> None:
-        if time.monotonic() >= self.deadline:
-            raise TrainingError(f"run {self.run_id}: max_duration ({self.job.train.max_duration}) reached")
 
     def _finish(self) -> None:
         sl = self.job.provision.slice  # the MFU's peak is every slice's
