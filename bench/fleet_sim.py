@@ -797,16 +797,19 @@ AUTOS: dict[str, dict[str, Any]] = {
     "auto without the scarcity charge, reservation at the spot price (two rounds ago)": {
         "reservation_price": "opportunity", "scarcity": False, "forget": False, "view": False},
     "auto with moves": {"moves": {}},  # voluntary moves at checkpoints and every choose.move_every (10 min)
-    "auto with moves at checkpoints only (choose.move_every: null)": {"moves": {"every_s": math.inf}},
+    "auto with moves keeping no ask": {"moves": {"note_ask": False}},  # a ranking while training kept no ask
+    "auto with moves as last round (checkpoints only, keeping no ask)": {
+        "moves": {"every_s": math.inf, "note_ask": False}},
     "auto with moves and choose.wait 10 min": {"moves": {}, "wait_s": 600.0},  # both opt-in levers at once
 }
 
 
 # Voluntary moves (``Fleet(moves=...)``): ``margin`` for worth_moving, the tiers a run may move to (the
-# "reservation only" variant measured in docs/fleet.md), whether a checkpoint's ranking keeps the
-# run's ask in the summary as a walk's does (``fleet.admit``'s median then counts running runs too), and
-# ``every_s``, the longest time between two rankings of a running run (``choose.move_every``'s default).
-MOVES: dict[str, Any] = {"margin": moving.MARGIN, "to": ("reservation", "spot", "on-demand"), "note_ask": False,
+# "reservation only" variant measured in docs/fleet.md), whether a ranking while training keeps the
+# run's ask in the summary as a walk's does (``fleet.admit``'s median then counts running runs too; as
+# production's ``rewalk.rank_now``), and ``every_s``, the longest time between two rankings of a running
+# run (``choose.move_every``'s default).
+MOVES: dict[str, Any] = {"margin": moving.MARGIN, "to": ("reservation", "spot", "on-demand"), "note_ask": True,
                          "every_s": ChooseSpec().move_every.total_seconds()}
 
 VARIANTS = ("auto with moves", "auto")  # measured by default; ``--variants`` adds the others of ``AUTOS``

@@ -115,6 +115,40 @@ def _nothing_left(stack: Any, run_id: str) -> None:
     wait_for(clean, 30, what="no instance and no worker left")
 
 
+def _kill9_once_granted(proc: subprocess.Popen[bytes], stack: Any, gcs: Any, bucket: str, run_id: str) -> None:
+    """Once ``run_id`` trains on spot, free the reservation; ``kill -9`` the supervisor once its move's target is
+    granted (the move ``asked``: two slices of the run, the old one training)."""
+    try:
+        wait_for(lambda: _training_on_spot(gcs, bucket, run_id), 120, what="the run training on spot")
+        _free_the_reservation(stack)
+        wait_for(lambda: any(m.get("granted_at") for m in _state(gcs, bucket, run_id).get("moves") or []), 120,
+                 what="the target granted", interval=0.05)  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+
+Named = tuple[TrainJobSpec, str]  # a run's spec and id
+
+
+def _side_by_side(
+    stack: Any, gcs: Any, bucket: str, settings: Any, moving: Named, staying: Named
+) -> tuple[Run, dict[str, Any]]:
+    """Both runs on spot (the second started after the first trains: the agent wheel is built), then the
+    reservation freed; ``staying`` ends where it began, with no move. The moving run and its report."""
+    run = Run(moving[0], moving[1], settings)
+    wait_for(lambda: run.error or _training_on_spot(gcs, bucket, moving[1]), 120, what=f"{moving[1]} on spot")
+    other = Run(staying[0], staying[1], settings)
+    wait_for(lambda: other.error or _training_on_spot(gcs, bucket, staying[1]), 120, what=f"{staying[1]} on spot")
+    assert run.error is None and other.error is None, (run.error, other.error)
+    _free_the_reservation(stack)
+    report = run.result(timeout=240).to_json()
+    other.result(timeout=240)
+    state = _state(gcs, bucket, staying[1])
+    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "done")] and state["moves"] == []
+    return run, report
+
+
 def _no_step_lost(state: dict[str, Any], steps: int = STEPS) -> None:
     """Each incarnation resumed from the step the one before reached: nothing was done twice."""
     incs = state["incarnations"]
@@ -127,17 +161,8 @@ def test_a_run_on_spot_moves_to_the_freed_reservation_at_a_checkpoint_one_with_m
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, fleet: Any
 ) -> None:
     """Two runs side by side (one stack, one wait): ``mover`` moves; ``settled`` (``choose.move: false``) stays."""
-    run = Run(_spec(ckpt_bucket), "mover", train_settings)
-    wait_for(lambda: run.error or _training_on_spot(gcs, ckpt_bucket, "mover"), 120, what="mover on spot")
-    other = Run(_spec(ckpt_bucket, move=False), "settled", train_settings)  # after: the agent wheel is built
-    wait_for(lambda: other.error or _training_on_spot(gcs, ckpt_bucket, "settled"), 120, what="settled on spot")
-    assert run.error is None and other.error is None, (run.error, other.error)
-    _free_the_reservation(stack)
-    report = run.result(timeout=240).to_json()
-    other.result(timeout=240)
-    state = _state(gcs, ckpt_bucket, "settled")
-    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "done")]
-    assert state["moves"] == []
+    run, report = _side_by_side(stack, gcs, ckpt_bucket, train_settings, (_spec(ckpt_bucket), "mover"),
+                                (_spec(ckpt_bucket, move=False), "settled"))  # fmt: skip
     assert not [e for e in L.Ledger(train_settings, "settled").events() if e["kind"] == MOVE_EVENT]
     state = _state(gcs, ckpt_bucket, "mover")
     incs = state["incarnations"]
@@ -172,16 +197,9 @@ def test_between_checkpoints_a_run_ranks_every_move_every_and_moves_with_the_ste
     freed reservation at the step in hand, which the old workers save on the stop marker; ``waiter``
     (``move_every: null``) ranks at checkpoints only, so it stays on spot to the end."""
     steps = 160
-    run = Run(_spec(ckpt_bucket, steps=steps, every=steps, move_every="2s"), "ranker", train_settings)
-    wait_for(lambda: run.error or _training_on_spot(gcs, ckpt_bucket, "ranker"), 120, what="ranker on spot")
-    other = Run(_spec(ckpt_bucket, steps=steps, every=steps, move_every=None), "waiter", train_settings)
-    wait_for(lambda: other.error or _training_on_spot(gcs, ckpt_bucket, "waiter"), 120, what="waiter on spot")
-    assert run.error is None and other.error is None, (run.error, other.error)
-    _free_the_reservation(stack)
-    report = run.result(timeout=240).to_json()
-    other.result(timeout=240)
-    state = _state(gcs, ckpt_bucket, "waiter")
-    assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "done")] and state["moves"] == []
+    _, report = _side_by_side(stack, gcs, ckpt_bucket, train_settings,
+                              (_spec(ckpt_bucket, steps=steps, every=steps, move_every="2s"), "ranker"),
+                              (_spec(ckpt_bucket, steps=steps, every=steps, move_every=None), "waiter"))  # fmt: skip
     state = _state(gcs, ckpt_bucket, "ranker")
     assert [(i["tier"], i["end"]) for i in state["incarnations"]] == [("spot", "moved"), ("reservation", "done")]
     _no_step_lost(state, steps)
@@ -242,14 +260,7 @@ def test_kill9_mid_handover_a_resumed_supervisor_leaves_one_slice_training(
     def stop_marker() -> bool:
         return any(gcs.list_blobs(ckpt_bucket, prefix="runs/crash/_tpu_ops/stop/", max_results=1))
 
-    first = start(1)
-    try:
-        wait_for(lambda: _training_on_spot(gcs, ckpt_bucket, "crash"), 120, what="the run training on spot")
-        _free_the_reservation(stack)
-        wait_for(lambda: any(m.get("granted_at") for m in moves()), 120, what="the target granted", interval=0.05)
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
+    _kill9_once_granted(start(1), stack, gcs, ckpt_bucket, "crash")
     assert [m["phase"] for m in moves()] == ["asked"]  # two slices of the run, the old one training
     status = run_status(train_settings, record, gcs)  # what `tpu-ops status crash` shows meanwhile
     assert status.state == "moving" and [m["phase"] for m in status.moves] == ["asked"]
@@ -290,13 +301,7 @@ def test_kill9_mid_move_and_no_successor_the_reaper_deletes_both_slices(
     def moves() -> list[dict[str, Any]]:
         return list(_state(gcs, ckpt_bucket, "orphan").get("moves") or [])
 
-    try:
-        wait_for(lambda: _training_on_spot(gcs, ckpt_bucket, "orphan"), 120, what="the run training on spot")
-        _free_the_reservation(stack)
-        wait_for(lambda: any(m.get("granted_at") for m in moves()), 120, what="the target granted", interval=0.05)
-    finally:
-        sup.send_signal(signal.SIGKILL)
-        sup.wait(10)
+    _kill9_once_granted(sup, stack, gcs, ckpt_bucket, "orphan")
     (mv,) = moves()
     assert mv["phase"] == "asked" and stack.state()["compute"]["instances"] == 2
     assert reap(train_settings, zones=[ZONE], dry_run=True).reaped[0].deleted is False  # (nothing deleted yet)
