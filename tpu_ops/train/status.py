@@ -144,6 +144,8 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     elif out.state == "failed" and record.cancelled_at is not None:
         # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process).
         out.state, out.error = cancel.CANCELLED, ""
+        for inc in out.incarnations[-1:]:  # the incarnation the cancel ended says so too
+            inc["end"] = cancel.CANCELLED if inc["end"] == "failed" else inc["end"]
     elif not ended and record.cancelled_at is not None:
         out.state = CANCELLING if alive is not False else cancel.CANCELLED
     elif not ended and alive is False:
