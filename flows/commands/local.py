@@ -62,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_preempt(args: argparse.Namespace) -> int:
     import json
 
+    from flows.commands._disk import tpu_ops_exe
     from flows.commands._runs import find
     from infra.local.chaos import preempt, require_local, running_slices
     from tpu_ops.errors import SpecError
@@ -79,7 +80,7 @@ def run_preempt(args: argparse.Namespace) -> int:
         held = f"slices 0-{len(slices) - 1}" if slices else "no running slice now"
         raise SpecError(f"--slice {args.slice} is not allowed: run {record.run_id} has {held}")
     what = preempt(settings, slices[args.slice])
-    print(f"preempted {what} (run {record.run_id}); watch the recovery: tpu-ops status {record.run_id}")
+    print(f"preempted {what} (run {record.run_id}); watch the recovery: {tpu_ops_exe()} status {record.run_id}")
     return 0
 
 

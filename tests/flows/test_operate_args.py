@@ -109,3 +109,19 @@ def test_local_preempt_refuses_a_real_cloud(
         monkeypatch.setenv("TPU_OPS_DRY_RUN", "true")
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "for the local stack only" in err[0] and "fix:" in err[0]
+
+
+def test_launch_prints_follow_ups_the_readmes_shell_runs_without_the_venv_activated(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's third shell has no venv on its PATH: a bare `tpu-ops status RUN` there is 'command not found'."""
+    from flows.commands.launch import describe
+    from tpu_ops.settings import Settings
+    from tpu_ops.train.launches import PROCESS, LaunchRecord
+
+    monkeypatch.chdir(EX.parent)
+    record = LaunchRecord("walk-1", "train-job", PROCESS, checkpoint_dir="gs://walk-ckpt/runs", zones=["us-central2-b"],
+                          hosts=2, pid=1)  # fmt: skip
+    text = describe(record, Settings(state_dir=state_dir))
+    for follow_up in ("status walk-1", "logs walk-1 --follow", "cancel walk-1"):
+        assert f"  .venv/bin/tpu-ops {follow_up}" in text, text
