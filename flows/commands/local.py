@@ -90,11 +90,14 @@ def env_lines(env: dict[str, str]) -> str:
 
 
 def run_seed(args: argparse.Namespace) -> int:
+    from flows.commands._specs import expect_kind
     from flows.commands.dryrun import DEFAULT_SPEC
     from infra.local.seed import DRY_RUN_CAPACITY, ensure_model_bucket, seed_pipeline, set_tpu_capacity
     from tpu_ops.settings import Settings
     from tpu_ops.specs import PipelineSpec, load_spec
 
+    if args.spec:  # a train job spec: one line naming its kind, not "Field required" per missing section
+        expect_kind(args.spec, "pipeline", "tpu-ops local seed --spec")
     spec = load_spec(args.spec or DEFAULT_SPEC, PipelineSpec)
     settings = Settings()
     settings.check_safe()  # seeding is for local stacks only, whatever TPU_OPS_DRY_RUN says

@@ -62,6 +62,8 @@ def test_provision_and_train_name_the_kind_of_a_spec_they_do_not_take(capsys: py
                     f"--spec takes one); run it with: tpu-ops launch {EX / 'pipeline.yaml'}")  # fmt: skip
     line = _fails(capsys, "train", "--spec", str(EX / "provision.yaml"), "--run-id", "run-1")
     assert "is a provision spec, not a train job spec" in line
+    line = _fails(capsys, "local", "seed", "--spec", str(EX / "nightly-auto.yaml"))
+    assert "is a train job spec, not a pipeline spec (tpu-ops local seed --spec takes one)" in line
     line = _fails(capsys, "doctor", "--spec", str(EX / "local-train.yaml"))  # was: name, mirror, export required
     assert f"{EX / 'local-train.yaml'} is a train job spec, not a pipeline spec (tpu-ops doctor --spec" in line
 
