@@ -1,7 +1,7 @@
 """The job contract, standard library only: the job document, its GCS paths, and the trainer's variables.
 
 The supervisor uploads a :class:`Job` as ``RUN/_tpu_ops/job.json``; every worker's agent reads
-it, and sets the ``TPU_OPS_*`` variables (README, "Training") that a trainer reads back with
+it, and sets the ``TPU_OPS_*`` variables (docs/training.md) that a trainer reads back with
 :func:`job_env`. Fields are only ever added, never renamed: an agent ignores fields it does not
 know, and a missing field takes its default.
 """
