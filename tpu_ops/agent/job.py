@@ -316,7 +316,7 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
     def need(name: str) -> str:
         value = env.get("TPU_OPS_" + name)
         if value is None or value == "":
-            raise ContractError(f"TPU_OPS_{name} is not set (the agent sets it; README, 'Training')")
+            raise ContractError(f"TPU_OPS_{name} is not set (the agent sets it; docs/training.md)")
         return value
 
     def number(name: str, default: str | None = None, low: int = 0) -> int:
