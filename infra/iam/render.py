@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec, PipelineSpec)
     except SpecError as exc:  # a train job spec, a typo: the fields, as `tpu-ops validate` lists them, no traceback
-        print(f"error: {exc} (the IAM templates are rendered from a pipeline spec)", file=sys.stderr)
+        print(f"error: the IAM templates are rendered from a pipeline spec; {exc}", file=sys.stderr)
         return 2
     values = values_from_spec(
         spec,
