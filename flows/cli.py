@@ -24,6 +24,7 @@ import atexit
 import ctypes
 import importlib
 import os
+import select
 import sys
 import traceback
 from collections.abc import Sequence
@@ -108,12 +109,37 @@ def _call(args: argparse.Namespace) -> int:
     except Exception as exc:  # every failure becomes one line; the traceback only on request
         from flows.failures import one_line
 
+        if isinstance(exc, BrokenPipeError) and _reader_gone():  # `tpu-ops status | head`: not a failure
+            return SIGPIPE_EXIT
         if debug:
             traceback.print_exc()
         print(one_line(exc, debug), file=sys.stderr)
         # a command whose exit 1 means something else (audit verify: damage) names its own failure code
         return int(getattr(args, "failure_exit", 1))
     return int(code or 0)
+
+
+SIGPIPE_EXIT = 141  # what a shell reports for a command whose reader went away (128 + SIGPIPE)
+
+
+def _reader_gone() -> bool:
+    """Whether standard output is a pipe nobody reads any more (``| head`` has exited).
+
+    If so, the rest of the output goes to /dev/null, so the interpreter's last flush raises
+    nothing either. A BrokenPipeError from a socket (an endpoint that hung up) is not this.
+    """
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poller.poll(0)):
+            return False
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (a test captures it)
+        return False
+    return True
 
 
 def _check_run_ids(args: argparse.Namespace) -> None:

@@ -107,7 +107,8 @@ def _foreign(exc: BaseException, debug: bool) -> str:
     return text if debug else text + " (run with --debug for the traceback)"
 
 
-LOCAL_SEED_FIX = "the local stack was not seeded: run `tpu-ops local seed` (in the shell that loaded its env file)"
+LOCAL_SEED_FIX = ("the local stack was not seeded: run `tpu-ops local seed` (in the shell that loaded its env file; "
+                  "it makes the dry run's buckets, `--spec PIPELINE.yaml` those a pipeline spec names)")
 REAL_BUCKET_FIX = "create it, or correct the URI that names it (`tpu-ops doctor --spec SPEC` checks each bucket)"
 
 

@@ -115,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     if stopped is None and record.pid and record.supervisor_alive():
         how = _signal(settings, record)
     report = teardown(record.run_id, settings, zones=record.zones or None)
+    if stopped is not None and record.mode == launches.PREFECT and not record.outcome:
+        # No detached process records a flow run's end here: status reads this once neither Prefect nor
+        # the run state answers (a local stack started anew), instead of 'cancelling' for ever.
+        launches.update(settings, record.run_id, outcome=cancel.CANCELLED)
     after = run_status(settings, launches.load(settings, record.run_id) or record, client)
     gone = [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
     params = {"state_before": before.state, "step": after.step, "supervisor": how, "cost_usd": after.cost_usd,

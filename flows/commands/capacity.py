@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,10 @@ def plan(args: argparse.Namespace) -> int:
     _, choice = ranking.order(spec, ladder_plan(spec), table, found, run)
     out = ranking.plan_document(spec, choice, run, table)
     text = f"{spec.slice.accelerator_type}: {ranking.describe(choice)}\n{_table(ranking.plan_rows(out))}"
+    if choose.finish_by is not None and choose.finish_by.timestamp() <= time.time():  # else only P(miss) 100%
+        past = f"choose.finish_by {choose.finish_by.isoformat()} has passed: every rung misses it; set a later time"
+        out["note"] = f"{past}; {out['note']}" if out.get("note") else past
+        text = f"note: {past}\n{text}"
     if spec.slice.shapes:  # elastic shapes: each one's expected $ per kept step (docs/elastic.md)
         from tpu_ops.provision.shapes import plan_shapes
 

@@ -47,10 +47,13 @@ def _prefect_check() -> Check:
 
 
 def run(args: argparse.Namespace) -> int:
+    from flows.commands._specs import expect_kind
     from tpu_ops.doctor import failed, run_checks
     from tpu_ops.settings import Settings
     from tpu_ops.specs import PipelineSpec, load_spec
 
+    if args.spec:  # a train job or provision spec: one line naming its kind, not "Field required" x 3
+        expect_kind(args.spec, "pipeline", "tpu-ops doctor --spec")
     spec = load_spec(args.spec, PipelineSpec) if args.spec else None
     checks = [*run_checks(Settings(), spec, args.kms_key), _prefect_check()]
     missing = failed(checks)

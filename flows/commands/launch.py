@@ -200,6 +200,7 @@ def _in_process(settings: Any, record: Any, spec: Any) -> None:
 
 def describe(record: Any, settings: Any) -> str:
     """What ``launch`` prints: the run, where it goes on, and the commands that follow it."""
+    from flows.commands._disk import tpu_ops_exe
     from tpu_ops.train.launches import PREFECT, launch_dir
 
     what = {"pipeline": "pipeline", "train-job": "train job", "provision": "slice"}[record.kind]
@@ -212,8 +213,9 @@ def describe(record: Any, settings: Any) -> str:
         lines.append(f"  UI:      {record.ui_url}")
     elif record.mode != PREFECT:
         lines.append(f"  its own output: {launch_dir(settings, record.run_id) / 'supervisor.log'}")
-    lines += [f"  status:  tpu-ops status {record.run_id}",
-              f"  logs:    tpu-ops logs {record.run_id} --follow" if record.kind != "provision" else "",
-              f"  cancel:  tpu-ops cancel {record.run_id}"]  # fmt: skip
+    exe = tpu_ops_exe()  # `.venv/bin/tpu-ops`: runs in the shell the README's walk uses, venv active or not
+    lines += [f"  status:  {exe} status {record.run_id}",
+              f"  logs:    {exe} logs {record.run_id} --follow" if record.kind != "provision" else "",
+              f"  cancel:  {exe} cancel {record.run_id}"]  # fmt: skip
     return "\n".join(line for line in lines if line)
 

@@ -62,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_preempt(args: argparse.Namespace) -> int:
     import json
 
+    from flows.commands._disk import tpu_ops_exe
     from flows.commands._runs import find
     from infra.local.chaos import preempt, require_local, running_slices
     from tpu_ops.errors import SpecError
@@ -79,7 +80,7 @@ def run_preempt(args: argparse.Namespace) -> int:
         held = f"slices 0-{len(slices) - 1}" if slices else "no running slice now"
         raise SpecError(f"--slice {args.slice} is not allowed: run {record.run_id} has {held}")
     what = preempt(settings, slices[args.slice])
-    print(f"preempted {what} (run {record.run_id}); watch the recovery: tpu-ops status {record.run_id}")
+    print(f"preempted {what} (run {record.run_id}); watch the recovery: {tpu_ops_exe()} status {record.run_id}")
     return 0
 
 
@@ -89,11 +90,14 @@ def env_lines(env: dict[str, str]) -> str:
 
 
 def run_seed(args: argparse.Namespace) -> int:
+    from flows.commands._specs import expect_kind
     from flows.commands.dryrun import DEFAULT_SPEC
     from infra.local.seed import DRY_RUN_CAPACITY, ensure_model_bucket, seed_pipeline, set_tpu_capacity
     from tpu_ops.settings import Settings
     from tpu_ops.specs import PipelineSpec, load_spec
 
+    if args.spec:  # a train job spec: one line naming its kind, not "Field required" per missing section
+        expect_kind(args.spec, "pipeline", "tpu-ops local seed --spec")
     spec = load_spec(args.spec or DEFAULT_SPEC, PipelineSpec)
     settings = Settings()
     settings.check_safe()  # seeding is for local stacks only, whatever TPU_OPS_DRY_RUN says

@@ -98,8 +98,8 @@ def _files(args: list[str]) -> list[Path]:
     out: list[Path] = []
     for name in args:
         path = Path(name)
-        if path.is_dir():
-            out += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        if path.is_dir():  # its spec files; the directory itself when it has none (run() says so)
+            out += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES) or [path]
         else:
             out.append(path)
     return out
@@ -171,6 +171,11 @@ def over_budget(spec: Any) -> tuple[str, str] | None:
 def run(args: argparse.Namespace) -> int:
     failed = 0
     for path in _files(args.files):
+        if path.is_dir():  # `validate examples/*` reaches examples/orbax_trainer/: say why nothing is checked
+            empty = f"a directory with no spec file ({', '.join(SUFFIXES)}) in it: nothing to check"
+            print(json.dumps({"file": str(path), "kind": None, "ok": True, "errors": [], "notes": [empty]})
+                  if args.json else f"{path}: {empty}")  # fmt: skip
+            continue
         kind, errors, message = check(path, args.kind)
         ok = not errors
         failed += not ok

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
+from tpu_ops.errors import SpecError
 from tpu_ops.specs import PipelineSpec, load_spec
 from tpu_ops.uris import parse_uri
 
@@ -58,8 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--endpoint", help="the SageMaker endpoint deploys go to (default: the model package group)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    try:
+        spec = load_spec(args.spec, PipelineSpec)
+    except SpecError as exc:  # a train job spec, a typo: the fields, as `tpu-ops validate` lists them, no traceback
+        print(f"error: the IAM templates are rendered from a pipeline spec; {exc}", file=sys.stderr)
+        return 2
     values = values_from_spec(
-        load_spec(args.spec, PipelineSpec),
+        spec,
         AWS_ACCOUNT_ID=args.account,
         AWS_REGION=args.region,
         AUDIT_KMS_KEY_ARN=args.kms_key_arn,

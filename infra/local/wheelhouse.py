@@ -21,7 +21,8 @@ from tpu_ops.settings import Settings
 from tpu_ops.uris import parse_gs
 
 # The reference trainer's setup on a pip-less image: fetch the wheelhouse with the agent, unpack every
-# wheel into a venv of the image's python3 (README, "Training", recipe B). WHEELHOUSE is a gs:// prefix.
+# wheel into a venv of the image's python3 (docs/training.md, the reference trainer's recipe).
+# WHEELHOUSE is a gs:// prefix.
 REFERENCE_SETUP = (
     'set -eu; "$TPU_OPS_AGENT_PYTHON" -m tpu_ops.agent fetch "$1" wheelhouse; python3 -m venv --without-pip venv; '
     'site=$(venv/bin/python -c "import sysconfig; print(sysconfig.get_path(\\"purelib\\"))"); '

@@ -42,3 +42,32 @@ def test_the_plan_shows_each_shapes_cost_per_kept_step(
     assert main(["capacity", "plan", "--spec", str(spec)]) == 0
     text = capsys.readouterr().out
     assert "shapes (target first" in text and "v5p-16" in text
+
+
+def test_a_deadline_already_past_is_named_not_only_shown_as_p_miss_100(
+    gcs_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """examples/nightly-auto.yaml's fixed finish_by passed: each rung read P(miss) 100.0%, with no word why."""
+    from flows.cli import main
+
+    for k, v in gcs_env.items():
+        monkeypatch.setenv(k, v)
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.settings import Settings
+
+    gcs = storage_client(Settings(dry_run=True, gcs_endpoint=gcs_env["TPU_OPS_GCS_ENDPOINT"]))
+    if gcs.lookup_bucket("past-plan") is None:
+        gcs.create_bucket("past-plan")
+    spec = tmp_path / "p.yaml"
+    body = ("slice: {accelerator_type: v5p-8, region: us-east5, zones: [us-east5-a]}\nladder: [spot, on-demand]\n"
+            "budget_usd: 10000\nhours: 4\nchoose: {history: 'gs://past-plan/none', steps: 400, checkpoint_every: 200, "
+            "finish_by: '%s'}\n")  # fmt: skip
+    spec.write_text(body % "2026-01-01T06:00:00Z")
+    assert main(["capacity", "plan", "--spec", str(spec)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("note: choose.finish_by 2026-01-01T06:00:00+00:00 has passed: every rung misses it"), text
+    assert main(["capacity", "plan", "--spec", str(spec), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["note"].startswith("choose.finish_by 2026-01-01T06:00:00+00:00 has")
+    spec.write_text(body % "2999-01-01T06:00:00Z")
+    assert main(["capacity", "plan", "--spec", str(spec)]) == 0
+    assert "has passed" not in capsys.readouterr().out

@@ -131,6 +131,8 @@ def test_launch_status_logs_preempt_status_cancel_and_nothing_left(stack: Any, t
     preempted = tpu_ops("local", "preempt", RUN)
     assert preempted.returncode == 0, preempted.stderr
     assert preempted.stdout.startswith(f"preempted node {before.slices[0].slice_id} in us-central2-b")
+    hint = preempted.stdout.split("watch the recovery: ")[1].split()  # a program this shell runs, venv or not
+    assert os.access(hint[0], os.X_OK) and hint[1:] == ["status", RUN], preempted.stdout
     wait_until(lambda: (s := now()).recoveries == 1 and s.state == "running" and s.hosts_alive == 2, 90,
                what="the run to recover on a new slice")  # fmt: skip
     recovered = tpu_ops("status", RUN)

@@ -62,6 +62,10 @@ def test_provision_and_train_name_the_kind_of_a_spec_they_do_not_take(capsys: py
                     f"--spec takes one); run it with: tpu-ops launch {EX / 'pipeline.yaml'}")  # fmt: skip
     line = _fails(capsys, "train", "--spec", str(EX / "provision.yaml"), "--run-id", "run-1")
     assert "is a provision spec, not a train job spec" in line
+    line = _fails(capsys, "local", "seed", "--spec", str(EX / "nightly-auto.yaml"))
+    assert "is a train job spec, not a pipeline spec (tpu-ops local seed --spec takes one)" in line
+    line = _fails(capsys, "doctor", "--spec", str(EX / "local-train.yaml"))  # was: name, mirror, export required
+    assert f"{EX / 'local-train.yaml'} is a train job spec, not a pipeline spec (tpu-ops doctor --spec" in line
 
 
 @pytest.mark.parametrize(
@@ -109,3 +113,19 @@ def test_local_preempt_refuses_a_real_cloud(
         monkeypatch.setenv("TPU_OPS_DRY_RUN", "true")
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "for the local stack only" in err[0] and "fix:" in err[0]
+
+
+def test_launch_prints_follow_ups_the_readmes_shell_runs_without_the_venv_activated(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's third shell has no venv on its PATH: a bare `tpu-ops status RUN` there is 'command not found'."""
+    from flows.commands.launch import describe
+    from tpu_ops.settings import Settings
+    from tpu_ops.train.launches import PROCESS, LaunchRecord
+
+    monkeypatch.chdir(EX.parent)
+    record = LaunchRecord("walk-1", "train-job", PROCESS, checkpoint_dir="gs://walk-ckpt/runs", zones=["us-central2-b"],
+                          hosts=2, pid=1)  # fmt: skip
+    text = describe(record, Settings(state_dir=state_dir))
+    for follow_up in ("status walk-1", "logs walk-1 --follow", "cancel walk-1"):
+        assert f"  .venv/bin/tpu-ops {follow_up}" in text, text

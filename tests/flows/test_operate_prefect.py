@@ -82,3 +82,7 @@ def test_launch_through_a_served_deployment_then_cancel(serving: dict[str, str],
     left = stack.state()
     assert left["nodes"] == 0 and left["queued_resources"] == 0 and not left["worker_pids"], left
     assert status()["state"] == "cancelled"
+    from tpu_ops.train import launches
+
+    saved = launches.load(settings, RUN)  # what status falls back on once neither Prefect nor GCS answers
+    assert saved is not None and saved.outcome == "cancelled"

@@ -42,8 +42,9 @@ def test_the_command_names_the_bucket_and_the_seed(
     assert len(err) == 1, err
     bucket = err[0].removeprefix("error: bucket ").split()[0]
     assert bucket in (m["source"].rsplit("/", 2)[0], m["destination"].rsplit("/", 2)[0]), err
-    assert err[0].endswith(f"does not exist — fix: the local stack was not seeded: {SEED} "
-                           "(in the shell that loaded its env file)"), err  # fmt: skip
+    assert err[0].endswith(f"does not exist — fix: the local stack was not seeded: {SEED} (in the shell that "
+                           "loaded its env file; it makes the dry run's buckets, `--spec PIPELINE.yaml` those a "
+                           "pipeline spec names)"), err  # fmt: skip
     assert "404" not in err[0] and "NotFound" not in err[0]
 
 

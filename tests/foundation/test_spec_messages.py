@@ -95,3 +95,17 @@ def test_validate_says_the_alias_was_read(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "flows.cli", "validate", str(path)], capture_output=True, text=True,
                          cwd=ROOT, check=True)  # fmt: skip
     assert "slice.accelerator_type: 'v5e-16' is read as 'v5litepod-16'" in out.stdout, out.stdout
+
+
+def test_validate_names_a_directory_with_no_spec_in_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tpu-ops validate examples/*` (the README's line) reaches examples/orbax_trainer/: it said nothing of it."""
+    from flows.cli import main
+
+    assert main(["validate", str(ROOT / "examples" / "orbax_trainer"), str(ROOT / "examples" / "train.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{ROOT / 'examples' / 'orbax_trainer'}: a directory with no spec file (.yaml, .yml, .json) " \
+        "in it: nothing to check"
+    assert lines[1].endswith("train.yaml: ok, a train job spec (tpu-ops train --spec)")
+    assert main(["validate", "--json", str(ROOT / "examples" / "orbax_trainer")]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == ["a directory with no spec file (.yaml, .yml, .json) in it: "
+                                                           "nothing to check"]  # fmt: skip

@@ -188,3 +188,16 @@ def test_templates_render_from_a_spec_with_nothing_left_over() -> None:
             assert "arn:aws:s3:::dryrun-curated/fraud/v1/*" in resources or "dryrun-curated" not in resources
     with pytest.raises(KeyError, match=r"AWS_REGION|AWS_ACCOUNT_ID|SAGEMAKER|KMS"):
         render((ROOT / "infra" / "iam" / "aws" / "flows-role-policy.json").read_text(), values_from_spec(spec))
+
+
+def test_render_refuses_a_spec_that_is_not_a_pipeline_in_lines_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infra.iam.render import main
+
+    argv = ["--spec", str(ROOT / "examples" / "train.yaml"), "--account", "123456789012", "--kms-key-arn", "k",
+            "--sagemaker-role-arn", "r", "--out", str(tmp_path / "iam")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "mirror: Field required" in err and "rendered from a pipeline spec" in err
+    assert "Traceback" not in err and not (tmp_path / "iam").exists()

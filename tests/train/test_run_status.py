@@ -42,3 +42,18 @@ def test_a_flow_run_that_ended_before_any_run_state_stands_for_the_run(local_sta
     assert crashed.state == "failed" and crashed.error == "Flow run crashed: worker lost"
     record.cancelled_at = 1.0
     assert run_status(settings, record, gcs, flow_run=("cancelled", "")).state == "cancelled"
+
+
+def test_a_prefect_run_cancel_saw_stop_stays_cancelled_when_neither_prefect_nor_its_state_answers(
+    local_stack: Any, tmp_path: Path
+) -> None:
+    """A local stack started anew has no run state and the old flow run's server is gone: 'cancelling' for ever."""
+    from tpu_ops.cloud.clients import storage_client
+
+    settings = local_stack.settings(state_dir=tmp_path)
+    record = _record(mode=PREFECT, flow_run_id="0e6f3c1e-0000-4000-8000-000000000001")
+    record.cancelled_at = 1.0
+    gcs = storage_client(settings)
+    assert run_status(settings, record, gcs).state == "cancelling"  # asked to stop, not seen stopping yet
+    record.outcome = "cancelled"  # what `tpu-ops cancel` records once it saw the flow run stop
+    assert run_status(settings, record, gcs).state == "cancelled"

@@ -143,6 +143,22 @@ def test_a_node_google_repaired_shows_repaired_not_kept_in_the_state_and_in_stat
         "repaired)" in text
 
 
+def test_a_run_cancelled_through_prefect_shows_its_last_incarnation_cancelled_not_failed(
+    gcs: Any, bucket: str, launched: tuple[Any, LaunchRecord, RunLayout]
+) -> None:
+    """Prefect's cancellation signals the flow run's process, so the supervisor records the run and its live
+    incarnation ``failed``; status, which knows of the cancel from the launch record, says cancelled for both."""
+    settings, record, layout = launched
+    state = _two_incarnations()
+    state.outcome, state.incarnations[1].end = "failed", "failed"
+    StateStore(gcs, layout.run_state).save(state)
+    record.cancelled_at = time.time()
+    s = run_status(settings, record, gcs)
+    assert s.state == "cancelled"
+    assert [i["end"] for i in s.incarnations] == ["preempted", "cancelled"]
+    assert f"incarnation 1 (cancelled): slice 0 {RUN}-a1" in detail(s)
+
+
 def test_status_of_an_old_state_file_shows_its_one_slice_with_the_launch_records_hosts(
     gcs: Any, bucket: str, launched: tuple[Any, LaunchRecord, RunLayout]
 ) -> None:

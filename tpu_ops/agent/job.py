@@ -1,7 +1,7 @@
 """The job contract, standard library only: the job document, its GCS paths, and the trainer's variables.
 
 The supervisor uploads a :class:`Job` as ``RUN/_tpu_ops/job.json``; every worker's agent reads
-it, and sets the ``TPU_OPS_*`` variables (README, "Training") that a trainer reads back with
+it, and sets the ``TPU_OPS_*`` variables (docs/training.md) that a trainer reads back with
 :func:`job_env`. Fields are only ever added, never renamed: an agent ignores fields it does not
 know, and a missing field takes its default.
 """
@@ -316,7 +316,7 @@ def job_env(env: Mapping[str, str] | None = None) -> JobEnv:
     def need(name: str) -> str:
         value = env.get("TPU_OPS_" + name)
         if value is None or value == "":
-            raise ContractError(f"TPU_OPS_{name} is not set (the agent sets it; README, 'Training')")
+            raise ContractError(f"TPU_OPS_{name} is not set (the agent sets it; docs/training.md)")
         return value
 
     def number(name: str, default: str | None = None, low: int = 0) -> int:

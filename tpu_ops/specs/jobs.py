@@ -131,7 +131,7 @@ class TrainSpec(StrictModel):
         None,
         description="argv run on every VM before the trainer's first start and after every recreate (a fresh "
         "disk), e.g. ['bash', '-c', 'python3 -m venv venv && venv/bin/pip install --no-index --find-links "
-        "wheelhouse numpy']; a failure fails the run with its log tail (README, 'Training').",
+        "wheelhouse numpy']; a failure fails the run with its log tail (docs/training.md).",
     )
     python: str | None = Field(
         None,

@@ -3,7 +3,7 @@
 It follows the job contract (``tpu_ops.agent.job.job_env``) like any user trainer: a linear model
 fitted by SGD on the token shards named by the dataset manifest (synthetic data without one). It
 talks to GCS with the agent's standard-library client, so on a VM it needs only numpy, which the
-job's ``setup`` step provides (README, "Training"). Checkpoints use the Orbax commit protocol:
+job's ``setup`` step provides (docs/training.md). Checkpoints use the Orbax commit protocol:
 every worker writes its part of the parameters under ``<step>/params/``, then worker 0 waits for
 every part and writes ``<step>/commit_success.txt`` last. Each step's batch depends only on the
 step number, so with a fixed seed the final parameters are bit-identical whether or not the run

@@ -144,8 +144,11 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     elif out.state == "failed" and record.cancelled_at is not None:
         # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process).
         out.state, out.error = cancel.CANCELLED, ""
+        for inc in out.incarnations[-1:]:  # the incarnation the cancel ended says so too
+            inc["end"] = cancel.CANCELLED if inc["end"] == "failed" else inc["end"]
     elif not ended and record.cancelled_at is not None:
-        out.state = CANCELLING if alive is not False else cancel.CANCELLED
+        done = alive is False or record.outcome == cancel.CANCELLED  # `cancel` saw it stop
+        out.state = cancel.CANCELLED if done else CANCELLING
     elif not ended and alive is False:
         out.state = record.outcome if record.outcome in ENDED else LOST
         out.error = out.error or record.error
