@@ -162,6 +162,8 @@ def test_a_supervisor_taking_over_keeps_the_healthy_slice_and_replaces_only_the_
     print(f"\ntakeover, slice 0 kept: training again {FIGURES['5m']}; steps lost {p['steps_lost']}")
 
 
+# The recovery figure's baseline only: keep 0 giving everything back is tested in test_keeper_takeover.py.
+@pytest.mark.figures
 def test_with_keep_healthy_for_0_the_supervisor_taking_over_gives_everything_back(
     stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path
 ) -> None:
