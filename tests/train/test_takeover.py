@@ -216,3 +216,71 @@ def test_on_the_tpu_api_the_supervisor_taking_over_keeps_the_request_and_waits_f
     # Google replaced node 1 (its bill closed when lost, opened again when adopted); deleted only at the end
     kinds = [e["kind"] for e in events if e.get("resource_id") == n1]
     assert kinds == [L.ACTIVE, L.PREEMPTED, L.GONE, L.ACTIVE, L.DELETE_REQUESTED, L.GONE], kinds
+
+
+def test_a_supervisor_killed_mid_recovery_is_succeeded_by_one_that_keeps_the_healthy_slice(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path
+) -> None:
+    """Slice 1 preempted while the supervisor runs; it is killed once slice 1 is deleted (its workers stopped,
+    slice 0's waiting to be kept), before the replacement is gathered. The successor finishes that recovery:
+    slice 0 kept (its agent waits for an allocation listing it), slice 1 replaced, well before stall_limit."""
+    run_id = "takeover-mid"
+    cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, run_id, steps=STEPS, checkpoint_every=EVERY,
+              stall_limit="120s", hyperparameters={"step_delay_s": 0.3})  # fmt: skip
+    doc = yaml.safe_load(cli.spec.read_text())
+    doc["provision"] = {
+        "slice": {"accelerator_type": "v5p-8", "backend": "compute", "region": "us-east5", "zones": [ZONE],
+                  "slices": 2, "keep_healthy_for": "5m"},
+        "ladder": ["spot"], "budget_usd": 1000, "hours": 1, "queue_timeout": "30s", "overall_timeout": "90s",
+    }  # fmt: skip
+    cli.spec.write_text(yaml.safe_dump(doc))
+    stack.set_compute_capacity({ZONE: {"SPOT": 64}})
+    default = stack.compute_backend.set_latency()["provision_s"]
+    stack.compute_backend.set_latency(provision_s=CREATE_S)
+    a1, a1001 = f"{run_id}-a1", f"{run_id}-a1001"
+    try:
+        first = cli.start()
+        run_uri = f"gs://{ckpt_bucket}/runs/{run_id}"
+        wait_for(lambda: (latest_complete_step(gcs, run_uri) or 0) >= EVERY, 120, what="a first committed step")
+        before = _instance(stack, a1)
+        stack.preempt_instance(ZONE, a1001)  # while the supervisor runs: it recovers, keeping slice 0
+
+        def deleted() -> bool:  # the lost slice's bill closed by the supervisor: next it gathers the replacement
+            return any(
+                e["kind"] == L.GONE and e["resource_id"] == a1001 for e in L.Ledger(train_settings, run_id).events()
+            )
+
+        wait_for(deleted, 60, what=f"{a1001} deleted", interval=0.01)
+        kill9(first)
+        started = time.time()
+        second = cli.start()
+
+        def training_again() -> dict[str, Any] | None:  # slice 0 kept: its waiting agent trains on
+            incs = _state(gcs, ckpt_bucket, run_id).get("incarnations") or []
+            inc = incs[1] if len(incs) > 1 else {}
+            kept = [s.get("kept") for s in inc.get("slices") or []]
+            return inc if inc.get("first_step_at") and kept == [True, False] else None
+
+        try:  # well below stall_limit (120 s), which would recover a slice 0 left without its agent
+            again = wait_for(training_again, 40, what="the next incarnation training, slice 0 kept", interval=0.1)
+        except AssertionError:
+            kill9(second)
+            raise
+        during = _instance(stack, a1)
+        rc, _, err = cli.finish(second, timeout=240)
+    finally:
+        stack.compute_backend.set_latency(provision_s=default)
+    assert rc == 0, err
+    assert _same(before, during)  # slice 0 not recreated: the same instance trains on
+    state = _state(gcs, ckpt_bucket, run_id)
+    (p,) = state["preemptions"]
+    assert p["unsupervised"] is False and p["queued_resource"] == a1001 and p["resume_step"] is not None  # no stall
+    _, inc1 = state["incarnations"]
+    got = [(s["index"], s["resource_id"], s["kept"]) for s in inc1["slices"]]
+    assert got == [(0, a1, True), (1, a1001, False)]
+    assert state["outcome"] == "done" and state["final_step"] == STEPS
+    _, bills = _bills(train_settings, run_id)  # each bill opened and closed once: nothing billed twice
+    assert bills == {a1: ["active", "gone"], a1001: ["active", "gone"] * 2}, bills
+    _nothing_left(stack)
+    figure = float(again["first_step_at"]) - started
+    print(f"\ntakeover mid-recovery, slice 0 kept: training again {figure:.1f} s after the successor's start")

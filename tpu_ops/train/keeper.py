@@ -124,9 +124,10 @@ class Keeper:
         s = self.slices[lost]
         if self.lease.provider.multislice_request:
             return self._await_repair(lost, s)
-        self.ledger.append(L.DELETE_REQUESTED, resource_id=s.queued_resource, zone=s.zone)
-        self.lease.provider.delete_slice(s.zone, s.queued_resource, timeout_s)
-        self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)
+        if self.ledger.is_open(s.queued_resource):  # else a predecessor deleted it before it died
+            self.ledger.append(L.DELETE_REQUESTED, resource_id=s.queued_resource, zone=s.zone)
+            self.lease.provider.delete_slice(s.zone, s.queued_resource, timeout_s)
+            self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)
         self.kept = tuple(i for i in range(len(self.slices)) if i != lost)
 
     def _await_repair(self, lost: int, s: Slice) -> None:

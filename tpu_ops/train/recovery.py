@@ -13,6 +13,7 @@ from typing import Any
 from tpu_ops.agent.job import Job
 from tpu_ops.layout import RunLayout
 from tpu_ops.provision.records import Slice
+from tpu_ops.train import notices
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.incarnations import mine, record_allocation
 from tpu_ops.train.keeper import Keeper
@@ -91,6 +92,29 @@ def take_over(keeper: Keeper, gcs: Any, layout: RunLayout, inc: IncarnationState
         return False  # nothing to keep: no need to read the reports
     exited = {int(r.get("slice") or 0) for r in mine(inc, list_json(gcs, layout.workers))}
     return keeper.adopt(inc.allocation(), lost, exited)
+
+
+def finish_taken_over(
+    keeper: Keeper, gcs: Any, layout: RunLayout, job: Job, state: RunState, p: PreemptionState
+) -> None:
+    """A predecessor died mid-recovery from open preemption ``p`` (its workers asked to stop, the lost slice
+    maybe deleted) before the replacement came: hold the slices that still run as it did, so the next
+    allocation keeps them (their agents wait for a document listing them in ``kept``, else they exit)."""
+    inc = state.incarnations[p.incarnation]
+    ids = [s.resource_id for s in inc.allocation()]
+    if keeper.slices or len(ids) < 2 or p.queued_resource not in ids:
+        return
+    lost = ids.index(p.queued_resource)
+    marker = layout.state(f"stop/{inc.id}.json")
+    stopped = gcs.bucket(marker.bucket).blob(marker.prefix).exists()  # then the exit reports are the stop's
+    exited = () if stopped else {int(r.get("slice") or 0) for r in mine(inc, list_json(gcs, layout.workers))}
+    if not keeper.adopt(inc.allocation(), lost, exited):
+        return
+    kept, until = stop_others(gcs, layout, job, inc, keeper.slices, lost, p.reason)
+    hosts = sum(s.hosts for s in keeper.slices)
+    notices.wait_for_exit_reports(gcs, layout, inc.id, hosts, [], kept=kept, stopped_until=until)
+    keeper.give_back(lost)
+    close_preemption(p, inc, gcs, layout)
 
 
 def close_preemption(p: PreemptionState, inc: IncarnationState, gcs: Any, layout: RunLayout) -> None:

@@ -200,11 +200,12 @@ class Supervisor:
         preemption that happened meanwhile (keeping the slices that still run)."""
         self.mover.resume()  # a move left half-way: undone, or finished
         live = self.state.live
-        if live is None:  # a predecessor died between deleting a slice and asking anew
+        if live is None or not live.queued_resource:  # a predecessor died mid-recovery, or before asking anew
             last = self.state.preemptions[-1] if self.state.preemptions else None
-            return last if last is not None and last.resume_step is None else None
-        if not live.queued_resource:
-            return None
+            p = last if last is not None and last.resume_step is None else None
+            if p is not None:
+                recovery.finish_taken_over(self.keeper, self.gcs, self.layout, self.doc, self.state, p)
+            return p if live is None else None
         self._heartbeats(live)  # progress meanwhile
         mine_all = [(s.zone, s.resource_id) for s in live.allocation()]  # every slice: which one went, if one did
         v = self._judge(live, with_done=False, slices=mine_all)  # a DONE run is _train's to close
