@@ -2,7 +2,8 @@
 none runs; the next supervisor takes over. With ``keep_healthy_for`` it keeps slice 0 (the same instance, warm)
 and replaces slice 1 alone, as a live supervisor does; with ``keep_healthy_for: 0`` it gives everything back.
 Both are run and their time from the new supervisor's start to training again printed (each VM takes
-``CREATE_S`` to come up in the fake, so the whole re-gather's second VM shows). A third test: the TPU API.
+``CREATE_S`` to come up in the fake, so the whole re-gather's second VM shows). A third test: the TPU API;
+a fourth: a supervisor killed mid-recovery (the lost slice deleted, its replacement not yet gathered).
 
 The real supervisor (``tpu-ops train --no-flow``) and agents, the fake Compute Engine over HTTP."""
 
