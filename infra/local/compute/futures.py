@@ -294,7 +294,7 @@ class FutureReservationsMixin(ResizeMixin):
 def _calendar_refusal(fr: FutureReservation, verb: str, now: float) -> str:
     """Why a calendar request may not be cancelled or deleted now ('' if it may)."""
     if verb == "cancel":
-        if fr.status in ("PENDING_APPROVAL", "APPROVED") and now < fr.start:
+        if fr.status in ("PENDING_APPROVAL", "APPROVED"):
             return ""
         return (f"The future reservation '{fr.path}' is in calendar mode and {fr.status}: only a request pending "
                 f"approval or approved, before its start time ({_rfc3339(fr.start)}), can be cancelled.")  # fmt: skip
