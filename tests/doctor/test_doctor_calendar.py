@@ -1,5 +1,5 @@
 """``tpu-ops doctor`` on a spec with a calendar rung: the future reservation must exist, be in calendar
-mode and not have ended (and the fix never books one silently: booking cannot be undone)."""
+mode and not have ended (and the fix never books one silently: booking commits money)."""
 
 from __future__ import annotations
 
