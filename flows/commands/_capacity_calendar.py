@@ -1,8 +1,9 @@
 """``tpu-ops capacity calendar --spec FILE``: the calendar-mode reservations a spec could use, and their windows.
 
-Read-only: booking a calendar reservation cannot be undone on Google's side, so tpu-ops never books
-one; it lists those in the spec's zones (name, window, status, chips) and says which fit the spec's
-slice and which its ladder names (``calendar:NAME@ZONE`` rungs).
+Read-only: booking a calendar reservation commits money unless its owner cancels it in time (Google:
+cancelling prevents the provisioning "and incurring charges for them"), so tpu-ops never books or
+cancels one; it lists those in the spec's zones (name, window, status, chips) and says which fit the
+spec's slice and which its ladder names (``calendar:NAME@ZONE`` rungs).
 """
 
 from __future__ import annotations

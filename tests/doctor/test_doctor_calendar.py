@@ -1,5 +1,5 @@
 """``tpu-ops doctor`` on a spec with a calendar rung: the future reservation must exist, be in calendar
-mode and not have ended (and the fix never books one silently: booking cannot be undone)."""
+mode and not have ended (and the fix never books one silently: booking commits money)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def test_doctor_checks_a_calendar_rungs_reservation(stack: Any) -> None:
     settings, spec, zone = _with_calendar_rung(stack, "week")
     label = f"calendar reservation week in {zone}"
     check = {c.name: c for c in run_checks(settings, spec)}[label]
-    assert check.status == MISSING and check.detail == "not found" and "cannot be cancelled" in check.fix
+    assert check.status == MISSING and check.detail == "not found"
+    assert "it can be cancelled before it is provisioned, which spares its charges" in check.fix
     start = time.time() + 3600
     _book(stack, settings, zone, "week", start, 7)
     check = {c.name: c for c in run_checks(settings, spec)}[label]

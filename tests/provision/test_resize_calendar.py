@@ -4,7 +4,7 @@ on when the window opens too late); each torn down to nothing, and reaped after 
 
 Everything goes through google-cloud-compute over REST on loopback (a socket guard fails the test
 otherwise). Google's pages: "About resize requests in a MIG", "Create a future reservation request
-in calendar mode".
+in calendar mode", "Delete a future reservation request in calendar mode".
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -88,7 +89,7 @@ def fake(compute_url: str, tmp_path: Path, google_auth: Any, fakes: Any) -> Iter
         yield f
     assert blocked == [], f"requests left loopback: {blocked}"
     assert f.left() == 0, f.req("GET", "/_fake/state")
-    f.req("POST", "/_fake/reset")  # the calendar reservations: Google lets no one delete them
+    f.req("POST", "/_fake/reset")  # calendar requests neither cancelled nor ended: not deletable
 
 
 def test_flex_start_multi_host_through_a_resize_request(fake: Fake) -> None:
@@ -226,6 +227,41 @@ def test_a_calendar_request_failed_at_its_window_is_walked_past_not_waited_on(fa
     finally:
         report = teardown(run, fake.settings, zones=[ZA, ZB])
     assert report.confirmed_gone and fake.left() == 0
+
+
+def test_a_calendar_request_its_owner_cancels_while_the_ladder_waits_is_walked_past(
+    fake: Fake, waiter: Callable[..., Any]
+) -> None:
+    """The operator cancels the request while the ladder waits for its window (Google: cancelling
+    prevents the provisioning "and incurring charges"): the ladder walks on at its next poll, not at the
+    window, and the owner can then delete the cancelled request."""
+    start = fake.calendar("off", opens_in_s=300.0)
+    run, provider, errors = "run-cancelled", for_backend("compute", fake.settings), []
+
+    def owner_cancels() -> None:
+        try:
+            waiter(lambda: any(r.kind == RESIZE and r.state == "ACCEPTED" for r in provider.resources([ZA], run)),
+                   timeout=60, what="the ladder's resize request to wait ACCEPTED for the window")  # fmt: skip
+            fake.futures.cancel_unary(project=PROJECT, zone=ZA, future_reservation="off")
+        except Exception as e:  # the test's thread says it
+            errors.append(e)
+
+    owner = threading.Thread(target=owner_cancels)
+    owner.start()
+    try:
+        spec = fake.spec(["calendar:off@us-east5-a", "spot"], queue_timeout="10m", overall_timeout="20m")
+        s = provision(spec, run, fake.settings)
+        owner.join(timeout=30)
+        assert errors == [] and not owner.is_alive()
+        assert time.time() < start - 200  # walked on at the cancel, not at the window
+        assert [(a.tier, a.outcome) for a in s.attempts] == [("calendar", Outcome.FAILED), ("spot", Outcome.ACTIVE)]
+        assert s.attempts[0].detail.startswith("calendar reservation 'off' in us-east5-a is CANCELLED: the request was")
+        assert _said(fake.settings, run) == [("wait", ""), ("refused", "CANCELLED")]
+    finally:
+        report = teardown(run, fake.settings, zones=[ZA, ZB])
+    assert report.confirmed_gone and fake.left() == 0
+    fake.futures.delete_unary(project=PROJECT, zone=ZA, future_reservation="off")  # cancelled: its owner may
+    assert list(fake.futures.list(project=PROJECT, zone=ZA)) == []
 
 
 @pytest.mark.parametrize("rung", ["flex-start", "calendar"])

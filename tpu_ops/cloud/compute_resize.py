@@ -158,7 +158,7 @@ class ComputeResizeApi(ComputeApi):
             return False
         return True
 
-    # -- future reservations (read only: a calendar booking cannot be undone) -----------------
+    # -- future reservations (read only: booking, cancelling, deleting are the operator's) -----
     @staticmethod
     def _fr(f: Any, zone: str) -> FutureReservationRecord:
         sku, agg = f.specific_sku_properties, f.aggregate_reservation

@@ -97,8 +97,9 @@ def _calendar(settings: Settings, name: str, zone: str) -> Check:
     fr = ComputeResizeApi(settings).get_future_reservation(zone, name)
     if fr is None or fr.mode != "CALENDAR":
         why = "not found" if fr is None else f"a future reservation in {fr.mode} mode, not calendar"
-        return _missing(label, why, f"book one (it cannot be cancelled once submitted): gcloud compute "
-                        f"future-reservations create {name} --zone={zone} --reservation-mode=calendar ...")  # fmt: skip
+        return _missing(label, why, f"book one (it can be cancelled before it is provisioned, which spares its "
+                        f"charges): gcloud compute future-reservations create {name} --zone={zone} "
+                        f"--reservation-mode=calendar ...")  # fmt: skip
     window = f"window {when(fr.start)} - {when(fr.end)}, {fr.status}"
     if fr.status in REFUSALS:  # Google declined or failed it (or it was cancelled, or never submitted)
         return _missing(label, f"{window}: {REFUSALS[fr.status][1]}", "book another window or zone and name it")

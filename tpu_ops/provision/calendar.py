@@ -1,7 +1,8 @@
 """The calendar rung: a calendar-mode (future) reservation's window, and whether the ladder waits for it.
 
 A ``calendar`` rung names a future reservation in calendar mode (Google: "Create a future reservation
-request in calendar mode"; booking one cannot be undone, so tpu-ops only consumes them). Its window
+request in calendar mode"; booking one commits money, so tpu-ops only consumes them: its owner may
+cancel one before it is provisioned, tpu-ops never does). Its window
 is read from Compute Engine. Before the window opens the ladder says when it opens (a ledger event
 ``calendar`` and a log line) and either waits for it, if it opens before the overall timeout and the
 spec's ``choose.finish_by``, or walks on to the next rung. A window that has ended, or a reservation

@@ -3,8 +3,13 @@
 A request names capacity (``specificSkuProperties``: ``instanceProperties.machineType`` and
 ``totalCount`` VMs, or for TPUs ``aggregateReservation``: ``vmFamily`` and accelerator counts) for a
 ``timeWindow`` (``startTime`` and ``endTime`` or ``duration``). ``reservationMode: CALENDAR`` windows
-last 1 to 90 days and, once submitted, cannot be modified, cancelled or deleted ("About future
-reservation requests in calendar mode"). ``status.procurementStatus`` is PENDING_APPROVAL on insert;
+last 1 to 90 days. Google's "Delete a future reservation request in calendar mode": a calendar request
+can be cancelled ("to prevent Compute Engine from provisioning your requested resources and incurring
+charges for them"), then kept (``CANCELLED``) or deleted; it can be deleted "after you cancel a request
+or after the request reaches its end time", and not otherwise (a 400 here). The fake cancels one only
+while it is PENDING_APPROVAL or APPROVED, i.e. before its window opens (its reading of the overview
+page's limits, see docs/calendar.md): nothing was delivered, so nothing is removed, and its chips no
+longer count against the zone's calendar capacity. ``status.procurementStatus`` is PENDING_APPROVAL on insert;
 Google's review then approves or declines it. The fake's review of a calendar request weighs the
 zone's calendar capacity (``/_fake/capacity`` ``{zone: {"CALENDAR": chips | {generation: chips}}}``,
 4096 chips of every generation by default): APPROVED if the chips it asks for fit beside those the
@@ -190,20 +195,17 @@ class FutureReservationsMixin(ResizeMixin):
         return out
 
     def _unsubmit(self, project: str, zone: str, name: str, request_id: str | None, verb: str) -> dict[str, Any]:
-        """Cancel or delete: refused in calendar mode, as Google refuses it."""
+        """Cancel or delete; in calendar mode only where Google's page allows it (:func:`_calendar_refusal`)."""
 
         def run(fr: FutureReservation) -> dict[str, Any]:
-            if fr.calendar:
-                raise exc.InvalidArgument(
-                    f"The future reservation '{fr.path}' is in calendar mode: once submitted it cannot be "
-                    f"modified, cancelled or deleted.", reason="invalid",
-                )  # fmt: skip
-            if verb == "delete":
+            if fr.calendar and (why := _calendar_refusal(fr, verb, self.clock.now())):
+                raise exc.InvalidArgument(why, reason="invalid")
+            if not fr.calendar:  # a calendar request reaching here has no auto-created reservation left
                 self._deliver(fr, False)
+            if verb == "delete":
                 del self._futures[(project, zone, name)]
             else:
                 fr.status = "CANCELLED"
-                self._deliver(fr, False)
             return self._done_op(project, f"zones/{zone}", verb, fr.path, fr.uid)
 
         if verb == "delete":
@@ -287,6 +289,19 @@ class FutureReservationsMixin(ResizeMixin):
             and fr.status not in ENDED
             for fr in self._futures.values()
         )  # fmt: skip
+
+
+def _calendar_refusal(fr: FutureReservation, verb: str, now: float) -> str:
+    """Why a calendar request may not be cancelled or deleted now ('' if it may)."""
+    if verb == "cancel":
+        if fr.status in ("PENDING_APPROVAL", "APPROVED"):
+            return ""
+        return (f"The future reservation '{fr.path}' is in calendar mode and {fr.status}: only a request pending "
+                f"approval or approved, before its start time ({_rfc3339(fr.start)}), can be cancelled.")  # fmt: skip
+    if fr.status == "CANCELLED" or now >= fr.end:
+        return ""
+    return (f"The future reservation '{fr.path}' is in calendar mode and {fr.status}: it can be deleted only after "
+            f"it is cancelled or after its end time ({_rfc3339(fr.end)}).")  # fmt: skip
 
 
 def _rfc3339(t: float) -> str:

@@ -5,6 +5,12 @@ APPROVED or DECLINED, "rejected by GCP") and a request approved whose capacity i
 window opens is FAILED ("No additional reservations were provided"). The compute.v1
 ``FutureReservationStatus`` has no field giving the reason; the fake adds none. The fake's calendar
 capacity is set per zone and TPU generation through ``/_fake/capacity`` (``CALENDAR``).
+
+Cancel and delete follow "Delete a future reservation request in calendar mode"
+(compute/docs/instances/delete-future-reservations-calendar-mode): a request is cancelled "to prevent
+Compute Engine from provisioning your requested resources", then kept or deleted; it is deleted "after
+you cancel a request or after the request reaches its end time". The fake cancels one only while it is
+pending approval or approved, before its window (docs/calendar.md says why).
 """
 
 from __future__ import annotations
@@ -57,10 +63,13 @@ def _book(fake: Any, name: str, start_in: float, chips: int, family: str = CT5P,
     compute_v1.FutureReservationsClient(**kw).insert_unary(project=PROJECT, zone=ZONE, future_reservation_resource=fr)
 
 
-def _status(fake: Any, name: str) -> str:
+def _frs(fake: Any) -> Any:
     kw: dict[str, Any] = {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=fake.url)}
-    client = compute_v1.FutureReservationsClient(**kw)
-    return str(client.get(project=PROJECT, zone=ZONE, future_reservation=name).status.procurement_status)
+    return compute_v1.FutureReservationsClient(**kw)
+
+
+def _status(fake: Any, name: str) -> str:
+    return str(_frs(fake).get(project=PROJECT, zone=ZONE, future_reservation=name).status.procurement_status)
 
 
 def _tick(fake: Any, s: float = 1) -> None:
@@ -111,10 +120,64 @@ def test_an_approved_request_whose_capacity_went_before_its_window_fails_then(fa
     with pytest.raises(gexc.NotFound):
         fake.reservations.get(project=PROJECT, zone=ZONE, reservation="cal-res")
     assert _state(_rrs(fake), "g") == "FAILED"
-    with pytest.raises(gexc.BadRequest, match="cannot be modified, cancelled or deleted"):
-        compute_v1.FutureReservationsClient(
-            credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=fake.url)
-        ).delete_unary(project=PROJECT, zone=ZONE, future_reservation="cal")
+    with pytest.raises(gexc.BadRequest, match="FAILED: it can be deleted only after it is cancelled or after its"):
+        _frs(fake).delete_unary(project=PROJECT, zone=ZONE, future_reservation="cal")  # its window is still on
+
+
+def test_a_request_cancelled_before_its_window_delivers_nothing_frees_its_chips_and_can_be_deleted(fake: Any) -> None:
+    _post(f"{fake.url}/_fake/capacity", {ZONE: {"CALENDAR": {"v5p": 16}}})
+    _book(fake, "a", 2 * HOUR, 16)
+    _tick(fake)
+    _book(fake, "b", 2 * HOUR, 16)  # the zone's 16 chips are held by "a"
+    _tick(fake)
+    assert (_status(fake, "a"), _status(fake, "b")) == ("APPROVED", "DECLINED")
+    _group(fake, "g", "RESERVATION_BOUND", reservation="a-res")
+    _resize(_rrs(fake), "g")
+    _tick(fake, 60)
+    assert _state(_rrs(fake), "g") == "ACCEPTED"  # waits for a's window
+    op = _frs(fake).cancel_unary(project=PROJECT, zone=ZONE, future_reservation="a")
+    assert not op.error.errors and op.operation_type == "cancel" and op.target_link.endswith("/futureReservations/a")
+    assert _raw(fake, "a")["status"] == {"procurementStatus": "CANCELLED"}  # kept, for reference
+    _tick(fake)
+    assert _state(_rrs(fake), "g") == "FAILED"  # nothing will come for it
+    _book(fake, "c", 2 * HOUR, 16)  # a's chips are free again
+    _tick(fake)
+    assert _status(fake, "c") == "APPROVED"
+    _tick(fake, 2 * HOUR)  # the window opens: "a" is not provisioned, "c" is
+    assert (_status(fake, "a"), _status(fake, "c")) == ("CANCELLED", "FULFILLED")
+    with pytest.raises(gexc.NotFound):
+        fake.reservations.get(project=PROJECT, zone=ZONE, reservation="a-res")
+    with pytest.raises(gexc.BadRequest, match="FULFILLED: only a request pending approval or approved, before its"):
+        _frs(fake).cancel_unary(project=PROJECT, zone=ZONE, future_reservation="c")  # its window is on
+    assert _status(fake, "c") == "FULFILLED"
+    fake.reservations.get(project=PROJECT, zone=ZONE, reservation="c-res")  # still there
+    _frs(fake).delete_unary(project=PROJECT, zone=ZONE, future_reservation="a")
+    with pytest.raises(gexc.NotFound):
+        _frs(fake).get(project=PROJECT, zone=ZONE, future_reservation="a")
+    assert sorted(f.name for f in _frs(fake).list(project=PROJECT, zone=ZONE)) == ["b", "c"]
+
+
+def test_a_request_neither_cancelled_nor_ended_cannot_be_deleted_then_can_once_its_window_ends(fake: Any) -> None:
+    _post(f"{fake.url}/_fake/capacity", {ZONE: {"CALENDAR": {"v5p": 16}}})
+    _book(fake, "on", HOUR, 16)
+    _tick(fake)
+    _book(fake, "no", HOUR, 16)
+    _tick(fake)
+    assert (_status(fake, "on"), _status(fake, "no")) == ("APPROVED", "DECLINED")
+    for name, status in (("on", "APPROVED"), ("no", "DECLINED")):
+        with pytest.raises(gexc.BadRequest, match=f"{status}: it can be deleted only after it is cancelled or after"):
+            _frs(fake).delete_unary(project=PROJECT, zone=ZONE, future_reservation=name)
+    with pytest.raises(gexc.BadRequest, match="DECLINED: only a request pending approval or approved"):
+        _frs(fake).cancel_unary(project=PROJECT, zone=ZONE, future_reservation="no")
+    _tick(fake, HOUR)
+    assert _status(fake, "on") == "FULFILLED"
+    with pytest.raises(gexc.BadRequest, match="FULFILLED: it can be deleted only after it is cancelled or after"):
+        _frs(fake).delete_unary(project=PROJECT, zone=ZONE, future_reservation="on")
+    fake.reservations.get(project=PROJECT, zone=ZONE, reservation="on-res")  # the refused delete removed nothing
+    _tick(fake, DAY)  # both windows end: the auto-created reservation went with "on"'s
+    for name in ("on", "no"):
+        _frs(fake).delete_unary(project=PROJECT, zone=ZONE, future_reservation=name)
+    assert list(_frs(fake).list(project=PROJECT, zone=ZONE)) == []
 
 
 def test_a_bad_calendar_capacity_is_refused_naming_the_allowed_keys(fake: Any) -> None:

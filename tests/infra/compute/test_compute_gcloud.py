@@ -170,7 +170,8 @@ def test_calendar_requests_created_reviewed_described_and_listed(fake):
     create-future-reservations-calendar-mode) and "View reservations or future reservation requests":
     gcloud 528 has ``future-reservations`` in its beta track only. Two v5p requests for the same days
     where the zone has calendar capacity for one: Google's review approves the first, declines the second
-    (``status.procurementStatus: DECLINED``, no reason field), and neither can be deleted."""
+    (``status.procurementStatus: DECLINED``, no reason field); neither is cancelled nor past its end
+    time, so neither can be deleted ("Delete a future reservation request in calendar mode")."""
     g, b = fake.gcloud, fake.backend
     b.configure_capacity({ZONE: {"CALENDAR": {"v5p": 16}}})
     start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
@@ -189,7 +190,26 @@ def test_calendar_requests_created_reviewed_described_and_listed(fake):
     assert sorted((f["name"], f["status"]["procurementStatus"]) for f in listed) == [
         ("first", "APPROVED"), ("second", "DECLINED")]  # fmt: skip
     err = g.fails("beta", "compute", "future-reservations", "delete", "second", f"--zone={ZONE}")
-    assert "cannot be modified, cancelled or deleted" in err
+    assert "DECLINED: it can be deleted only after it is cancelled or after its end time" in err
+
+
+def test_calendar_request_cancelled_then_deleted(fake):
+    """Page "Delete a future reservation request in calendar mode" (compute/docs/instances/
+    delete-future-reservations-calendar-mode): an approved request cannot be deleted as it is; cancelled
+    (``gcloud beta compute future-reservations cancel``) it is kept as CANCELLED, then deleted."""
+    g = fake.gcloud
+    start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600 + 86400))
+    g.run("beta", "compute", "future-reservations", "create", "cal", f"--zone={ZONE}", "--reservation-mode=CALENDAR",
+          "--tpu-version=V5P", "--chip-count=16", "--workload-type=BATCH", f"--start-time={start}",
+          f"--end-time={end}", "--auto-delete-auto-created-reservations")  # fmt: skip
+    err = g.fails("beta", "compute", "future-reservations", "delete", "cal", f"--zone={ZONE}")
+    assert "APPROVED: it can be deleted only after it is cancelled or after its end time" in err
+    g.run("beta", "compute", "future-reservations", "cancel", "cal", f"--zone={ZONE}")
+    got = g.json("beta", "compute", "future-reservations", "describe", "cal", f"--zone={ZONE}")
+    assert got["status"] == {"procurementStatus": "CANCELLED"}
+    g.run("beta", "compute", "future-reservations", "delete", "cal", f"--zone={ZONE}")
+    assert g.json("beta", "compute", "future-reservations", "list") == []
 
 
 def test_operations_list_finds_a_preemption_and_describes_it(fake):

@@ -1,8 +1,9 @@
 """Resize requests and calendar-mode future reservations on the fake, driven by google-cloud-compute.
 
 Google's pages: "About resize requests in a MIG" (states, 10 min - 7 days, all at once, deleted at the
-end of the run), "Create a future reservation request in calendar mode" (1-90 days, cannot be
-cancelled or deleted, an auto-created reservation during the window).
+end of the run), "Create a future reservation request in calendar mode" (1-90 days, an auto-created
+reservation during the window), "Delete a future reservation request in calendar mode" (deleted only
+once cancelled or past its end time; cancelling: ``test_compute_calendar_capacity.py``).
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def test_calendar_reservation_window_consumed_through_a_resize_request(fake):
         got.status.procurement_status in ("PENDING_APPROVAL", "APPROVED") and not got.status.auto_created_reservations
     )
     assert [f.name for _, s in frs.aggregated_list(project=PROJECT) for f in s.future_reservations] == ["cal"]
-    with pytest.raises(gexc.BadRequest, match="cannot be modified, cancelled or deleted"):
+    with pytest.raises(gexc.BadRequest, match="only after it is cancelled or after its end time"):
         frs.delete_unary(project=PROJECT, zone=ZONE, future_reservation="cal")
     _group(fake, "fcal", "RESERVATION_BOUND", reservation="cal-res")
     _resize(rrs, "fcal", run_s=6 * HOUR)
