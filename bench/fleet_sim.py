@@ -350,6 +350,7 @@ class Fleet:
         self.state = {r.idx: RunState(r) for r in runs}
         self.rankings = 0
         self.held: dict[str, float] = {}  # slice-hours by tier@zone
+        self.held_by_class: dict[str, dict[str, float]] = {}  # the same, per run class (where the gap is)
         self.reserved_in_window_h = 0.0  # reservation hours used within its paid window
         self.list_cost = 0.0  # every held hour at its list price (the accounting before the audit)
         # GCS requests for the history: a ranking reads the capacity summary (1); each slice's record is
@@ -569,6 +570,8 @@ class Fleet:
         st.cost += billed / 3600.0 * self.price(st.step)
         where = f"{st.step.tier}@{st.step.zone[-1]}"
         self.held[where] = self.held.get(where, 0.0) + held / 3600.0
+        mine = self.held_by_class.setdefault(st.spec.cls, {})
+        mine[where] = mine.get(where, 0.0) + held / 3600.0
         if st.step.tier == "reservation":
             self.reserved_in_window_h += max(0.0, min(end, self.window_end) - st.bill_from) / 3600.0
         st.api_calls += 1
@@ -738,6 +741,10 @@ class Fleet:
             "moves": dict(self.move_counts) if self.moves is not None else None,
             "gap_to_floor_per_1k": self.gap(kept, cost),
             "slice_hours": {k: round(v, 1) for k, v in sorted(self.held.items())},
+            "slice_hours_by_class": {
+                c: {k: round(v, 1) for k, v in sorted(self.held_by_class.get(c, {}).items())}
+                for c in self.sc["classes"]
+            },
             "usd_per_1k_steps_by_class": {
                 c: round(
                     1000

@@ -146,6 +146,17 @@ def test_no_policy_beats_the_floor_and_the_gap_adds_up(sim: ModuleType) -> None:
         assert g["total"] == pytest.approx(g["on_demand"] + g["idle_reservation"] + g["lost"] + g["other"], abs=1e-3)
         od_h = sum(v for k, v in f.held.items() if k.startswith("on-demand"))
         assert g["on_demand"] == pytest.approx(round(1000 * od_h * 8.4 / total, 4), abs=1e-4)
+        # Each class's hours add up to the hours per rung; a ladder's classes use only its rungs.
+        by_class = r["slice_hours_by_class"]
+        assert set(by_class) == set(sim.SCENARIO["classes"])
+        for c in by_class:  # a class holds at least its own work
+            work_h = sum(x.steps for x in runs if x.cls == c) * sim.SCENARIO["seconds_per_step"] / 3600.0
+            assert sum(f.held_by_class.get(c, {}).values()) >= work_h > 0
+        for where, hours in f.held.items():
+            assert sum(c.get(where, 0.0) for c in f.held_by_class.values()) == pytest.approx(hours)
+        if name == "res > on-demand":
+            used = {w for c in by_class.values() for w in c}
+            assert used <= {"reservation@a", "on-demand@a", "on-demand@b", "on-demand@c"}
     assert fleet.run()["usd_per_kept_step"] > fleet.floor()
 
 
