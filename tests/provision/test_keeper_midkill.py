@@ -52,6 +52,22 @@ def _kinds(settings: Any, run_id: str, rid: str) -> list[str]:
     ]
 
 
+def _two_slices(
+    compute: Any, settings: Any, fakes: Any, run_id: str, accelerator: str
+) -> tuple[SliceSpec, SliceLease, list[Recorded]]:
+    """2 slices gathered by a first lease (the predecessor's), slice 1's host preempted and the loss in the
+    ledger; the predecessor's lease and the slices as the run state recorded them."""
+    spec = fakes.slice_request(["spot"], accelerator, "us-east5", [ZONE], "compute")
+    sl = SliceSpec.model_validate({**spec.slice.model_dump(), "slices": 2, "keep_healthy_for": "2m"})
+    first = SliceLease(spec.model_copy(update={"slice": sl}), run_id, settings)
+    slices = first.gather().slices
+    lost = slices[1].queued_resource
+    host = sorted(n.rsplit("/", 1)[-1] for n in compute("GET", "/_fake/state")["instance_states"] if lost in n)[0]
+    compute("POST", f"/_fake/zones/{ZONE}/instances/{host}:preempt")
+    Ledger(settings, run_id).append(PREEMPTED, resource_id=lost, zone=ZONE)
+    return sl, first, [Recorded(i, s.queued_resource, s.zone, s.tier, s.hosts) for i, s in enumerate(slices)]
+
+
 @pytest.mark.parametrize("accelerator", ["v5p-8", "v5p-16"])
 @pytest.mark.parametrize("request_left", [True, False], ids=["delete-under-way", "killed-before-asking"])
 def test_a_successor_waits_for_the_delete_under_way_and_asks_only_when_none_is(
@@ -59,26 +75,17 @@ def test_a_successor_waits_for_the_delete_under_way_and_asks_only_when_none_is(
 ) -> None:
     run_id = f"midkill-{accelerator[-1]}-{int(request_left)}"
     settings = fakes.settings(tmp_path, google_auth, compute_endpoint=compute_url)
-    spec = fakes.slice_request(["spot"], accelerator, "us-east5", [ZONE], "compute")
-    sl = SliceSpec.model_validate({**spec.slice.model_dump(), "slices": 2, "keep_healthy_for": "2m"})
-    spec = spec.model_copy(update={"slice": sl})
-    first = SliceLease(spec, run_id, settings)
-    s0, s1 = first.gather().slices
-    lost = s1.queued_resource
-    successor = SliceLease(spec, run_id, settings)
+    sl, first, recorded = _two_slices(compute, settings, fakes, run_id, accelerator)
+    successor = SliceLease(first.spec, run_id, settings)
+    s0, lost = recorded[0].resource_id, recorded[1].resource_id
     try:
-        host = sorted(n.rsplit("/", 1)[-1] for n in compute("GET", "/_fake/state")["instance_states"] if lost in n)[0]
-        compute("POST", f"/_fake/zones/{ZONE}/instances/{host}:preempt")
-        # The predecessor, killed mid-recovery: the loss recorded, the lost slice's delete in the ledger and
-        # (request_left) asked of Compute Engine, not yet gone.
-        ledger = Ledger(settings, run_id)
-        ledger.append(PREEMPTED, resource_id=lost, zone=ZONE)
-        ledger.append(DELETE_REQUESTED, resource_id=lost, zone=ZONE)
+        # The predecessor, killed mid-recovery: the lost slice's delete in the ledger and (request_left) asked of
+        # Compute Engine, the slice not gone yet.
+        Ledger(settings, run_id).append(DELETE_REQUESTED, resource_id=lost, zone=ZONE)
         if request_left:
             first.provider.request_delete(first.provider.slice_resources(ZONE, lost))
             assert first.provider.describe(ZONE, lost) is not None  # still going when the successor starts
         keeper = Keeper(successor, sl, None, None, Ledger(settings, run_id))  # type: ignore[arg-type]  # gcs, layout
-        recorded = [Recorded(i, s.queued_resource, s.zone, s.tier, s.hosts) for i, s in enumerate((s0, s1))]
         assert keeper.adopt(recorded, 1)
         keeper.give_back(1)
         assert keeper.kept == (0,)
@@ -86,8 +93,35 @@ def test_a_successor_waits_for_the_delete_under_way_and_asks_only_when_none_is(
         # policy too; Compute Engine asked once for its delete
         assert [r.resource_id for r in successor.provider.resources([ZONE], run_id) if lost in r.resource_id] == []
         assert _deletes(successor.provider, lost) == 1
-        assert successor.provider.describe(ZONE, s0.queued_resource) is not None  # the healthy slice kept
+        assert successor.provider.describe(ZONE, s0) is not None  # the healthy slice kept
         assert _kinds(settings, run_id, lost) == [ACTIVE, PREEMPTED, DELETE_REQUESTED, GONE]  # its bill closed once
+    finally:
+        successor.release()
+        first.release()
+
+
+def test_a_replacement_the_predecessor_got_before_it_died_is_not_deleted(
+    compute: Any, compute_url: str, tmp_path: Path, google_auth: Any, fakes: Any
+) -> None:
+    """Killed once the replacement's bill opened, before the run state named it: the lost slice's bill was
+    closed since the loss, so what runs under its name (and bills) is the replacement, kept for the gather."""
+    run_id = "midkill-replaced"
+    settings = fakes.settings(tmp_path, google_auth, compute_endpoint=compute_url)
+    sl, first, recorded = _two_slices(compute, settings, fakes, run_id, "v5p-8")
+    successor = SliceLease(first.spec, run_id, settings)
+    lost = recorded[1].resource_id
+    try:
+        predecessor = Keeper(first, sl, None, None, Ledger(settings, run_id))  # type: ignore[arg-type]
+        assert predecessor.adopt(recorded, 1)
+        predecessor.give_back(1)  # the lost slice deleted, its bill closed
+        replacement = first.gather(zone=ZONE).slices[1]  # slice 0 adopted, slice 1 new: its bill opens
+        keeper = Keeper(successor, sl, None, None, Ledger(settings, run_id))  # type: ignore[arg-type]
+        assert keeper.adopt(recorded, 1)
+        keeper.give_back(1)
+        assert keeper.kept == (0,) and _deletes(successor.provider, lost) == 1  # the lost one's delete only
+        rec = successor.provider.describe(ZONE, lost)
+        assert rec is not None and rec.created_at == replacement.created_at  # the replacement runs on
+        assert _kinds(settings, run_id, lost) == [ACTIVE, PREEMPTED, DELETE_REQUESTED, GONE, ACTIVE]
     finally:
         successor.release()
         first.release()
