@@ -159,21 +159,15 @@ class ComputeApi:
             return None
         return OpRef("zone", zone, op.name, zone)
 
-    def _zone_ops(self, zone: str, op_type: str) -> list[Any]:
+    def zone_operations(self, zone: str, op_type: str) -> list[tuple[str, str, bool]]:
+        """``(target id, target name, DONE)`` of every ``op_type`` operation of ``zone``, whoever started it."""
         c = self.client("ZoneOperationsClient")
         req = {"project": self.project, "zone": zone, "filter": f'operationType="{op_type}"'}
         ops = self._call(lambda: list(c.list(request=req, timeout=self.call_timeout_s)))
-        return [o for o in ops if o.operation_type == op_type]
-
-    def preempted(self, zone: str) -> set[str]:
-        """Ids of instances in ``zone`` with a ``compute.instances.preempted`` operation (ids, not
-        names: a slice recreated under the same name must not inherit its predecessor's preemption)."""
-        return {str(o.target_id) for o in self._zone_ops(zone, PREEMPTED_OP) if o.target_id}
-
-    def deleting(self, zone: str) -> set[str]:
-        """Names of the instances and groups of ``zone`` with a delete operation not DONE (whoever asked)."""
-        ops = self._zone_ops(zone, "delete")
-        return {_leaf(o.target_link) for o in ops if getattr(o.status, "name", o.status) != "DONE"}
+        ops = [o for o in ops if o.operation_type == op_type]
+        return [
+            (str(o.target_id or ""), _leaf(o.target_link), getattr(o.status, "name", o.status) == "DONE") for o in ops
+        ]
 
     # -- templates (global) ------------------------------------------------------------------
     def insert_template(self, name: str, spec: VmSpec) -> OpRef:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES, COMPUTE_IMAGE_PROJECT
-from tpu_ops.cloud.compute import ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec
+from tpu_ops.cloud.compute import PREEMPTED_OP, ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec
 from tpu_ops.errors import (
     DeadlineError,
     NotFoundError,
@@ -152,8 +152,10 @@ class ComputeProvider(Provider):
         )  # fmt: skip
 
     def _preempted(self, zone: str) -> set[str]:
+        """Ids of instances with a ``compute.instances.preempted`` operation (ids, not names: a slice recreated
+        under the same name must not inherit its predecessor's preemption)."""
         try:
-            return self.api.preempted(zone)
+            return {i for i, _, _ in self.api.zone_operations(zone, PREEMPTED_OP) if i}
         except (NotFoundError, TransientError):
             return set()
 
@@ -298,7 +300,7 @@ class ComputeProvider(Provider):
         deadline = time.monotonic() + timeout_s
         while True:
             try:  # the operations first: one DONE means the slice is gone by the next read
-                asked = slice_id in self.api.deleting(zone)
+                asked = any(n == slice_id and not done for _, n, done in self.api.zone_operations(zone, "delete"))
                 if self.api.get_instance(zone, slice_id) is None and self.api.get_group(zone, slice_id) is None:
                     break
                 if not asked:
