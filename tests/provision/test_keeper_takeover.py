@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tpu_ops.provision.lease import SliceLease
-from tpu_ops.provision.ledger import ACTIVE, DELETE_REQUESTED, GONE, Ledger
+from tpu_ops.provision.ledger import ACTIVE, DELETE_REQUESTED, GONE, PREEMPTED, Ledger
 from tpu_ops.provision.providers import Phase
 from tpu_ops.specs.slice import SliceSpec
 from tpu_ops.train.keeper import Keeper
@@ -98,5 +98,25 @@ def test_a_node_google_repaired_before_the_successor_looked_is_taken_as_repaired
         assert keeper.adopt(recorded, 1)  # a notice named node 1 lost; it is already back, a new node
         keeper.give_back(1)  # not waiting 2 s for a newer node than the repaired one: kept at once
         assert keeper.kept == (0, 1) and fake.state()["queued_resources"] == 1
+    finally:
+        keeper.lease.release()
+
+
+def test_a_supervisor_killed_awaiting_googles_repair_is_succeeded_by_one_that_closes_the_bill_once(
+    fake: Any, settings: Any, spec_factory: Any
+) -> None:
+    """Killed mid-recovery on the TPU API: the lost node's bill closed (Google stops billing its chips), its repair
+    awaited. The successor awaits it as well, keeping the request, and does not close that bill a second time."""
+    keeper, recorded = _successor(fake, settings, spec_factory, "run-to-await", "2m")
+    try:
+        fake.preempt(ZA, "run-to-await-a1-1")
+        ledger = Ledger(settings, "run-to-await")  # what the predecessor wrote before it died
+        ledger.append(PREEMPTED, resource_id="run-to-await-a1-1", zone=ZA)
+        ledger.append(GONE, resource_id="run-to-await-a1-1", zone=ZA)
+        assert keeper.adopt(recorded, 1)
+        keeper.give_back(1)
+        assert keeper.kept == (0, 1) and fake.state()["queued_resources"] == 1  # the request kept, repaired
+        kinds = [e["kind"] for e in ledger.events() if e.get("resource_id") == "run-to-await-a1-1"]
+        assert kinds == [ACTIVE, PREEMPTED, GONE], kinds  # nothing asked deleted, the bill closed once
     finally:
         keeper.lease.release()

@@ -219,13 +219,31 @@ def test_on_the_tpu_api_the_supervisor_taking_over_keeps_the_request_and_waits_f
     assert kinds == [L.ACTIVE, L.PREEMPTED, L.GONE, L.ACTIVE, L.DELETE_REQUESTED, L.GONE], kinds
 
 
+DELETE_S = 6.0  # "deleting": the lost slice's VM takes that long to go, so the successor starts while it goes
+
+
+def _deletes(stack: Any, name: str) -> int:
+    """How many deletes of instance ``name`` Compute Engine was asked for (its operations)."""
+    ops = stack.compute_backend.list_operations(stack.project, f"zones/{ZONE}").get("items") or []
+    return sum(1 for o in ops if o["operationType"] == "delete" and o["targetLink"].endswith(f"/instances/{name}"))
+
+
+@pytest.mark.parametrize(
+    "kill_at",
+    [
+        "deleted",  # the lost slice deleted (its bill closed), its replacement not asked for
+        pytest.param("deleting", marks=pytest.mark.figures),  # its delete asked, the VM still going
+        "gathering",  # the next incarnation saved, with no slice yet: the replacement being created
+    ],
+)
 def test_a_supervisor_killed_mid_recovery_is_succeeded_by_one_that_keeps_the_healthy_slice(
-    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path, kill_at: str
 ) -> None:
-    """Slice 1 preempted while the supervisor runs; it is killed once slice 1 is deleted (its workers stopped,
-    slice 0's waiting to be kept), before the replacement is gathered. The successor finishes that recovery:
-    slice 0 kept (its agent waits for an allocation listing it), slice 1 replaced, well before stall_limit."""
-    run_id = "takeover-mid"
+    """Slice 1 preempted while the supervisor runs; it is killed mid-recovery (its workers stopped, slice 0's
+    waiting to be kept), at ``kill_at``. The successor finishes that recovery: slice 0 kept (its agent waits
+    for an allocation listing it), slice 1 replaced, well before stall_limit; a delete under way is waited
+    for, not asked again; the preemption gets its resume step (goodput, steps lost)."""
+    run_id = f"takeover-mid-{kill_at}"
     cli = Cli(stack, train_settings, tmp_path, ckpt_bucket, run_id, steps=STEPS, checkpoint_every=EVERY,
               stall_limit="120s", hyperparameters={"step_delay_s": 0.3})  # fmt: skip
     doc = yaml.safe_load(cli.spec.read_text())
@@ -236,9 +254,10 @@ def test_a_supervisor_killed_mid_recovery_is_succeeded_by_one_that_keeps_the_hea
     }  # fmt: skip
     cli.spec.write_text(yaml.safe_dump(doc))
     stack.set_compute_capacity({ZONE: {"SPOT": 64}})
-    default = stack.compute_backend.set_latency()["provision_s"]
-    stack.compute_backend.set_latency(provision_s=CREATE_S)
+    default = stack.compute_backend.set_latency()
+    stack.compute_backend.set_latency(provision_s=CREATE_S, delete_s=DELETE_S if kill_at == "deleting" else None)
     a1, a1001 = f"{run_id}-a1", f"{run_id}-a1001"
+    ledger = L.Ledger(train_settings, run_id)
     try:
         first = cli.start()
         run_uri = f"gs://{ckpt_bucket}/runs/{run_id}"
@@ -246,13 +265,17 @@ def test_a_supervisor_killed_mid_recovery_is_succeeded_by_one_that_keeps_the_hea
         before = _instance(stack, a1)
         stack.preempt_instance(ZONE, a1001)  # while the supervisor runs: it recovers, keeping slice 0
 
-        def deleted() -> bool:  # the lost slice's bill closed by the supervisor: next it gathers the replacement
-            return any(
-                e["kind"] == L.GONE and e["resource_id"] == a1001 for e in L.Ledger(train_settings, run_id).events()
-            )
+        def reached() -> bool:
+            if kill_at == "deleting":  # Compute Engine asked (not only the ledger told), the VM not gone yet
+                return _deletes(stack, a1001) > 0
+            if kill_at == "deleted":  # the lost slice's bill closed: next it gathers the replacement
+                return any(e["kind"] == L.GONE and e["resource_id"] == a1001 for e in ledger.events())
+            incs = _state(gcs, ckpt_bucket, run_id).get("incarnations") or []
+            return len(incs) > 1 and not incs[1].get("slices")
 
-        wait_for(deleted, 60, what=f"{a1001} deleted", interval=0.01)
+        wait_for(reached, 60, what=f"the kill point: {kill_at}", interval=0.01)
         kill9(first)
+        going = _instance(stack, a1001)
         started = time.time()
         second = cli.start()
 
@@ -270,18 +293,30 @@ def test_a_supervisor_killed_mid_recovery_is_succeeded_by_one_that_keeps_the_hea
         during = _instance(stack, a1)
         rc, _, err = cli.finish(second, timeout=240)
     finally:
-        stack.compute_backend.set_latency(provision_s=default)
+        stack.compute_backend.set_latency(provision_s=default["provision_s"], delete_s=default["delete_s"])
     assert rc == 0, err
     assert _same(before, during)  # slice 0 not recreated: the same instance trains on
     state = _state(gcs, ckpt_bucket, run_id)
     (p,) = state["preemptions"]
-    assert p["unsupervised"] is False and p["queued_resource"] == a1001 and p["resume_step"] is not None  # no stall
     _, inc1 = state["incarnations"]
+    assert p["unsupervised"] is False and p["queued_resource"] == a1001
+    # the resume step handed on (no stall, and the goodput's steps lost are known)
+    assert p["resume_step"] is not None and p["resume_step"] == inc1["resume_step"], (p, inc1["resume_step"])
+    assert p["steps_lost"] == p["last_step"] - p["resume_step"] <= EVERY
     got = [(s["index"], s["resource_id"], s["kept"]) for s in inc1["slices"]]
     assert got == [(0, a1, True), (1, a1001, False)]
     assert state["outcome"] == "done" and state["final_step"] == STEPS
-    _, bills = _bills(train_settings, run_id)  # each bill opened and closed once: nothing billed twice
+    events, bills = _bills(train_settings, run_id)  # each bill opened and closed once: nothing billed twice
     assert bills == {a1: ["active", "gone"], a1001: ["active", "gone"] * 2}, bills
+    asked = [e["kind"] for e in events if e.get("resource_id") == a1001].count(L.DELETE_REQUESTED)
+    assert asked == 2  # once per instance (the lost one, its replacement at the end): none asked twice
+    if kill_at == "deleting":
+        assert going is not None and going["status"] == "STOPPING"  # the successor started while it went
+        assert _deletes(stack, a1001) == 2  # Compute Engine too was asked once per instance
+    doc = json.loads(gcs.bucket(ckpt_bucket).blob(f"runs/{run_id}/_tpu_ops/goodput.json").download_as_bytes())
+    assert_sound(doc)
+    assert doc["preemptions"][0]["steps_lost"] == p["steps_lost"]
     _nothing_left(stack)
     figure = float(again["first_step_at"]) - started
-    print(f"\ntakeover mid-recovery, slice 0 kept: training again {figure:.1f} s after the successor's start")
+    print(f"\ntakeover mid-recovery, killed at {kill_at!r}, slice 0 kept: training again {figure:.1f} s after the "
+          f"successor's start; steps lost {p['steps_lost']}")

@@ -159,14 +159,15 @@ class ComputeApi:
             return None
         return OpRef("zone", zone, op.name, zone)
 
-    def preempted(self, zone: str) -> set[str]:
-        """Ids of instances in ``zone`` with a ``compute.instances.preempted`` operation (ids, not
-        names: a slice recreated under the same name must not inherit its predecessor's preemption)."""
+    def zone_operations(self, zone: str, op_type: str) -> list[tuple[str, str, bool]]:
+        """``(target id, target name, DONE)`` of every ``op_type`` operation of ``zone``, whoever started it."""
         c = self.client("ZoneOperationsClient")
-        flt = f'operationType="{PREEMPTED_OP}"'
-        req = {"project": self.project, "zone": zone, "filter": flt}
+        req = {"project": self.project, "zone": zone, "filter": f'operationType="{op_type}"'}
         ops = self._call(lambda: list(c.list(request=req, timeout=self.call_timeout_s)))
-        return {str(o.target_id) for o in ops if o.operation_type == PREEMPTED_OP and o.target_id}
+        ops = [o for o in ops if o.operation_type == op_type]
+        return [
+            (str(o.target_id or ""), _leaf(o.target_link), getattr(o.status, "name", o.status) == "DONE") for o in ops
+        ]
 
     # -- templates (global) ------------------------------------------------------------------
     def insert_template(self, name: str, spec: VmSpec) -> OpRef:

@@ -124,16 +124,28 @@ class Keeper:
         s = self.slices[lost]
         if self.lease.provider.multislice_request:
             return self._await_repair(lost, s)
-        if self.ledger.is_open(s.queued_resource):  # else a predecessor deleted it before it died
-            self.ledger.append(L.DELETE_REQUESTED, resource_id=s.queued_resource, zone=s.zone)
-            self.lease.provider.delete_slice(s.zone, s.queued_resource, timeout_s)
-            self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)
+        self._delete(s, timeout_s)
         self.kept = tuple(i for i in range(len(self.slices)) if i != lost)
+
+    def _delete(self, s: Slice, timeout_s: float) -> None:
+        """Delete lost slice ``s`` and close its bill, unless a predecessor that died did some of it: deleted it
+        (its bill closed since the loss: a replacement of the same name may be billing since), or asked (its
+        delete may still be under way: waited for, not asked again unless none is)."""
+        rid, provider = s.queued_resource, self.lease.provider
+        since = _since_lost(self.ledger, rid)
+        if L.GONE in since or not self.ledger.is_open(rid):
+            return
+        if L.DELETE_REQUESTED not in since:
+            self.ledger.append(L.DELETE_REQUESTED, resource_id=rid, zone=s.zone)
+        if L.DELETE_REQUESTED not in since or not provider.await_delete(s.zone, rid, timeout_s):
+            provider.delete_slice(s.zone, rid, timeout_s)
+        self.ledger.append(L.GONE, resource_id=rid, zone=s.zone)
 
     def _await_repair(self, lost: int, s: Slice) -> None:
         """Google repairs slice ``lost`` of a multislice request: wait for its new node (the others keep their
         nodes, their VMs restarted), at most ``keep_healthy_for``; else give everything back."""
-        self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)  # preempted: its chips stop
+        if self.ledger.is_open(s.queued_resource):  # (else closed by a predecessor that died awaiting the repair)
+            self.ledger.append(L.GONE, resource_id=s.queued_resource, zone=s.zone)  # preempted: its chips stop
 
         def repaired() -> bool | None:
             try:
@@ -156,3 +168,10 @@ class Keeper:
             return
         self.kept = tuple(range(len(self.slices)))  # every node of the request, the repaired one too, runs on
         self._repairing = (lost,)
+
+
+def _since_lost(ledger: L.Ledger, rid: str) -> list[str]:
+    """The kinds of ``rid``'s ledger events since its loss: its last PREEMPTED, else its last ACTIVE."""
+    kinds = [str(e["kind"]) for e in ledger.events() if e.get("resource_id") == rid]
+    mark = next((k for k in (L.PREEMPTED, L.ACTIVE) if k in kinds), None)
+    return kinds[len(kinds) - kinds[::-1].index(mark) :] if mark else []

@@ -94,12 +94,19 @@ def take_over(keeper: Keeper, gcs: Any, layout: RunLayout, inc: IncarnationState
     return keeper.adopt(inc.allocation(), lost, exited)
 
 
-def finish_taken_over(
-    keeper: Keeper, gcs: Any, layout: RunLayout, job: Job, state: RunState, p: PreemptionState
-) -> None:
-    """A predecessor died mid-recovery from open preemption ``p`` (its workers asked to stop, the lost slice
-    maybe deleted) before the replacement came: hold the slices that still run as it did, so the next
-    allocation keeps them (their agents wait for a document listing them in ``kept``, else they exit)."""
+def finish_taken_over(keeper: Keeper, gcs: Any, layout: RunLayout, job: Job, state: RunState) -> PreemptionState | None:
+    """A predecessor died mid-recovery (its workers asked to stop, the lost slice maybe deleted) before the
+    replacement came: hold the slices that still run as it did, so the next allocation keeps them (their agents
+    wait for a document listing them in ``kept``, else they exit). Returns the open preemption, for the next
+    incarnation to close (its resume step) — the one the predecessor saved with no slice yet, or a new one."""
+    p, live = state.preemptions[-1] if state.preemptions else None, state.live
+    if p is None or p.resume_step is not None or (live is not None and p.incarnation != live.number - 1):
+        return None
+    _finish(keeper, gcs, layout, job, state, p)
+    return p
+
+
+def _finish(keeper: Keeper, gcs: Any, layout: RunLayout, job: Job, state: RunState, p: PreemptionState) -> None:
     inc = state.incarnations[p.incarnation]
     ids = [s.resource_id for s in inc.allocation()]
     if keeper.slices or len(ids) < 2 or p.queued_resource not in ids:

@@ -201,11 +201,7 @@ class Supervisor:
         self.mover.resume()  # a move left half-way: undone, or finished
         live = self.state.live
         if live is None or not live.queued_resource:  # a predecessor died mid-recovery, or before asking anew
-            last = self.state.preemptions[-1] if self.state.preemptions else None
-            p = last if last is not None and last.resume_step is None else None
-            if p is not None:
-                recovery.finish_taken_over(self.keeper, self.gcs, self.layout, self.doc, self.state, p)
-            return p if live is None else None
+            return recovery.finish_taken_over(self.keeper, self.gcs, self.layout, self.doc, self.state)
         self._heartbeats(live)  # progress meanwhile
         mine_all = [(s.zone, s.resource_id) for s in live.allocation()]  # every slice: which one went, if one did
         v = self._judge(live, with_done=False, slices=mine_all)  # a DONE run is _train's to close

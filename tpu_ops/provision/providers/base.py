@@ -155,6 +155,13 @@ class Provider(abc.ABC):
             self.delete(found, timeout_s)
         return found
 
+    def await_delete(self, zone: str, slice_id: str, timeout_s: float) -> bool:
+        """A delete of the slice asked by a process that died before it saw the slice gone: True once it is gone
+        (nothing asked again of what the control plane was deleting); False, asking nothing, when no delete of
+        it is under way or it outlasts ``timeout_s`` (then the caller asks). By default only a slice already
+        gone is seen (the TPU API's ``request_delete`` skips what is DELETING anyway)."""
+        return self.describe(zone, slice_id) is None
+
     def abandon(self, zone: str, slice_id: str) -> bool:
         """Ask for deletion of a slice the ladder leaves behind, without waiting; True if asked."""
         found = self.slice_resources(zone, slice_id)

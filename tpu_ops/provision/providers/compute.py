@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
 from tpu_ops.accelerators import ACCELERATOR_TYPES, COMPUTE_IMAGE_PROJECT
-from tpu_ops.cloud.compute import ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec
+from tpu_ops.cloud.compute import PREEMPTED_OP, ComputeApi, InstanceRecord, InstanceStatus, OpRef, VmSpec
 from tpu_ops.errors import (
     DeadlineError,
     NotFoundError,
@@ -152,8 +152,10 @@ class ComputeProvider(Provider):
         )  # fmt: skip
 
     def _preempted(self, zone: str) -> set[str]:
+        """Ids of instances with a ``compute.instances.preempted`` operation (ids, not names: a slice recreated
+        under the same name must not inherit its predecessor's preemption)."""
         try:
-            return self.api.preempted(zone)
+            return {i for i, _, _ in self.api.zone_operations(zone, PREEMPTED_OP) if i}
         except (NotFoundError, TransientError):
             return set()
 
@@ -261,7 +263,9 @@ class ComputeProvider(Provider):
         while pending:
             for key, r in list(pending.items()):
                 try:
-                    if key not in asked_at or time.monotonic() - asked_at[key] > reask_s:
+                    # asked again only with no operation of ours under way (Google may refuse a second
+                    # delete of what it is deleting: 400 resourceNotReady) or after one failed
+                    if key not in asked_at or (key not in ops and time.monotonic() - asked_at[key] > reask_s):
                         asked_at[key] = time.monotonic()
                         ref = self._ask(r)
                         if ref is None:
@@ -288,6 +292,28 @@ class ComputeProvider(Provider):
                 why = "".join(f"; {k[1]}: {failed[k]}" for k in sorted(pending) if k in failed)
                 raise DeadlineError(f"compute: still there after the deadline: {sorted(pending)}{why}")
             time.sleep(self.settings.poll_interval_s)
+
+    def await_delete(self, zone: str, slice_id: str, timeout_s: float) -> bool:
+        """Wait while Compute Engine deletes the slice (a delete operation not DONE targets it), then delete
+        what is left of it (a group's template and policy go after the group); False, asking nothing, when no
+        delete of it is under way (its asker died before asking) or it outlasts ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:  # the operations first: one DONE means the slice is gone by the next read
+                asked = any(n == slice_id and not done for _, n, done in self.api.zone_operations(zone, "delete"))
+                if self.api.get_instance(zone, slice_id) is None and self.api.get_group(zone, slice_id) is None:
+                    break
+                if not asked:
+                    return False
+            except TransientError:
+                pass
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(self.settings.poll_interval_s)
+        rest = [r for r in self.slice_resources(zone, slice_id) if r.resource_id != slice_id]
+        if rest:
+            self.delete(rest, max(1.0, deadline - time.monotonic()))
+        return True
 
     def abandon(self, zone: str, slice_id: str) -> bool:
         """Delete the slice whole, briefly waiting: a group that never got its hosts goes at once, and
