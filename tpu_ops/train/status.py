@@ -128,7 +128,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
             out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
         return out
     layout = record.layout
-    assert layout is not None  # a pipeline or a train job always has a checkpoint location
+    if layout is None:  # a flow run whose spec did not validate: no run state, its flow run's end says it all
+        out.state, out.error = (record.outcome, record.error) if record.outcome else (flow_run or (STARTING, ""))
+        return out
     try:
         state = StateStore(gcs, layout.run_state).load()
     except NotFoundError:  # the checkpoint bucket itself is not there (yet)
