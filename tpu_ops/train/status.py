@@ -143,8 +143,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
         ended = True
     if ended and record.kind == PIPELINE and alive is True:
         out.state = FINISHING  # its process goes on after training: teardown, export, the audit digest
-    elif out.state == "failed" and record.cancelled_at is not None:
-        # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process).
+    elif out.state == "failed" and (record.cancelled_at is not None or (flow_run or ("",))[0] == cancel.CANCELLED):
+        # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process; a run
+        # started in the UI has no launch record to say it was cancelled, its flow run does).
         out.state, out.error = cancel.CANCELLED, ""
         for inc in out.incarnations[-1:]:  # the incarnation the cancel ended says so too
             inc["end"] = cancel.CANCELLED if inc["end"] == "failed" else inc["end"]
