@@ -182,5 +182,7 @@ def test_runs_started_in_the_ui_are_listed_tailed_and_cancelled_by_run_id(
     assert tpu_ops("status", run_id).stdout.startswith(f"run {run_id} (pipeline, launched ")
     cancelled = tpu_ops("cancel", run_id)
     assert cancelled.returncode == 0 and cancelled.stdout.startswith(f"run {run_id} cancelled"), cancelled
+    assert "supervisor cancelled by Prefect" in cancelled.stdout
     assert json.loads(http_call(f"{api}/flow_runs/{flow_run}"))["state"]["type"] == "CANCELLED"
     _nothing_left(stack)
+    assert _status(tpu_ops, run_id)["state"] == "cancelled"
