@@ -96,6 +96,8 @@ def _client() -> Iterator[Any]:
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
+    if not api_url():  # get_client would start a temporary server: never, just to ask
+        raise Unreachable("no Prefect API configured (PREFECT_API_URL)")
     short, once = {"timeout": httpx.Timeout(TIMEOUT_S)}, {PREFECT_CLIENT_MAX_RETRIES: 0}
     try:
         with temporary_settings(once), get_client(sync_client=True, httpx_settings=short) as client:
