@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(s.to_json(), indent=2) if args.json else detail(s))
         return 0
     records = launches.every(settings)
-    ui = _ui_records(records)
+    ui, asked = _ui_records(records)
     client = gcs(settings) if records or ui else None
     rows = [_status(settings, r, client) for r in records]
     rows += [_status(settings, r, client, end) for r, end in ui]
@@ -115,29 +115,30 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([s.to_json() for s in rows], indent=2))
     elif not rows:
-        print(f"no runs launched with state directory {settings.state_dir} (tpu-ops launch SPEC starts one)")
+        also = f" nor started from the tpu-ops deployments at {asked} in the last 7 days" if asked else ""
+        print(f"no runs launched with state directory {settings.state_dir}{also} (tpu-ops launch SPEC starts one)")
     else:
         print(table(rows))
     return 0
 
 
-def _ui_records(local: list[Any]) -> list[tuple[Any, tuple[str, str] | None]]:
+def _ui_records(local: list[Any]) -> tuple[list[tuple[Any, tuple[str, str] | None]], str]:
     """The recent runs of the tpu-ops deployments with no launch record here (started in the UI or on a
-    schedule), each with how its flow run ended; none without a Prefect API, one line on stderr if it
-    does not answer."""
+    schedule), each with how its flow run ended, and the API's URL if it answered; none without a Prefect
+    API, one line on stderr if it does not answer."""
     from flows.commands import _ui_runs
 
     url = _ui_runs.api_url()
     if not url:
-        return []
+        return [], ""
     try:
         found = _ui_runs.recent()
     except _ui_runs.Unreachable as exc:
         print(f"runs started in the Prefect UI or on a schedule not listed: the Prefect API at {url} did not "
               f"answer ({exc})", file=sys.stderr)  # fmt: skip
-        return []
+        return [], ""
     known = {r.run_id for r in local} | {r.flow_run_id for r in local if r.flow_run_id}
-    return [(r, end) for r, end in found if r.run_id not in known and r.flow_run_id not in known]
+    return [(r, end) for r, end in found if r.run_id not in known and r.flow_run_id not in known], url
 
 
 def _status(settings: Any, record: Any, client: Any, end: Any = ...) -> Any:

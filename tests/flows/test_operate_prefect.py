@@ -156,6 +156,8 @@ def test_runs_started_in_the_ui_are_listed_tailed_and_cancelled_by_run_id(
         raise AssertionError(seen[0][-2000:]) from None
     assert "[w0] worker 0: fresh start" in logs and "[w1] worker 1: fresh start" in logs
 
+    preempt = tpu_ops("local", "preempt", "ops-ui", "--slice", "1")  # its spec read from the flow run
+    assert preempt.stderr == "error: --slice 1 is not allowed: run ops-ui has slices 0-0\n", preempt.stderr
     cancelled = tpu_ops("cancel", "ops-ui")
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith("run ops-ui cancelled (was running")
