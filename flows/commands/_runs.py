@@ -56,9 +56,6 @@ def gcs(settings: Any) -> Any:
     return Clients(settings).gcs()
 
 
-FINAL = {"COMPLETED": "done", "FAILED": "failed", "CRASHED": "failed", "CANCELLED": "cancelled"}
-
-
 def flow_run_end(record: Any) -> tuple[str, str] | None:
     """How the run's Prefect flow run ended (state, its message), None while it goes on or if it has none.
 
@@ -77,6 +74,6 @@ def flow_run_end(record: Any) -> tuple[str, str] | None:
             state = client.read_flow_run(UUID(record.flow_run_id)).state
     except Exception:  # an outage or a deleted flow run must not hide what GCS says
         return None
-    if state is None or not state.is_final():
-        return None
-    return FINAL.get(state.type.value, "failed"), str(state.message or "")
+    from flows.commands._ui_runs import end_of
+
+    return end_of(state)

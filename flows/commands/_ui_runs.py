@@ -23,6 +23,8 @@ WINDOW = timedelta(days=7)
 LIMIT = 50  # status lists at most this many flow runs of the last WINDOW, newest first
 TIMEOUT_S = 5.0
 RUN_TAG_PREFIX = "tpu-ops-run:"  # flows.provision.RUN_TAG_PREFIX (not imported: that module imports the flows)
+FINAL = {"COMPLETED": "done", "FAILED": "failed", "CRASHED": "failed", "CANCELLED": "cancelled"}
+"""A final flow run state's type → how the run ended."""
 
 
 class Unreachable(Exception):
@@ -49,8 +51,6 @@ def run_id_of(kind: str, params: dict[str, Any], tags: list[str]) -> str | None:
 
 def end_of(state: Any) -> tuple[str, str] | None:
     """How a flow run ended (``done`` | ``failed`` | ``cancelled``, its message); None while it goes on."""
-    from flows.commands._runs import FINAL
-
     if state is None or not state.is_final():
         return None
     return FINAL.get(state.type.value, "failed"), str(state.message or "")
@@ -60,12 +60,11 @@ def record_of(flow_name: str, flow_run: Any, ui: str | None = None) -> LaunchRec
     """The launch record of one flow run of ``flow_name``, as ``launch`` fills it from the spec; None if
     it is not a tpu-ops run or has no run id yet. A spec that does not validate (the flow refused it)
     gives a record without checkpoint location: ``status`` shows the flow run's state and message."""
-    from flows.commands.launch import _record
     from flows.commands.validate import spec_class
     from tpu_ops.errors import SpecError
     from tpu_ops.layout import run_id_problem
     from tpu_ops.specs import parse_spec
-    from tpu_ops.train.launches import PREFECT
+    from tpu_ops.train.launches import PREFECT, from_spec
 
     kind = FLOWS.get(flow_name)
     params = dict(flow_run.parameters or {})
@@ -79,7 +78,7 @@ def record_of(flow_name: str, flow_run: Any, ui: str | None = None) -> LaunchRec
         record = LaunchRecord(run_id, kind, PREFECT)
         record.outcome, record.error = end or ("", "")
     else:
-        record = _record(kind, spec, run_id, spec if kind == PROVISION else spec.provision)
+        record = from_spec(kind, spec, run_id)
         if kind == PROVISION and end is not None:
             record.outcome, record.error = end  # a provision run's status has no run state saying it ended
     record.mode, record.flow_run_id = PREFECT, str(flow_run.id)

@@ -30,11 +30,11 @@ def _flow_run(params: dict[str, Any], tags: list[str] | None = None, state: Any 
 
 
 def test_a_train_run_from_the_ui_is_the_record_launch_writes() -> None:
-    from flows.commands.launch import _record
+    from tpu_ops.train.launches import from_spec
 
     fr = _flow_run({"spec": TRAIN.model_dump(mode="json"), "run_id": "ui-train"})
     got = _ui_runs.record_of("train", fr, "http://127.0.0.1:4200")
-    want = _record("train-job", TRAIN, "ui-train", TRAIN.provision)
+    want = from_spec("train-job", TRAIN, "ui-train")  # what `launch` records
     assert got is not None
     for field in ("run_id", "kind", "checkpoint_dir", "checkpoint_subdir", "zones", "hosts", "accelerator", "slices",
                   "heartbeat_s", "max_duration_s"):  # fmt: skip
