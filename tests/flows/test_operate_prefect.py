@@ -138,6 +138,9 @@ def test_runs_started_in_the_ui_are_listed_tailed_and_cancelled_by_run_id(
     wait_until(lambda: (s := _status(tpu_ops, "ops-ui"))["state"] == "running" and s["hosts_alive"] == 2, 240, 1.0,
                what="the UI's flow run to train")  # fmt: skip
     assert launches.load(settings, "ops-ui") is None  # nothing here: found through the Prefect API
+    missing = tpu_ops("logs", "never-ran")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert f"state directory {state} nor among the flow runs of the tpu-ops deployments at {api} " in missing.stderr
     row = next(ln.split() for ln in tpu_ops("status").stdout.splitlines() if ln.startswith("ops-ui "))
     assert row[1:3] == ["train-job", "running"] and row[5] == "2/2", row
     detail = tpu_ops("status", "ops-ui").stdout
