@@ -29,7 +29,7 @@ PREFECT_WAIT_S = 60.0  # a flow run not stopped by then (its runner gone?) gets 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("cancel", help="Stop a launched run, tear down its slices, audit it.")
-    p.add_argument("run_id", metavar="RUN", help="the run id `tpu-ops launch` printed")
+    p.add_argument("run_id", metavar="RUN", help="a run id (`tpu-ops status` lists them)")
     p.add_argument("--wait", type=_seconds, default=120.0, metavar="S",
                    help="seconds the supervisor has to stop by itself before it is signalled (120)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -75,13 +75,17 @@ def _stopped(record: Any) -> bool:
     return record.supervisor_alive() is not True
 
 
-def _wait(settings: Any, run_id: str, seconds: float) -> Any:
+def _wait(settings: Any, run: Any, seconds: float) -> Any:
+    """``run``'s record once it stopped (None if not within ``seconds``); re-read from this state directory
+    when it has one (a run started in the UI has none: its flow run says)."""
     from tpu_ops.polling import poll
     from tpu_ops.train import launches
 
+    run_id = run.run_id
+
     def check() -> Any:
-        record = launches.load(settings, run_id)
-        return record if record is not None and _stopped(record) else None
+        record = launches.load(settings, run_id) or run
+        return record if _stopped(record) else None
 
     try:
         return poll(check, timeout_s=max(seconds, 0.01), interval_s=0.5, max_interval_s=2.0,
@@ -104,21 +108,23 @@ def run(args: argparse.Namespace) -> int:
     client = gcs(settings)
     before = run_status(settings, record, client)
     by = f"{getpass.getuser()}@{socket.gethostname()}"
-    launches.update(settings, record.run_id, cancelled_at=time.time(), cancelled_by=by)
+    if launches.update(settings, record.run_id, cancelled_at=time.time(), cancelled_by=by) is None:
+        record.cancelled_at, record.cancelled_by = time.time(), by  # started in the UI: no record here to keep it
     stopped, how = None, "had already exited"
     if record.flow_run_id:  # Prefect stops its flow run (the run page then says Cancelled, not Failed)
         _cancel_flow_run(record.flow_run_id)
-        stopped, how = _wait(settings, record.run_id, min(args.wait, PREFECT_WAIT_S)), "cancelled by Prefect"
+        stopped, how = _wait(settings, record, min(args.wait, PREFECT_WAIT_S)), "cancelled by Prefect"
     if stopped is None and record.layout is not None:  # the supervisor's own way out, wherever it runs
         cancel.request(client, record.layout, reason=f"tpu-ops cancel by {by}")
-        stopped, how = _wait(settings, record.run_id, args.wait), "stopped by itself"
+        stopped, how = _wait(settings, record, args.wait), "stopped by itself"
     if stopped is None and record.pid and record.supervisor_alive():
         how = _signal(settings, record)
     report = teardown(record.run_id, settings, zones=record.zones or None)
     if stopped is not None and record.mode == launches.PREFECT and not record.outcome:
         # No detached process records a flow run's end here: status reads this once neither Prefect nor
         # the run state answers (a local stack started anew), instead of 'cancelling' for ever.
-        launches.update(settings, record.run_id, outcome=cancel.CANCELLED)
+        saved = launches.update(settings, record.run_id, outcome=cancel.CANCELLED)
+        record.outcome = cancel.CANCELLED if saved is None else record.outcome  # started in the UI: no record here
     after = run_status(settings, launches.load(settings, record.run_id) or record, client)
     gone = [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
     params = {"state_before": before.state, "step": after.step, "supervisor": how, "cost_usd": after.cost_usd,
@@ -137,7 +143,7 @@ def _signal(settings: Any, record: Any) -> str:
     """SIGTERM the detached supervisor's process group (it tears down on the way out); SIGKILL if it hangs."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(record.pid, signal.SIGTERM)
-    if _wait(settings, record.run_id, KILL_WAIT_S) is not None:
+    if _wait(settings, record, KILL_WAIT_S) is not None:
         return "stopped on SIGTERM"
     with contextlib.suppress(ProcessLookupError):
         os.killpg(record.pid, signal.SIGKILL)

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError(f"run {run_id} is already running (pid {previous.pid}): tpu-ops status {run_id}",
                         [{"field": "run_id", "message": "already running", "value": run_id}])  # fmt: skip
     api = None if args.local else prefect_api()  # a configured API that does not answer: refused first
-    record = _record(kind, spec, run_id, provision)
+    record = launches.from_spec(kind, spec, run_id)
     _clear_cancel(settings, record)  # launching a cancelled run's id again means: go on
     where = launches.launch_dir(settings, run_id)
     where.mkdir(parents=True, exist_ok=True)
@@ -125,20 +125,6 @@ def run(args: argparse.Namespace) -> int:
     from flows.commands.logs import follow
 
     return follow(settings, record, None, stream=sys.stdout, announce=True)
-
-
-def _record(kind: str, spec: Any, run_id: str, provision: Any) -> Any:
-    from tpu_ops.train.launches import PROCESS, LaunchRecord
-
-    t = None if kind == "provision" else spec.train
-    return LaunchRecord(
-        run_id, kind, PROCESS,
-        checkpoint_dir=str(t.checkpoint_dir) if t else "", checkpoint_subdir=t.checkpoint_subdir if t else "",
-        zones=list(provision.slice.zones), hosts=provision.slice.accelerator.hosts,
-        accelerator=provision.slice.accelerator.name, slices=provision.slice.slices,
-        heartbeat_s=t.heartbeat_interval.total_seconds() if t else 0.0,
-        max_duration_s=t.max_duration.total_seconds() if t else provision.overall_timeout.total_seconds(),
-    )  # fmt: skip
 
 
 def _clear_cancel(settings: Any, record: Any) -> None:

@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "the SIGTERM notices or the lost slice, asks for a new one and resumes from the newest complete "
         "checkpoint: watch it with `tpu-ops status RUN` and `tpu-ops logs RUN --follow`.",
     )
-    preempt.add_argument("run_id", metavar="RUN", help="a run id `tpu-ops launch` printed")
+    preempt.add_argument("run_id", metavar="RUN", help="a run id (`tpu-ops status` lists them)")
     preempt.add_argument(
         "--slice", type=index_arg("slice"), default=0, metavar="N", help="which of the run's slices (0)"
     )
@@ -60,20 +60,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_preempt(args: argparse.Namespace) -> int:
-    import json
-
     from flows.commands._disk import tpu_ops_exe
-    from flows.commands._runs import find
+    from flows.commands._runs import find, spec_doc
     from infra.local.chaos import preempt, require_local, running_slices
     from tpu_ops.errors import SpecError
     from tpu_ops.settings import Settings
     from tpu_ops.specs import ProvisionSpec
-    from tpu_ops.train.launches import launch_dir
 
     settings = Settings()
     require_local(settings)  # before anything is read or called
     record = find(settings, args.run_id)
-    doc = json.loads((launch_dir(settings, record.run_id) / "spec.json").read_text(encoding="utf-8"))
+    doc = spec_doc(settings, record)
     spec = ProvisionSpec.model_validate(doc if record.kind == "provision" else doc["provision"])
     slices = running_slices(settings, spec, record.run_id, record.zones)
     if args.slice >= len(slices):

@@ -19,7 +19,7 @@ POLL_S = 1.0
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("logs", help="Print a run's trainer output from every worker, interleaved and labelled.")
-    p.add_argument("run_id", metavar="RUN", help="the run id `tpu-ops launch` printed")
+    p.add_argument("run_id", metavar="RUN", help="a run id (`tpu-ops status` lists them)")
     p.add_argument("--worker", type=_worker, metavar="N", help="only worker N (0 is a slice's first host)")
     only = "only slice S of a multislice run (0 is the first)"
     p.add_argument("--slice", type=_slice, metavar="S", dest="slice_index", help=only)

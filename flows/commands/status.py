@@ -1,10 +1,12 @@
-"""``tpu-ops status [RUN] [--json]``: launched runs with their state, step, slices and hosts alive,
+"""``tpu-ops status [RUN] [--json]``: launched runs (and, with a Prefect API, the runs started in its UI or
+on a schedule: :mod:`flows.commands._ui_runs`) with their state, step, slices and hosts alive,
 cost and goodput so far (from the run state in GCS and the cost ledger: :mod:`tpu_ops.train.status`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -14,9 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "status",
         help="Show launched runs: state, step, slices and hosts alive, cost and goodput so far.",
         description="Without RUN: one line per run launched with this state directory (TPU_OPS_STATE_DIR, "
-        "default .tpu-ops), newest first. With RUN: that run in detail.",
+        "default .tpu-ops) and, with a Prefect API configured (PREFECT_API_URL), per run of the tpu-ops "
+        "deployments started in the UI or on a schedule in the last 7 days (the newest 50 flow runs), newest "
+        "first. With RUN: that run in detail.",
     )
-    p.add_argument("run_id", nargs="?", metavar="RUN", help="a run id `tpu-ops launch` printed")
+    p.add_argument("run_id", nargs="?", metavar="RUN", help="a run id (without one: every run)")
     p.add_argument("--json", action="store_true", help="print JSON (an object for RUN, else a list)")
     p.set_defaults(handler=run)
 
@@ -103,24 +107,48 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(s.to_json(), indent=2) if args.json else detail(s))
         return 0
     records = launches.every(settings)
-    client = gcs(settings) if records else None
+    ui, asked = _ui_records(records)
+    client = gcs(settings) if records or ui else None
     rows = [_status(settings, r, client) for r in records]
+    rows += [_status(settings, r, client, end) for r, end in ui]
+    rows.sort(key=lambda s: s.launched_at, reverse=True)
     if args.json:
         print(json.dumps([s.to_json() for s in rows], indent=2))
     elif not rows:
-        print(f"no runs launched with state directory {settings.state_dir} (tpu-ops launch SPEC starts one)")
+        also = f" nor started from the tpu-ops deployments at {asked} in the last 7 days" if asked else ""
+        print(f"no runs launched with state directory {settings.state_dir}{also} (tpu-ops launch SPEC starts one)")
     else:
         print(table(rows))
     return 0
 
 
-def _status(settings: Any, record: Any, client: Any) -> Any:
-    """The run's status; when its state cannot be read (a stack long gone), a row saying so."""
+def _ui_records(local: list[Any]) -> tuple[list[tuple[Any, tuple[str, str] | None]], str]:
+    """The recent runs of the tpu-ops deployments with no launch record here (started in the UI or on a
+    schedule), each with how its flow run ended, and the API's URL if it answered; none without a Prefect
+    API, one line on stderr if it does not answer."""
+    from flows.commands import _ui_runs
+
+    url = _ui_runs.api_url()
+    if not url:
+        return [], ""
+    try:
+        found = _ui_runs.recent()
+    except _ui_runs.Unreachable as exc:
+        print(f"runs started in the Prefect UI or on a schedule not listed: the Prefect API at {url} did not "
+              f"answer ({exc})", file=sys.stderr)  # fmt: skip
+        return [], ""
+    known = {r.run_id for r in local} | {r.flow_run_id for r in local if r.flow_run_id}
+    return [(r, end) for r, end in found if r.run_id not in known and r.flow_run_id not in known], url
+
+
+def _status(settings: Any, record: Any, client: Any, end: Any = ...) -> Any:
+    """The run's status (``end``: how its flow run ended, when already known); when its state cannot be
+    read (a stack long gone), a row saying so."""
     from flows.commands._runs import flow_run_end
     from tpu_ops.errors import TpuOpsError
     from tpu_ops.train.status import RunStatus, run_status
 
     try:
-        return run_status(settings, record, client, flow_run=flow_run_end(record))
+        return run_status(settings, record, client, flow_run=flow_run_end(record) if end is ... else end)
     except TpuOpsError as exc:
         return RunStatus(record.run_id, record.kind, record.mode, "unknown", record.launched_at, error=str(exc))

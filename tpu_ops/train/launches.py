@@ -83,6 +83,26 @@ class LaunchRecord:
         return cls(**{k: v for k, v in doc.items() if k in known})
 
 
+def from_spec(kind: str, spec: Any, run_id: str) -> LaunchRecord:
+    """The record of a run of ``spec`` (a pipeline, train job or provision spec, validated) as ``launch``
+    starts it: where its state lives, its zones, hosts, shape and timing."""
+    provision = spec if kind == PROVISION else spec.provision
+    t = None if kind == PROVISION else spec.train
+    return LaunchRecord(
+        run_id,
+        kind,
+        PROCESS,
+        checkpoint_dir=str(t.checkpoint_dir) if t else "",
+        checkpoint_subdir=t.checkpoint_subdir if t else "",
+        zones=list(provision.slice.zones),
+        hosts=provision.slice.accelerator.hosts,
+        accelerator=provision.slice.accelerator.name,
+        slices=provision.slice.slices,
+        heartbeat_s=t.heartbeat_interval.total_seconds() if t else 0.0,
+        max_duration_s=t.max_duration.total_seconds() if t else provision.overall_timeout.total_seconds(),
+    )
+
+
 def _zombie(pid: int) -> bool:
     """True if ``pid`` has exited and waits for its parent to reap it (Linux; False elsewhere)."""
     try:

@@ -128,7 +128,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
             out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
         return out
     layout = record.layout
-    assert layout is not None  # a pipeline or a train job always has a checkpoint location
+    if layout is None:  # a flow run whose spec did not validate: no run state, its flow run's end says it all
+        out.state, out.error = (record.outcome, record.error) if record.outcome else (flow_run or (STARTING, ""))
+        return out
     try:
         state = StateStore(gcs, layout.run_state).load()
     except NotFoundError:  # the checkpoint bucket itself is not there (yet)
@@ -141,8 +143,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
         ended = True
     if ended and record.kind == PIPELINE and alive is True:
         out.state = FINISHING  # its process goes on after training: teardown, export, the audit digest
-    elif out.state == "failed" and record.cancelled_at is not None:
-        # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process).
+    elif out.state == "failed" and (record.cancelled_at is not None or (flow_run or ("",))[0] == cancel.CANCELLED):
+        # Stopped on the way out of a cancel (Prefect's cancellation signals the flow run's process; a run
+        # started in the UI has no launch record to say it was cancelled, its flow run does).
         out.state, out.error = cancel.CANCELLED, ""
         for inc in out.incarnations[-1:]:  # the incarnation the cancel ended says so too
             inc["end"] = cancel.CANCELLED if inc["end"] == "failed" else inc["end"]
