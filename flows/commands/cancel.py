@@ -8,6 +8,8 @@
    inside a long provisioning wait) gets SIGTERM, which also unwinds through its teardown.
 3. The run's teardown on every control plane, confirmed gone (what ``tpu-ops teardown`` does).
 4. One ``run.cancelled`` record in the run's audit chain: who, what was torn down.
+
+A run that already ended (done, failed, cancelled, gone) is left as it is: only step 3 runs.
 """
 
 from __future__ import annotations
@@ -94,6 +96,21 @@ def _wait(settings: Any, run: Any, seconds: float) -> Any:
         return None
 
 
+def _ended(args: argparse.Namespace, record: Any, before: Any, report: Any) -> int:
+    """A run that already ended is not cancelled (its outcome and audit chain stay as they are); its teardown
+    still confirms nothing of it is left."""
+    gone = [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
+    at = f" at step {before.step}" if before.step is not None else ""
+    if args.json:
+        out = {"run_id": record.run_id, "state": before.state, "already_ended": True, "step": before.step,
+               "torn_down": gone, "confirmed_gone": report.confirmed_gone}  # fmt: skip
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(f"run {record.run_id} already ended ({before.state}{at}): nothing to cancel; torn down: "
+              f"{', '.join(gone) or 'nothing left to delete'}; confirmed gone in {report.seconds:.1f}s")  # fmt: skip
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from flows.commands._common import shell_settings
     from flows.commands._runs import find, gcs
@@ -101,12 +118,14 @@ def run(args: argparse.Namespace) -> int:
     from tpu_ops.provision import teardown
     from tpu_ops.run import Run
     from tpu_ops.train import cancel, launches
-    from tpu_ops.train.status import run_status
+    from tpu_ops.train.status import ENDED, run_status
 
     settings = shell_settings()
     record = find(settings, args.run_id)
     client = gcs(settings)
     before = run_status(settings, record, client)
+    if before.state in ENDED:  # nothing to stop: no cancel marker, no flow-run change, no run.cancelled record
+        return _ended(args, record, before, teardown(record.run_id, settings, zones=record.zones or None))
     by = f"{getpass.getuser()}@{socket.gethostname()}"
     if launches.update(settings, record.run_id, cancelled_at=time.time(), cancelled_by=by) is None:
         record.cancelled_at, record.cancelled_by = time.time(), by  # started in the UI: no record here to keep it

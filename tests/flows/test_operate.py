@@ -156,6 +156,14 @@ def test_launch_status_logs_preempt_status_cancel_and_nothing_left(stack: Any, t
     trail = _trail_events(settings, RUN)
     assert "run.cancelled" in trail and "slice.preempted" in trail and "slice.recovered" in trail
 
+    # cancelling it again: it already ended, so nothing changes (no second run.cancelled record)
+    again = tpu_ops("cancel", RUN)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"run {RUN} already ended (cancelled at step "), again.stdout
+    assert "nothing to cancel" in again.stdout and "nothing left to delete" in again.stdout
+    assert _trail_events(settings, RUN).count("run.cancelled") == 1
+    assert launches.load(settings, RUN).cancelled_by == ended.cancelled_by
+
 
 def _trail_events(settings: Any, run_id: str) -> list[str]:
     from flows.audit import trail_for
