@@ -146,14 +146,15 @@ def run(args: argparse.Namespace) -> int:
         record.outcome = cancel.CANCELLED if saved is None else record.outcome  # started in the UI: no record here
     after = run_status(settings, launches.load(settings, record.run_id) or record, client)
     gone = [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
-    params = {"state_before": before.state, "step": after.step, "supervisor": how, "cost_usd": after.cost_usd,
+    params = {"state_before": before.state, "step": after.step, "supervisor": how,
+              "cost_usd": after.cost_usd if after.cost_known else None,
               "torn_down": gone, "confirmed_gone": report.confirmed_gone, "by": by}  # fmt: skip
     Run(record.run_id, settings).audit.record(AuditEvent.RUN_CANCELLED, params=params)
     out = {"run_id": record.run_id, "state": after.state, **params}
     text = (f"run {record.run_id} cancelled (was {before.state}"
             + (f", at step {after.step}" if after.step is not None else "") + f"); supervisor {how}; "
             f"torn down: {', '.join(gone) or 'nothing left to delete'}; confirmed gone in {report.seconds:.1f}s; "
-            f"cost ${after.cost_usd:,.4f}")  # fmt: skip
+            + (f"cost ${after.cost_usd:,.4f}" if after.cost_known else "cost not known here"))  # fmt: skip
     print(json.dumps(out, indent=2, default=str) if args.json else text)
     return 0
 

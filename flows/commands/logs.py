@@ -116,4 +116,5 @@ def summary(status: Any) -> str:
     at = f" at step {status.step}/{status.steps}" if status.steps else ""
     good = f", goodput {status.goodput:.1%}" if status.goodput is not None else ""
     why = f" ({status.error})" if status.error else ""
-    return f"run {status.run_id}: {status.state}{at}; cost ${status.cost_usd:,.4f}{good}{why}"
+    cost = f"cost ${status.cost_usd:,.4f}" if status.cost_known else "cost not known here"
+    return f"run {status.run_id}: {status.state}{at}; {cost}{good}{why}"

@@ -25,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=run)
 
 
+# A run whose supervisor runs elsewhere (a Prefect worker): its cost ledger is in that machine's state directory.
+NO_LEDGER = "cost not known here (its ledger is in the state directory where its supervisor runs)"
+
+
 def _money(usd: float) -> str:
     return f"${usd:,.4f}" if usd < 1 else f"${usd:,.2f}"
 
@@ -62,8 +66,8 @@ def detail(s: Any) -> str:
     for m in s.moves:  # voluntary moves at checkpoints (docs/moves.md)
         lines.append(f"  move {m['number']} at step {m['checkpoint']}: {m['from']} -> {m['to']}, {m['phase']}"
                      + (f" ({m['overlap_s']:g} s both held)" if m["phase"] == "moved" else "") + f": {m['why']}")
-    lines.append(f"  cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing); goodput {_pct(s.goodput)}"
-                 + (f" of {s.wall_s:.0f} s" if s.wall_s else ""))  # fmt: skip
+    cost = f"cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing)" if s.cost_known else NO_LEDGER
+    lines.append(f"  {cost}; goodput {_pct(s.goodput)}" + (f" of {s.wall_s:.0f} s" if s.wall_s else ""))
     if s.usd_per_million_tokens is not None:
         lines.append(f"  ${s.usd_per_million_tokens:,.2f} per million tokens; MFU {_pct(s.mfu)}")
     if s.ui_url:
@@ -89,7 +93,7 @@ def table(rows: list[Any]) -> str:
     head = ("RUN", "KIND", "STATE", "STEP", "SLICES", "HOSTS", "COST", "GOODPUT")
     body = [(s.run_id, s.kind, s.state, _step(s), str(len(s.slices)),
              f"{s.hosts_alive}/{sum(sl.hosts for sl in s.slices)}" if s.slices else "-",
-             _money(s.cost_usd), _pct(s.goodput)) for s in rows]  # fmt: skip
+             _money(s.cost_usd) if s.cost_known else "-", _pct(s.goodput)) for s in rows]  # fmt: skip
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *body])
 

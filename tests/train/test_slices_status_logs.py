@@ -114,6 +114,14 @@ def test_status_shows_every_live_slice_with_its_hosts_alive_and_each_incarnation
     assert f"slice 1 ({RUN}-a1002): on-demand in {ZONE}, 1/2 hosts alive, new" in text
     assert f"incarnation 0 (preempted): slice 0 {RUN}-a1 (spot, 2 hosts), slice 1 {RUN}-a1001 (spot, 2 hosts)" in text
     assert f"incarnation 1 (live): slice 0 {RUN}-a1 (spot, 2 hosts, kept), slice 1 {RUN}-a1002" in text
+    # No ledger of its slices in this state directory (its supervisor runs on a Prefect worker): no $0 cost.
+    assert not s.cost_known and "cost not known here" in text and "cost so far" not in text
+    from tpu_ops.provision.ledger import ACTIVE, Ledger
+
+    Ledger(settings, RUN).append(ACTIVE, resource_id=f"{RUN}-a1", zone=ZONE, tier="spot", chips=8, generation="v4",
+                                 t=now - 3600)  # fmt: skip
+    billed = run_status(settings, record, gcs, now=now)
+    assert billed.cost_known and billed.cost_usd > 0 and "cost so far $" in detail(billed)
 
 
 def test_a_node_google_repaired_shows_repaired_not_kept_in_the_state_and_in_status(

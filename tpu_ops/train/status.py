@@ -74,6 +74,9 @@ class RunStatus:
     recoveries: int = 0
     cost_usd: float = 0.0
     open_slices: int = 0
+    # False: the run held slices but this state directory has no ledger of them (its supervisor runs on a
+    # Prefect worker elsewhere), so cost_usd and open_slices say nothing; never a $0 that looks real.
+    cost_known: bool = True
     goodput: float | None = None
     wall_s: float | None = None
     error: str = ""
@@ -137,6 +140,8 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
         state = None
     if state is not None:
         _from_state(out, state, gcs, record, now, cost.to_json())
+        if not cost.slices and any(inc["slices"] for inc in out.incarnations):
+            out.cost_known, out.usd_per_million_tokens = False, None
     ended = out.state in ENDED
     if not ended and flow_run is not None:
         out.state, out.error = flow_run[0], out.error or flow_run[1]
