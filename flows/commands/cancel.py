@@ -96,10 +96,15 @@ def _wait(settings: Any, run: Any, seconds: float) -> Any:
         return None
 
 
+def _gone(report: Any) -> list[str]:
+    """What a teardown deleted, one ``kind id (zone)`` each."""
+    return [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
+
+
 def _ended(args: argparse.Namespace, record: Any, before: Any, report: Any) -> int:
     """A run that already ended is not cancelled (its outcome and audit chain stay as they are); its teardown
     still confirms nothing of it is left."""
-    gone = [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
+    gone = _gone(report)
     at = f" at step {before.step}" if before.step is not None else ""
     if args.json:
         out = {"run_id": record.run_id, "state": before.state, "already_ended": True, "step": before.step,
@@ -114,6 +119,7 @@ def _ended(args: argparse.Namespace, record: Any, before: Any, report: Any) -> i
 def run(args: argparse.Namespace) -> int:
     from flows.commands._common import shell_settings
     from flows.commands._runs import find, gcs
+    from flows.commands.status import cost_phrase
     from tpu_ops.audit.events import AuditEvent
     from tpu_ops.provision import teardown
     from tpu_ops.run import Run
@@ -145,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         saved = launches.update(settings, record.run_id, outcome=cancel.CANCELLED)
         record.outcome = cancel.CANCELLED if saved is None else record.outcome  # started in the UI: no record here
     after = run_status(settings, launches.load(settings, record.run_id) or record, client)
-    gone = [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
+    gone = _gone(report)
     params = {"state_before": before.state, "step": after.step, "supervisor": how,
               "cost_usd": after.cost_usd if after.cost_known else None,
               "torn_down": gone, "confirmed_gone": report.confirmed_gone, "by": by}  # fmt: skip
@@ -154,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     text = (f"run {record.run_id} cancelled (was {before.state}"
             + (f", at step {after.step}" if after.step is not None else "") + f"); supervisor {how}; "
             f"torn down: {', '.join(gone) or 'nothing left to delete'}; confirmed gone in {report.seconds:.1f}s; "
-            + (f"cost ${after.cost_usd:,.4f}" if after.cost_known else "cost not known here"))  # fmt: skip
+            + cost_phrase(after))  # fmt: skip
     print(json.dumps(out, indent=2, default=str) if args.json else text)
     return 0
 

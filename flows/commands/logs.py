@@ -116,5 +116,6 @@ def summary(status: Any) -> str:
     at = f" at step {status.step}/{status.steps}" if status.steps else ""
     good = f", goodput {status.goodput:.1%}" if status.goodput is not None else ""
     why = f" ({status.error})" if status.error else ""
-    cost = f"cost ${status.cost_usd:,.4f}" if status.cost_known else "cost not known here"
-    return f"run {status.run_id}: {status.state}{at}; {cost}{good}{why}"
+    from flows.commands.status import cost_phrase
+
+    return f"run {status.run_id}: {status.state}{at}; {cost_phrase(status)}{good}{why}"

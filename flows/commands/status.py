@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 NO_LEDGER = "cost not known here (its ledger is in the state directory where its supervisor runs)"
 
 
+def cost_phrase(s: Any) -> str:
+    """``cost $X`` (to the hundredth of a cent) of a run's status, or that it is not known here."""
+    return f"cost ${s.cost_usd:,.4f}" if s.cost_known else "cost not known here"
+
+
 def _money(usd: float) -> str:
     return f"${usd:,.4f}" if usd < 1 else f"${usd:,.2f}"
 
