@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
 from flows.commands._common import shell_settings, show
-from tpu_ops.errors import NotFoundError, SpecError
+from tpu_ops.errors import NotFoundError, SpecError, TpuOpsError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -64,7 +65,12 @@ def _run_ledger(args: argparse.Namespace, settings: Any, table: Any) -> int:
         layout = find(settings, args.run).layout  # where its published copy is, if it was launched or is in Prefect
     except SpecError:
         layout = None
-    found = known(settings, args.run, table, gcs(settings) if layout is not None else None, layout)
+    try:
+        found = known(settings, args.run, table, gcs(settings) if layout is not None else None, layout)
+    except TpuOpsError as exc:  # GCS out of reach: what this state directory knows, said so
+        print(f"the copy of run {args.run}'s ledger in GCS not read ({exc}): this state directory's ledger only",
+              file=sys.stderr)  # fmt: skip
+        found = known(settings, args.run, table)
     if not ledger.path.exists() and found.as_of is None:
         missing = NotFoundError(f"no ledger found for run {args.run} at {ledger.path}", service="ledger")
         missing.fix = (

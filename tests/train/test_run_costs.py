@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from train_helpers import ZONE, Run, job_spec, wait_for
 
+from flows.cli import main
 from flows.commands.status import detail
 from tpu_ops.layout import RunLayout
 from tpu_ops.provision import ledger as L
 from tpu_ops.provision.prices import load as load_prices
-from tpu_ops.train import costs
+from tpu_ops.train import costs, launches
 from tpu_ops.train.launches import PREFECT, LaunchRecord
 from tpu_ops.train.status import run_status
 from tpu_ops.train.wheel import agent_wheel
@@ -109,8 +110,9 @@ def test_the_copy_is_written_only_when_the_ledger_changed_holds_only_billing_fie
 
 @pytest.mark.usefixtures("nothing_left")
 def test_a_run_supervised_with_state_dir_a_shows_the_same_cost_from_state_dir_b(
-    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path
-) -> None:
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:  # fmt: skip
     a = train_settings.model_copy(update={"state_dir": tmp_path / "A"})
     b = train_settings.model_copy(update={"state_dir": tmp_path / "B"})
     run_id = "cost-ab"
@@ -143,3 +145,13 @@ def test_a_run_supervised_with_state_dir_a_shows_the_same_cost_from_state_dir_b(
     assert there.state == "done" and there.open_slices == 0 and there.cost_as_of is None
     assert there.cost_usd == here.cost_usd == round(L.Ledger(a, run_id).summary(load_prices(a)).usd_total, 4)
     assert there.cost_usd == round(report.cost["usd_total"], 4)  # and the goodput report's
+
+    # `tpu-ops cost --run` in B (which launched it through Prefect: a launch record, no ledger) says the same
+    launches.save(b, record)
+    for name, value in {**stack.env(), "TPU_OPS_STATE_DIR": str(b.state_dir)}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["cost", "--run", run_id, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["usd_total"] == there.cost_usd and doc["open_slices"] == 0 and doc["published_as_of"] > 0
+    assert main(["cost", "--run", run_id]) == 0
+    assert "; from the copy of its ledger its supervisor published " in capsys.readouterr().out
