@@ -155,3 +155,42 @@ def test_a_run_supervised_with_state_dir_a_shows_the_same_cost_from_state_dir_b(
     assert doc["usd_total"] == there.cost_usd and doc["open_slices"] == 0 and doc["published_as_of"] > 0
     assert main(["cost", "--run", run_id]) == 0
     assert "; from the copy of its ledger its supervisor published " in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("nothing_left")
+def test_cancel_from_b_of_a_run_that_ended_with_its_slice_up_adds_its_gone_to_the_copy(
+    stack: Any, gcs: Any, bucket: str, train_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:  # fmt: skip
+    """The supervisor on A failed without releasing its slice (published open); `cancel` from B tears it down:
+    B's GONE goes into the copy too, so a third shell sees the run's cost stop where B's teardown stopped it."""
+    from tpu_ops.provision import provision
+    from tpu_ops.provision.records import Slice
+    from tpu_ops.train.incarnations import record_allocation
+    from tpu_ops.train.runstate import IncarnationState, RunState, StateStore
+
+    a, b, c = (train_settings.model_copy(update={"state_dir": tmp_path / d}) for d in "ABC")
+    run_id = "cost-left"
+    record = LaunchRecord(run_id, "train-job", PREFECT, checkpoint_dir=f"gs://{bucket}/runs", zones=[ZONE], hosts=1)
+    got = provision(job_spec(bucket).provision, run_id, a)
+    layout = record.layout
+    assert layout is not None
+    costs.Publisher(gcs, layout, L.Ledger(a, run_id)).publish()
+    state = RunState(run_id, time.time() - 60, 30, outcome="failed", error="the supervisor's host went away")
+    inc = IncarnationState(0, "0-left", time.time() - 60, end="failed", ended_at=time.time())
+    record_allocation(inc, [Slice(run_id, got.queued_resource, got.node, ZONE, "spot", "v4-8", 4, 1, ())])
+    state.incarnations = [inc]
+    StateStore(gcs, layout.run_state).save(state)
+    assert run_status(c, record, gcs).open_slices == 1  # billing, as far as anyone can tell
+
+    launches.save(b, record)
+    for name, value in {**stack.env(), "TPU_OPS_STATE_DIR": str(b.state_dir)}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["cancel", run_id, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["already_ended"] and any(got.queued_resource in t for t in out["torn_down"]), out
+    gone_at = [e["t"] for e in L.Ledger(b, run_id).events() if e["kind"] == L.GONE]
+    assert gone_at and not [e for e in L.Ledger(a, run_id).events() if e["kind"] == L.GONE]
+    third = run_status(c, record, gcs, now=time.time() + 3600)
+    expected = L.summarise(run_id, L.Ledger(a, run_id).events() + L.Ledger(b, run_id).events(), load_prices(c))
+    assert third.open_slices == 0 and third.cost_usd == round(expected.usd_total, 4) > 0
