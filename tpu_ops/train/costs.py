@@ -25,6 +25,7 @@ from tpu_ops.provision import ledger as L
 from tpu_ops.provision.prices import PriceTable
 from tpu_ops.settings import Settings
 from tpu_ops.train.layout import get_json, put_json
+from tpu_ops.train.runstate import RunState, StateStore
 
 # What ``ledger.summarise`` reads, and nothing else.
 BILLING_KINDS: Final = frozenset({L.ATTEMPT, L.ACTIVE, L.PREEMPTED, L.DELETE_REQUESTED, L.GONE})
@@ -65,7 +66,9 @@ def read(gcs: Any, layout: RunLayout) -> dict[str, Any] | None:
         doc = get_json(gcs, layout.ledger)
     except NotFoundError:
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("events"), list) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+        return None
+    return {**doc, "events": [e for e in doc["events"] if isinstance(e, dict)]}
 
 
 def write(gcs: Any, layout: RunLayout, run_id: str, events: list[dict[str, Any]]) -> float:
@@ -100,6 +103,21 @@ class Publisher:
         return time.time()
 
 
+class Vouching:
+    """The supervisor's state store: each save first brings the copy up to date, then stamps the state with
+    the moment it was complete (``ledger_as_of``), so the state saved vouches for the copy."""
+
+    def __init__(self, store: StateStore, layout: RunLayout, ledger: L.Ledger) -> None:
+        self.store, self.publisher = store, Publisher(store.gcs, layout, ledger)
+
+    def load(self) -> RunState | None:
+        return self.store.load()
+
+    def save(self, state: RunState) -> None:
+        state.ledger_as_of = self.publisher.publish() or state.ledger_as_of
+        self.store.save(state)
+
+
 def publish_merged(gcs: Any, layout: RunLayout, ledger: L.Ledger) -> None:
     """A one-off publish by a process that is not the supervisor (the flow's teardown hook, ``cancel``
     elsewhere): what is published merged with this ledger's events. Best effort."""
@@ -122,8 +140,14 @@ class KnownCost:
     as_of: float | None = None  # when the published copy was written (None: nothing published)
 
 
-def known(settings: Settings, run_id: str, table: PriceTable, gcs: Any = None, layout: RunLayout | None = None,
-          now: float | None = None) -> KnownCost:  # fmt: skip
+def known(
+    settings: Settings,
+    run_id: str,
+    table: PriceTable,
+    gcs: Any = None,
+    layout: RunLayout | None = None,
+    now: float | None = None,
+) -> KnownCost:
     """This state directory's ledger merged with the published copy (one GET, when ``layout`` is given)."""
     local = L.Ledger(settings, run_id).events()
     doc = read(gcs, layout) if layout is not None and gcs is not None else None

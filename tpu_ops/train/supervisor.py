@@ -103,8 +103,7 @@ class Supervisor:
         self.stalls: dict[int | None, int] = {}
         if job.train.goodput_logging:
             settings.check_safe("logging_endpoint")  # a dry run writes to the local fake only
-        self.store = choice.state_store(self.gcs, self.layout, job, run_id)
-        self.costs = costs.Publisher(self.gcs, self.layout, self.ledger)
+        self.store = costs.Vouching(choice.state_store(self.gcs, self.layout, job, run_id), self.layout, self.ledger)
         self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
         self.state = RunState(run_id, time.time(), job.train.steps)
         self._saved_at = 0.0
@@ -161,8 +160,6 @@ class Supervisor:
 
     def _save(self) -> None:
         self.lease.check()
-        # The ledger's copy first, so that the state's stamp vouches for it (readers elsewhere: train.costs).
-        self.state.ledger_as_of = self.costs.publish() or self.state.ledger_as_of
         self.store.save(self.state)
         self._saved_at = time.monotonic()
 
