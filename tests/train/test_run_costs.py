@@ -16,6 +16,7 @@ import pytest
 from train_helpers import ZONE, Run, job_spec, wait_for
 
 from flows.cli import main
+from flows.commands.logs import summary
 from flows.commands.status import detail
 from tpu_ops.layout import RunLayout
 from tpu_ops.provision import ledger as L
@@ -137,6 +138,7 @@ def test_a_run_supervised_with_state_dir_a_shows_the_same_cost_from_state_dir_b(
     text = detail(there)
     assert f"cost so far ${there.cost_usd:,.4f} (1 slice(s) billing) (as of " in text and " s ago)" in text
     assert there.to_json()["cost_as_of"] == there.cost_as_of
+    assert f"; cost ${there.cost_usd:,.4f} (as of " in summary(there)  # `logs --follow`'s and `cancel`'s phrase
 
     report = run.result()
     assert report.outcome == "done"
@@ -145,6 +147,7 @@ def test_a_run_supervised_with_state_dir_a_shows_the_same_cost_from_state_dir_b(
     assert there.state == "done" and there.open_slices == 0 and there.cost_as_of is None
     assert there.cost_usd == here.cost_usd == round(L.Ledger(a, run_id).summary(load_prices(a)).usd_total, 4)
     assert there.cost_usd == round(report.cost["usd_total"], 4)  # and the goodput report's
+    assert summary(there).endswith(f"; cost ${there.cost_usd:,.4f}, goodput {there.goodput:.1%}")
 
     # `tpu-ops cost --run` in B (which launched it through Prefect: a launch record, no ledger) says the same
     launches.save(b, record)
