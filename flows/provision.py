@@ -82,6 +82,13 @@ def teardown_hook(flow: Any, flow_run: Any, state: Any) -> None:
         names = ", ".join(r.resource_id for r in report.deleted) or "nothing left"
         ended = str(getattr(state, "name", state))
         print(f"teardown of run {run_id} after {ended}: deleted {names}")
+        layout = _layout_of(params.get("spec"), run_id)
+        if report.deleted and layout is not None:  # after its supervisor's last copy: readers elsewhere see it end
+            from tpu_ops.errors import TpuOpsError
+            from tpu_ops.train.costs import publish_merged
+
+            with contextlib.suppress(TpuOpsError):  # a copy for readers elsewhere: never fails the hook
+                publish_merged(clients.gcs(), layout, run.ledger)
         # The run's chain records how it ended and is sealed, whichever flow it was.
         run.audit.record(AuditEvent.RUN_ENDED, params={"state": ended, "flow": getattr(flow, "name", "")},
                          outcome="failure", subjects=_deleted(settings.gcp_project, report))  # fmt: skip
@@ -93,18 +100,28 @@ def _deleted(project: str | None, report: TeardownReport) -> list[dict[str, Any]
     return [{"uri": f"tpu://{project}/{r.zone}/{r.resource_id}", "kind": r.kind} for r in report.deleted]
 
 
-def _held_elsewhere(spec: Any, run_id: str, clients: Clients) -> dict[str, Any] | None:
-    """The live supervisor holding a training run's lease (``RUN/_tpu_ops/lease.json``), if any."""
+def _layout_of(spec: Any, run_id: str) -> Any:
+    """A training run's layout (``RUN/_tpu_ops/...``) from its spec parameter; None for a slice or a bad spec."""
     train = spec.get("train") if isinstance(spec, dict) else None
     if not isinstance(train, dict) or not train.get("checkpoint_dir"):
         return None
     from tpu_ops.errors import TpuOpsError
     from tpu_ops.layout import RunLayout
-    from tpu_ops.train.runstate import live_holder
 
     try:
-        layout = RunLayout.of(str(train["checkpoint_dir"]), run_id)
-        return live_holder(clients.gcs(), layout.lease)
+        return RunLayout.of(str(train["checkpoint_dir"]), run_id, str(train.get("checkpoint_subdir") or ""))
+    except (TpuOpsError, ValueError):
+        return None
+
+
+def _held_elsewhere(spec: Any, run_id: str, clients: Clients) -> dict[str, Any] | None:
+    """The live supervisor holding a training run's lease (``RUN/_tpu_ops/lease.json``), if any."""
+    from tpu_ops.errors import TpuOpsError
+    from tpu_ops.train.runstate import live_holder
+
+    layout = _layout_of(spec, run_id)
+    try:
+        return None if layout is None else live_holder(clients.gcs(), layout.lease)
     except (TpuOpsError, ValueError):
         return None  # unknown: tear down as before
 

@@ -93,6 +93,11 @@ class RunLayout:
         return self.state("state.json")
 
     @property
+    def ledger(self) -> ObjectUri:
+        """The supervisor's copy of the run's billing events, for ``status`` elsewhere (``train.costs``)."""
+        return self.state("ledger.json")
+
+    @property
     def lease(self) -> ObjectUri:
         """Which supervisor holds the run (written with generation preconditions)."""
         return self.state("lease.json")

@@ -101,6 +101,17 @@ def _gone(report: Any) -> list[str]:
     return [f"{r.kind} {r.resource_id} ({r.zone})" for r in report.deleted]
 
 
+def _published(settings: Any, record: Any, client: Any, report: Any) -> Any:
+    """``report``; what this teardown deleted (its GONE events, in this state directory's ledger) added to the
+    copy of the run's ledger its supervisor publishes, so that status elsewhere counts it too (train.costs)."""
+    if report.deleted and record.layout is not None:
+        from tpu_ops.provision.ledger import Ledger
+        from tpu_ops.train.costs import publish_merged
+
+        publish_merged(client, record.layout, Ledger(settings, record.run_id))
+    return report
+
+
 def _ended(args: argparse.Namespace, record: Any, before: Any, report: Any) -> int:
     """A run that already ended is not cancelled (its outcome and audit chain stay as they are); its teardown
     still confirms nothing of it is left."""
@@ -131,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     client = gcs(settings)
     before = run_status(settings, record, client)
     if before.state in ENDED:  # nothing to stop: no cancel marker, no flow-run change, no run.cancelled record
-        return _ended(args, record, before, teardown(record.run_id, settings, zones=record.zones or None))
+        report = teardown(record.run_id, settings, zones=record.zones or None)
+        return _ended(args, record, before, _published(settings, record, client, report))
     by = f"{getpass.getuser()}@{socket.gethostname()}"
     if launches.update(settings, record.run_id, cancelled_at=time.time(), cancelled_by=by) is None:
         record.cancelled_at, record.cancelled_by = time.time(), by  # started in the UI: no record here to keep it
@@ -144,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         stopped, how = _wait(settings, record, args.wait), "stopped by itself"
     if stopped is None and record.pid and record.supervisor_alive():
         how = _signal(settings, record)
-    report = teardown(record.run_id, settings, zones=record.zones or None)
+    report = _published(settings, record, client, teardown(record.run_id, settings, zones=record.zones or None))
     if stopped is not None and record.mode == launches.PREFECT and not record.outcome:
         # No detached process records a flow run's end here: status reads this once neither Prefect nor
         # the run state answers (a local stack started anew), instead of 'cancelling' for ever.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from typing import Any
 
 from flows.commands._common import shell_settings, show
-from tpu_ops.errors import NotFoundError, SpecError
+from tpu_ops.errors import NotFoundError, SpecError, TpuOpsError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,28 +46,49 @@ def run(args: argparse.Namespace) -> int:
     settings = shell_settings()
     table = load(settings)
     if args.run:
-        from tpu_ops.layout import check_run_id
-        from tpu_ops.provision.ledger import Ledger
-
-        ledger = Ledger(settings, check_run_id(args.run))
-        if not ledger.path.exists():
-            missing = NotFoundError(f"no ledger found for run {args.run} at {ledger.path}", service="ledger")
-            missing.fix = (
-                "check the run id, and run where the run ran (or set TPU_OPS_STATE_DIR: a dry run keeps "
-                "its state in .tpu-ops/dry-run/state)"
-            )
-            raise missing
-        summary = ledger.summary(table).to_json()
-        tiers = ", ".join(
-            f"{t}: {h:.4f} chip-h ${summary['usd_by_tier'][t]:,.2f}" for t, h in summary["chip_hours_by_tier"].items()
-        )
-        text = f"run {args.run}: ${summary['usd_total']:,.2f} ({tiers or 'no slice billed'}); "
-        text += f"open slices: {summary['open_slices']}"
-        show(summary, args.json, text)
-        return 0
+        return _run_ledger(args, settings, table)
     if args.spec:
         return _spec_estimate(args, table, C)
     return _what_if(args, table, C)
+
+
+def _run_ledger(args: argparse.Namespace, settings: Any, table: Any) -> int:
+    """The run's ledger here merged with the copy its supervisor publishes beside its state (``train.costs``):
+    the same figure wherever it is asked, as ``status`` shows it."""
+    from flows.commands._runs import find, gcs
+    from tpu_ops.layout import check_run_id
+    from tpu_ops.provision.ledger import Ledger
+    from tpu_ops.train.costs import known
+
+    ledger = Ledger(settings, check_run_id(args.run))
+    try:
+        layout = find(settings, args.run).layout  # where its published copy is, if it was launched or is in Prefect
+    except SpecError:
+        layout = None
+    try:
+        found = known(settings, args.run, table, gcs(settings) if layout is not None else None, layout)
+    except TpuOpsError as exc:  # GCS out of reach: what this state directory knows, said so
+        print(f"the copy of run {args.run}'s ledger in GCS not read ({exc}): this state directory's ledger only",
+              file=sys.stderr)  # fmt: skip
+        found = known(settings, args.run, table)
+    if not ledger.path.exists() and found.as_of is None:
+        missing = NotFoundError(f"no ledger found for run {args.run} at {ledger.path}", service="ledger")
+        missing.fix = (
+            "check the run id, and run where the run ran (or set TPU_OPS_STATE_DIR: a dry run keeps "
+            "its state in .tpu-ops/dry-run/state)"
+        )
+        raise missing
+    summary = found.cost.to_json()
+    tiers = ", ".join(
+        f"{t}: {h:.4f} chip-h ${summary['usd_by_tier'][t]:,.2f}" for t, h in summary["chip_hours_by_tier"].items()
+    )
+    text = f"run {args.run}: ${summary['usd_total']:,.2f} ({tiers or 'no slice billed'}); "
+    text += f"open slices: {summary['open_slices']}"
+    if found.published:  # events only its supervisor's machine recorded: how old that copy is
+        summary["published_as_of"] = found.as_of
+        text += f"; from the copy of its ledger its supervisor published {time.time() - (found.as_of or 0):.0f} s ago"
+    show(summary, args.json, text)
+    return 0
 
 
 def _spec_estimate(args: argparse.Namespace, table: Any, C: Any) -> int:

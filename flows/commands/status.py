@@ -1,6 +1,7 @@
 """``tpu-ops status [RUN] [--json]``: launched runs (and, with a Prefect API, the runs started in its UI or
 on a schedule: :mod:`flows.commands._ui_runs`) with their state, step, slices and hosts alive,
-cost and goodput so far (from the run state in GCS and the cost ledger: :mod:`tpu_ops.train.status`)."""
+cost and goodput so far (from the run state in GCS and the cost ledger, this state directory's merged with the
+copy the run's supervisor publishes beside its state: :mod:`tpu_ops.train.status`, :mod:`tpu_ops.train.costs`)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(handler=run)
 
 
-# A run whose supervisor runs elsewhere (a Prefect worker): its cost ledger is in that machine's state directory.
+# A run supervised elsewhere (a Prefect worker) that published no copy of its ledger (train.costs; an older run).
 NO_LEDGER = "cost not known here (its ledger is in the state directory where its supervisor runs)"
 
 
 def cost_phrase(s: Any) -> str:
     """``cost $X`` (to the hundredth of a cent) of a run's status, or that it is not known here."""
-    return f"cost ${s.cost_usd:,.4f}" if s.cost_known else "cost not known here"
+    return f"cost ${s.cost_usd:,.4f}{as_of(s)}" if s.cost_known else "cost not known here"
+
+
+def as_of(s: Any, now: float | None = None) -> str:
+    """`` (as of 12 s ago)`` when the cost is the supervisor's published copy (a run supervised elsewhere, still
+    going): what happened since its last state save is not in it yet. Empty otherwise."""
+    if getattr(s, "cost_as_of", None) is None:
+        return ""
+    age = max(0.0, (time.time() if now is None else now) - s.cost_as_of)
+    return f" (as of {age:.0f} s ago)" if age < 120 else f" (as of {age / 60:.0f} min ago)"
 
 
 def _money(usd: float) -> str:
@@ -71,7 +81,9 @@ def detail(s: Any) -> str:
     for m in s.moves:  # voluntary moves at checkpoints (docs/moves.md)
         lines.append(f"  move {m['number']} at step {m['checkpoint']}: {m['from']} -> {m['to']}, {m['phase']}"
                      + (f" ({m['overlap_s']:g} s both held)" if m["phase"] == "moved" else "") + f": {m['why']}")
-    cost = f"cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing)" if s.cost_known else NO_LEDGER
+    cost = (
+        f"cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing){as_of(s)}" if s.cost_known else NO_LEDGER
+    )
     lines.append(f"  {cost}; goodput {_pct(s.goodput)}" + (f" of {s.wall_s:.0f} s" if s.wall_s else ""))
     if s.usd_per_million_tokens is not None:
         lines.append(f"  ${s.usd_per_million_tokens:,.2f} per million tokens; MFU {_pct(s.mfu)}")

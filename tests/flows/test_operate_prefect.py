@@ -60,13 +60,16 @@ def serving(prefect_server: dict[str, str], local_stack: Any, tmp_path_factory: 
 
 
 def test_launch_through_a_served_deployment_then_cancel(serving: dict[str, str], stack: Any, tmp_path: Path) -> None:
+    """Launched, watched and cancelled from a shell with its own state directory (another machine than the one
+    serving the deployments): the run's cost ledger is the worker's, its cost shown all the same."""
     from infra.local.wheelhouse import upload_wheelhouse
     from tpu_ops.cloud.clients import storage_client
 
-    settings = stack.settings(state_dir=Path(serving["TPU_OPS_STATE_DIR"]))
+    worker = stack.settings(state_dir=Path(serving["TPU_OPS_STATE_DIR"]))  # where the supervisor runs
+    settings = stack.settings(state_dir=tmp_path / "shell")
     storage_client(settings).create_bucket("dryrun-tpu-checkpoints")
     upload_wheelhouse(settings, "gs://dryrun-tpu-checkpoints/wheelhouse")
-    tpu_ops = _cli(serving, tmp_path)
+    tpu_ops = _cli({**serving, "TPU_OPS_STATE_DIR": str(tmp_path / "shell")}, tmp_path)
 
     launched = tpu_ops("launch", str(EXAMPLE), "--run-id", RUN, "--detach")
     assert launched.returncode == 0, launched.stderr
@@ -87,6 +90,9 @@ def test_launch_through_a_served_deployment_then_cancel(serving: dict[str, str],
     wait_until(lambda: (s := status())["state"] == "running" and s["hosts_alive"] == 2, 240, 1.0,
                what="the served flow run to train")  # fmt: skip
     assert status()["flow_run_id"] == flow_run and status()["mode"] == "prefect"
+    _same_cost_as_the_worker(settings, worker)
+    shown = tpu_ops("status", RUN).stdout
+    assert "cost so far $" in shown and " (1 slice(s) billing) (as of " in shown, shown
 
     cancelled = tpu_ops("cancel", RUN)
     assert cancelled.returncode == 0, cancelled.stderr
@@ -101,6 +107,36 @@ def test_launch_through_a_served_deployment_then_cancel(serving: dict[str, str],
 
     saved = launches.load(settings, RUN)  # what status falls back on once neither Prefect nor GCS answers
     assert saved is not None and saved.outcome == "cancelled"
+    # torn down: the figure is exact and the same here, on the worker and in cancel's audit record
+    from flows.audit import trail_for
+    from tpu_ops.export.release import chain_records
+    from tpu_ops.provision.ledger import Ledger
+    from tpu_ops.provision.prices import load as load_prices
+
+    final = Ledger(worker, RUN).summary(load_prices(worker))
+    assert final.open_slices == 0 and final.usd_total > 0
+    (audited,) = [r for r in chain_records(trail_for(settings), RUN) if r["event"] == "run.cancelled"]
+    assert audited["params"]["cost_usd"] == round(final.usd_total, 4), audited["params"]
+    assert status()["cost_usd"] == round(final.usd_total, 4) and status()["cost_as_of"] is None
+
+
+def _same_cost_as_the_worker(shell: Any, worker: Any) -> None:
+    """At one moment, the shell's status of the running run shows the cost the worker's own ledger gives (once the
+    supervisor's first state save after the slice came up published it)."""
+    import time
+
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.provision.ledger import Ledger
+    from tpu_ops.provision.prices import load as load_prices
+    from tpu_ops.train import launches
+    from tpu_ops.train.status import run_status
+
+    record, gcs = launches.load(shell, RUN), storage_client(shell)
+    wait_until(lambda: run_status(shell, record, gcs).cost_known, 30, 0.5, "the run's cost published")
+    now = time.time()
+    there = run_status(shell, record, gcs, now=now)
+    assert there.cost_usd == round(Ledger(worker, RUN).summary(load_prices(worker), now).usd_total, 4) > 0
+    assert there.open_slices == 1 and there.cost_as_of is not None and now - there.cost_as_of < 30
 
 
 def _from_the_ui(api: str, deployment: str, params: dict[str, Any]) -> str:

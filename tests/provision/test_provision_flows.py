@@ -352,6 +352,54 @@ def test_the_teardown_hook_finds_the_run_by_its_tag(fake: Any, inproc: None, set
         teardown("run-other", settings)
 
 
+def test_the_teardown_hook_adds_what_it_deleted_to_the_copy_of_a_training_runs_ledger(
+    fake: Any, inproc: None, local_stack: Any, tmp_path: Path
+) -> None:
+    """A supervisor that died with its slice up published the slice open; the flow's hook tears it down and
+    adds its GONE to the copy, so that a shell elsewhere sees the run's cost stop (``train.costs``)."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+
+    from flows.provision import run_tag, teardown_hook
+    from tpu_ops.cloud.clients import storage_client
+    from tpu_ops.layout import RunLayout
+    from tpu_ops.provision import provision
+    from tpu_ops.provision.ledger import GONE, Ledger
+    from tpu_ops.provision.prices import load
+    from tpu_ops.settings import Settings
+    from tpu_ops.specs.slice import ProvisionSpec
+    from tpu_ops.train import costs
+
+    settings, run_id = Settings(), "run-trained"  # the worker's (TPU_OPS_* of this process), as the hook's
+    gcs = storage_client(settings)
+    bucket = gcs.create_bucket(f"hook-ckpt-{os.getpid()}")
+    layout = RunLayout.of(f"gs://{bucket.name}/runs", run_id)
+    elsewhere = local_stack.settings(state_dir=tmp_path / "elsewhere")
+
+    @flow(name="train-died")
+    def noop() -> None:
+        pass
+
+    try:
+        provision(ProvisionSpec.model_validate(SPEC), run_id, settings)
+        costs.Publisher(gcs, layout, Ledger(settings, run_id)).publish()  # the supervisor's last copy
+        assert costs.known(elsewhere, run_id, load(elsewhere), gcs, layout).cost.open_slices == 1
+        spec = {"provision": SPEC, "train": {"checkpoint_dir": f"gs://{bucket.name}/runs"}}
+        with get_client(sync_client=True) as client:
+            fr = client.create_flow_run(noop, parameters={}, tags=[run_tag(run_id)])
+            crashed = client.read_flow_run(fr.id).model_copy(update={"parameters": {"spec": spec}})
+        teardown_hook(flow=noop, flow_run=crashed, state="Crashed")
+        assert not _run_resources(fake, run_id)
+        assert costs.read(gcs, layout)["events"][-1]["kind"] == GONE  # type: ignore[index]
+        seen, here = costs.known(elsewhere, run_id, load(elsewhere), gcs, layout).cost, Ledger(settings, run_id)
+        assert seen.open_slices == 0 and seen.usd_total == here.summary(load(settings)).usd_total > 0
+    finally:
+        teardown(run_id, settings)
+        for blob in gcs.list_blobs(bucket.name):
+            blob.delete()
+        bucket.delete()
+
+
 GATHER = """
 import json, sys
 from tpu_ops.provision.lease import SliceLease

@@ -314,6 +314,7 @@ class RunState:
     supervisors: list[dict[str, Any]] = field(default_factory=list)
     stockouts: list[dict[str, Any]] = field(default_factory=list)  # requests refused for capacity: zone, tier, at
     moves: list[MoveState] = field(default_factory=list)  # voluntary moves at checkpoints (train.moves)
+    ledger_as_of: float | None = None  # RUN/_tpu_ops/ledger.json held every billing event up to then (train.costs)
 
     @property
     def live(self) -> IncarnationState | None:

@@ -2,7 +2,8 @@
 
 Read from what the run leaves anyway, never from the supervisor's memory: the run state in GCS
 (``RUN/_tpu_ops/state.json``, the live incarnation's heartbeats, the cancel marker), the cost ledger
-(``<state_dir>/ledger/<run_id>.jsonl``) and the launch record (:mod:`tpu_ops.train.launches`).
+(``<state_dir>/ledger/<run_id>.jsonl``, merged with the copy its supervisor publishes: :mod:`tpu_ops.train.costs`)
+and the launch record (:mod:`tpu_ops.train.launches`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from tpu_ops.errors import NotFoundError, TpuOpsError
-from tpu_ops.provision.ledger import Ledger
 from tpu_ops.provision.naming import slice_of
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.settings import Settings
-from tpu_ops.train import cancel
+from tpu_ops.train import cancel, costs
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.efficiency import efficiency
 from tpu_ops.train.goodput import GoodputReport
@@ -77,6 +77,9 @@ class RunStatus:
     # False: the run held slices but this state directory has no ledger of them (its supervisor runs on a
     # Prefect worker elsewhere), so cost_usd and open_slices say nothing; never a $0 that looks real.
     cost_known: bool = True
+    # Set while the run goes on and its cost comes from the copy its supervisor publishes (train.costs): the
+    # moment that copy was last known complete; the figure may miss what happened since.
+    cost_as_of: float | None = None
     goodput: float | None = None
     wall_s: float | None = None
     error: str = ""
@@ -116,7 +119,9 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     out = RunStatus(record.run_id, record.kind, record.mode, STARTING, record.launched_at,
                     supervisor_pid=record.pid, flow_run_id=record.flow_run_id, ui_url=record.ui_url,
                     cancelled_by=record.cancelled_by)  # fmt: skip
-    cost = Ledger(settings, record.run_id).summary(load_prices(settings), now)
+    layout = record.layout
+    known = costs.known(settings, record.run_id, load_prices(settings), gcs, layout, now)  # one GET
+    cost = known.cost
     out.cost_usd, out.open_slices = round(cost.usd_total, 4), cost.open_slices
     alive = out.supervisor_alive = record.supervisor_alive()
     if record.kind == PROVISION:  # no training: the slice is the run
@@ -130,7 +135,6 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
         elif out.state == STARTING and alive is False:
             out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
         return out
-    layout = record.layout
     if layout is None:  # a flow run whose spec did not validate: no run state, its flow run's end says it all
         out.state, out.error = (record.outcome, record.error) if record.outcome else (flow_run or (STARTING, ""))
         return out
@@ -142,6 +146,8 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
         _from_state(out, state, gcs, record, now, cost.to_json())
         if not cost.slices and any(inc["slices"] for inc in out.incarnations):
             out.cost_known, out.usd_per_million_tokens = False, None
+        elif known.published and state.outcome == "running":
+            out.cost_as_of = max(known.as_of or 0.0, state.ledger_as_of or 0.0) or None
     ended = out.state in ENDED
     if not ended and flow_run is not None:
         out.state, out.error = flow_run[0], out.error or flow_run[1]

@@ -28,7 +28,7 @@ from tpu_ops.provision.lease import SliceLease
 from tpu_ops.provision.providers import Provider, for_spec
 from tpu_ops.run import Run
 from tpu_ops.specs.jobs import TrainJobSpec
-from tpu_ops.train import cancel, choice, moves, notices, recovery
+from tpu_ops.train import cancel, choice, costs, moves, notices, recovery
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.closing import finish
 from tpu_ops.train.goodput import GoodputReport
@@ -103,7 +103,7 @@ class Supervisor:
         self.stalls: dict[int | None, int] = {}
         if job.train.goodput_logging:
             settings.check_safe("logging_endpoint")  # a dry run writes to the local fake only
-        self.store = choice.state_store(self.gcs, self.layout, job, run_id)
+        self.store = costs.Vouching(choice.state_store(self.gcs, self.layout, job, run_id), self.layout, self.ledger)
         self.lease = Lease(self.gcs, self.layout.lease, max(LEASE_MIN_S, LEASE_POLLS * self.poll_s))
         self.state = RunState(run_id, time.time(), job.train.steps)
         self._saved_at = 0.0
