@@ -30,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 NO_LEDGER = "cost not known here (its ledger is in the state directory where its supervisor runs)"
 
 
+STARTED = {"ui": "started from the Prefect UI or API", "schedule": "started on a schedule"}
+"""How ``detail`` says where a run found through Prefect was started (``launches.UI``, ``SCHEDULE``)."""
+
+
 def cost_phrase(s: Any) -> str:
     """``cost $X`` (to the hundredth of a cent) of a run's status, or that it is not known here."""
     return f"cost ${s.cost_usd:,.4f}{as_of(s)}" if s.cost_known else "cost not known here"
@@ -61,7 +65,8 @@ def _step(s: Any) -> str:
 def detail(s: Any) -> str:
     """One run's status as text."""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.launched_at))
-    lines = [f"run {s.run_id} ({s.kind}, launched {when}): {s.state}" + (f" at step {_step(s)}" if s.steps else "")]
+    how = STARTED.get(s.origin, "launched")
+    lines = [f"run {s.run_id} ({s.kind}, {how} {when}): {s.state}" + (f" at step {_step(s)}" if s.steps else "")]
     many = len(s.slices) > 1
     for sl in s.slices:
         hosts = f"{sl.hosts} hosts" if s.kind == "provision" else f"{sl.hosts_alive}/{sl.hosts} hosts alive"
@@ -107,8 +112,8 @@ def _held(sl: dict[str, Any]) -> str:
 
 def table(rows: list[Any]) -> str:
     """One line per run."""
-    head = ("RUN", "KIND", "STATE", "STEP", "SLICES", "HOSTS", "COST", "GOODPUT")
-    body = [(s.run_id, s.kind, s.state, _step(s), str(len(s.slices)),
+    head = ("RUN", "KIND", "FROM", "STATE", "STEP", "SLICES", "HOSTS", "COST", "GOODPUT")
+    body = [(s.run_id, s.kind, s.origin or "-", s.state, _step(s), str(len(s.slices)),
              f"{s.hosts_alive}/{sum(sl.hosts for sl in s.slices)}" if s.slices else "-",
              _money(s.cost_usd) if s.cost_known else "-", _pct(s.goodput)) for s in rows]  # fmt: skip
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]

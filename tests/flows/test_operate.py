@@ -116,7 +116,8 @@ def test_launch_status_logs_preempt_status_cancel_and_nothing_left(stack: Any, t
     judged = reap(settings, run_state=lambda run_id: None, dry_run=True, zones=["us-central2-b"])
     assert not [r for r in judged.reaped if r.run_id == RUN], judged
     table = tpu_ops("status")
-    assert table.stdout.splitlines()[0].split()[:3] == ["RUN", "KIND", "STATE"] and RUN in table.stdout
+    assert table.stdout.splitlines()[0].split()[:4] == ["RUN", "KIND", "FROM", "STATE"]
+    assert next(ln.split() for ln in table.stdout.splitlines() if ln.startswith(f"{RUN} "))[2] == "launch"
 
     # every worker's trainer output, labelled
     logs = tpu_ops("logs", RUN)

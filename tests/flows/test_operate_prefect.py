@@ -178,7 +178,7 @@ def test_runs_started_in_the_ui_are_listed_tailed_and_cancelled_by_run_id(
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert f"state directory {state} nor among the flow runs of the tpu-ops deployments at {api} " in missing.stderr
     row = next(ln.split() for ln in tpu_ops("status").stdout.splitlines() if ln.startswith("ops-ui "))
-    assert row[1:3] == ["train-job", "running"] and row[5] == "2/2", row
+    assert row[1:4] == ["train-job", "ui", "running"] and row[6] == "2/2", row
     detail = tpu_ops("status", "ops-ui").stdout
     assert detail.startswith("run ops-ui (train-job, launched ") and "running at step " in detail
     assert f"  UI: {api.removesuffix('/api')}/runs/flow-run/{flow_run}" in detail
@@ -220,7 +220,7 @@ def test_runs_started_in_the_ui_are_listed_tailed_and_cancelled_by_run_id(
 
     run_id = poll(generated, timeout_s=120, interval_s=1.0, max_interval_s=1.0, what="the pipeline's run id")
     assert f"tpu-ops-run:{run_id}" in json.loads(http_call(f"{api}/flow_runs/{flow_run}"))["tags"]
-    assert tpu_ops("status", run_id).stdout.startswith(f"run {run_id} (pipeline, launched ")
+    assert tpu_ops("status", run_id).stdout.startswith(f"run {run_id} (pipeline, started from the Prefect UI or API ")
     cancelled = tpu_ops("cancel", run_id)
     assert cancelled.returncode == 0 and cancelled.stdout.startswith(f"run {run_id} cancelled"), cancelled
     assert "supervisor cancelled by Prefect" in cancelled.stdout

@@ -164,6 +164,11 @@ def test_scheduled_runs_of_the_reaper_and_the_pipeline_are_created_and_complete(
 
     wanted = {"tpu-ops.snapshot.committed", "tpu-ops.slice.provisioned", "tpu-ops.slice.deleted"}
     wait_until(lambda: wanted <= events(), 60, 1.0, f"events {wanted}")
+    # `tpu-ops status` lists it among the deployments' runs, as started on a schedule
+    listed = subprocess.run([sys.executable, "-m", "flows.cli", "status"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    row = next((ln.split() for ln in listed.stdout.splitlines() if ln.startswith(f"{run_id} ")), [])
+    assert row[1:4] == ["pipeline", "schedule", "done"], listed.stdout + listed.stderr
     # Its one slot (at most one run per pipeline name) exists and was given back.
     limit = api(env, "/v2/concurrency_limits/tpu-ops-pipeline-scheduled-dry-run")
     assert (limit["limit"], limit["active_slots"]) == (1, 0)

@@ -40,7 +40,7 @@ def test_a_train_run_from_the_ui_is_the_record_launch_writes() -> None:
                   "heartbeat_s", "max_duration_s"):  # fmt: skip
         assert getattr(got, field) == getattr(want, field), field
     assert (got.checkpoint_dir, got.hosts, got.zones) == ("gs://dryrun-tpu-checkpoints/walk", 2, ["us-central2-b"])
-    assert (got.mode, got.flow_run_id) == ("prefect", str(fr.id))
+    assert (got.mode, got.flow_run_id, got.origin) == ("prefect", str(fr.id), "ui")
     assert got.ui_url == f"http://127.0.0.1:4200/runs/flow-run/{fr.id}"
     assert got.layout is not None and got.layout.run_uri == "gs://dryrun-tpu-checkpoints/walk/ui-train"
 
@@ -53,6 +53,17 @@ def test_a_pipeline_run_id_comes_from_its_spec_else_from_its_tag() -> None:
     record = _ui_runs.record_of("retraining-pipeline", tagged)
     assert record is not None and (record.run_id, record.kind) == ("nightly-260101-020000", "pipeline")
     assert record.checkpoint_dir == str(PIPELINE.train.checkpoint_dir) and record.hosts == 4
+    assert record.origin == "ui"
+    scheduled = _flow_run({"spec": {**doc, "run_id": None}}, tags=["tpu-ops-run:nightly-260102-020000"])
+    scheduled.auto_scheduled = True  # what a deployment's schedule creates
+    record = _ui_runs.record_of("retraining-pipeline", scheduled)
+    assert record is not None and record.origin == "schedule"
+    from flows.commands.status import detail, table
+    from tpu_ops.train.status import RunStatus
+
+    s = RunStatus(record.run_id, "pipeline", "prefect", "running", 0.0, origin=record.origin)
+    assert table([s]).splitlines()[1].split()[:4] == ["nightly-260102-020000", "pipeline", "schedule", "running"]
+    assert detail(s).startswith("run nightly-260102-020000 (pipeline, started on a schedule ")
     named = _flow_run({"spec": {**doc, "run_id": "fixed-id"}}, tags=["tpu-ops-run:fixed-id"])
     assert _ui_runs.record_of("retraining-pipeline", named).run_id == "fixed-id"  # type: ignore[union-attr]
 

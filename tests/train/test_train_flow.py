@@ -107,15 +107,16 @@ def test_train_flow_refuses_a_bad_spec_then_trains_a_good_one(
     assert doc["cost"]["usd_by_tier"]["spot"] > 0
 
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, TaskRunFilter
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.client.schemas.sorting import ArtifactSort
 
+    # By key alone: a flow or task run filter, even empty, joins the artifact to its task run, which the server
+    # records from the client's events; under load those can be dropped (seen once: "EventsWorker failed").
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["goodput-flow-ok"])),
-            flow_run_filter=FlowRunFilter(), task_run_filter=TaskRunFilter(),
             sort=ArtifactSort.CREATED_DESC, limit=5, offset=0,
-        )  # fmt: skip
+        )
     assert found and found[0].type == "table" and "goodput" in (found[0].description or "")
 
 

@@ -29,6 +29,11 @@ KINDS: Final = (PIPELINE, TRAIN_JOB, PROVISION)
 # Where the run goes on.
 PROCESS: Final = "process"  # a detached ``python -m flows.commands._launched`` on this machine
 PREFECT: Final = "prefect"  # a flow run of a served deployment
+# Where a run was started (``status``'s FROM column): ``launch`` here, or found through Prefect: ``ui`` (the
+# UI, the API or ``prefect deployment run``) or ``schedule`` (a deployment's schedule).
+LAUNCH: Final = "launch"
+UI: Final = "ui"
+SCHEDULE: Final = "schedule"
 
 
 @dataclass
@@ -57,6 +62,7 @@ class LaunchRecord:
     error: str = ""
     cancelled_at: float | None = None
     cancelled_by: str = ""
+    origin: str = LAUNCH
 
     @property
     def layout(self) -> RunLayout | None:

@@ -88,6 +88,7 @@ class RunStatus:
     cancelled_by: str = ""
     flow_run_id: str = ""
     ui_url: str = ""
+    origin: str = ""  # launch | ui | schedule (``launches.LAUNCH``...): where the run was started
     # Filled when the trainer reports tokens and model FLOPs in its heartbeats (the job contract's
     # optional fields); None until then.
     tokens: int | None = None
@@ -118,7 +119,7 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     now = time.time() if now is None else now
     out = RunStatus(record.run_id, record.kind, record.mode, STARTING, record.launched_at,
                     supervisor_pid=record.pid, flow_run_id=record.flow_run_id, ui_url=record.ui_url,
-                    cancelled_by=record.cancelled_by)  # fmt: skip
+                    cancelled_by=record.cancelled_by, origin=record.origin)  # fmt: skip
     layout = record.layout
     known = costs.known(settings, record.run_id, load_prices(settings), gcs, layout, now)  # one GET
     cost = known.cost
