@@ -180,7 +180,8 @@ def test_runs_started_in_the_ui_are_listed_tailed_and_cancelled_by_run_id(
     row = next(ln.split() for ln in tpu_ops("status").stdout.splitlines() if ln.startswith("ops-ui "))
     assert row[1:4] == ["train-job", "ui", "running"] and row[6] == "2/2", row
     detail = tpu_ops("status", "ops-ui").stdout
-    assert detail.startswith("run ops-ui (train-job, launched ") and "running at step " in detail
+    assert detail.startswith("run ops-ui (train-job, started from the Prefect UI or API "), detail
+    assert "running at step " in detail
     assert f"  UI: {api.removesuffix('/api')}/runs/flow-run/{flow_run}" in detail
     seen: list[str] = []
 
