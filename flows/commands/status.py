@@ -15,7 +15,8 @@ from typing import Any
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "status",
-        help="Show launched runs: state, step, slices and hosts alive, cost and goodput so far.",
+        help="Show runs (launched here, or started in the Prefect UI or on a schedule): state, step, slices, "
+        "hosts alive, cost and goodput so far.",
         description="Without RUN: one line per run launched with this state directory (TPU_OPS_STATE_DIR, "
         "default .tpu-ops) and, with a Prefect API configured (PREFECT_API_URL), per run of the tpu-ops "
         "deployments started in the UI or on a schedule in the last 7 days (the newest 50 flow runs), newest "
