@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tpu_ops.train.launches import PIPELINE, PROVISION, SCHEDULE, TRAIN_JOB, UI, LaunchRecord
+from tpu_ops.train.launches import LAUNCH, LAUNCH_TAG, PIPELINE, PROVISION, SCHEDULE, TRAIN_JOB, UI, LaunchRecord
 
 FLOWS = {"train": TRAIN_JOB, "retraining-pipeline": PIPELINE, "provision-slice": PROVISION, "run-on-slice": PROVISION}
 """The flows whose deployment runs are tpu-ops runs, and the spec kind each runs."""
@@ -82,7 +82,7 @@ def record_of(flow_name: str, flow_run: Any, ui: str | None = None) -> LaunchRec
         if kind == PROVISION and end is not None:
             record.outcome, record.error = end  # a provision run's status has no run state saying it ended
     record.mode, record.flow_run_id = PREFECT, str(flow_run.id)
-    record.origin = SCHEDULE if flow_run.auto_scheduled else UI
+    record.origin = SCHEDULE if flow_run.auto_scheduled else LAUNCH if LAUNCH_TAG in (flow_run.tags or []) else UI
     when = flow_run.start_time or flow_run.expected_start_time or flow_run.created
     record.launched_at = when.timestamp() if when else record.launched_at
     record.ui_url = f"{ui.rstrip('/')}/runs/flow-run/{flow_run.id}" if ui else ""

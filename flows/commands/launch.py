@@ -146,14 +146,14 @@ def _through_prefect(record: Any, spec: Any, kind: str) -> None:
 
     from flows.provision import run_tag
     from tpu_ops.errors import ConfigError
-    from tpu_ops.train.launches import PREFECT
+    from tpu_ops.train.launches import LAUNCH_TAG, PREFECT
 
     name = f"{DEPLOYMENTS[kind]}/default"
     params: dict[str, Any] = {"spec": spec.model_dump(mode="json")}
     if kind != "pipeline":
         params["run_id"] = record.run_id
     try:
-        flow_run: Any = run_deployment(name, parameters=params, timeout=0, tags=[run_tag(record.run_id)])
+        flow_run: Any = run_deployment(name, parameters=params, timeout=0, tags=[run_tag(record.run_id), LAUNCH_TAG])
     except ObjectNotFound:
         err = ConfigError(f"the Prefect API has no deployment {name}")
         err.fix = "serve the flows: tpu-ops serve (or run here with --local)"

@@ -87,9 +87,8 @@ def detail(s: Any) -> str:
     for m in s.moves:  # voluntary moves at checkpoints (docs/moves.md)
         lines.append(f"  move {m['number']} at step {m['checkpoint']}: {m['from']} -> {m['to']}, {m['phase']}"
                      + (f" ({m['overlap_s']:g} s both held)" if m["phase"] == "moved" else "") + f": {m['why']}")
-    cost = (
-        f"cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing){as_of(s)}" if s.cost_known else NO_LEDGER
-    )
+    billing = f"cost so far {_money(s.cost_usd)} ({s.open_slices} slice(s) billing){as_of(s)}"
+    cost = (f"cost {_money(s.cost_usd)}" if s.ended and not s.open_slices else billing) if s.cost_known else NO_LEDGER
     lines.append(f"  {cost}; goodput {_pct(s.goodput)}" + (f" of {s.wall_s:.0f} s" if s.wall_s else ""))
     if s.usd_per_million_tokens is not None:
         lines.append(f"  ${s.usd_per_million_tokens:,.2f} per million tokens; MFU {_pct(s.mfu)}")

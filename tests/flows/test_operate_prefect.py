@@ -83,6 +83,9 @@ def test_launch_through_a_served_deployment_then_cancel(serving: dict[str, str],
     assert run["parameters"]["run_id"] == RUN and f"tpu-ops-run:{RUN}" in run["tags"]
     listed = tpu_ops("status")
     assert [ln.split()[0] for ln in listed.stdout.splitlines()].count(RUN) == 1, listed.stdout  # not twice
+    # seen from the worker's state directory (no launch record there): found through Prefect, still `launch`
+    elsewhere = _cli(serving, tmp_path)("status").stdout
+    assert next((ln.split() for ln in elsewhere.splitlines() if ln.startswith(f"{RUN} ")), [])[2:3] == ["launch"]
 
     def status() -> dict[str, Any]:
         return _status(tpu_ops, RUN)

@@ -58,6 +58,8 @@ def test_a_pipeline_run_id_comes_from_its_spec_else_from_its_tag() -> None:
     scheduled.auto_scheduled = True  # what a deployment's schedule creates
     record = _ui_runs.record_of("retraining-pipeline", scheduled)
     assert record is not None and record.origin == "schedule"
+    launched = _flow_run({"spec": {**doc, "run_id": "l-1"}}, tags=["tpu-ops-run:l-1", "tpu-ops-launch"])
+    assert _ui_runs.record_of("retraining-pipeline", launched).origin == "launch"  # type: ignore[union-attr]
     from flows.commands.status import detail, table
     from tpu_ops.train.status import RunStatus
 

@@ -148,6 +148,7 @@ def test_a_run_supervised_with_state_dir_a_shows_the_same_cost_from_state_dir_b(
     assert there.cost_usd == here.cost_usd == round(L.Ledger(a, run_id).summary(load_prices(a)).usd_total, 4)
     assert there.cost_usd == round(report.cost["usd_total"], 4)  # and the goodput report's
     assert summary(there).endswith(f"; cost ${there.cost_usd:,.4f}, goodput {there.goodput:.1%}")
+    assert f"\n  cost ${there.cost_usd:,.4f}; goodput " in detail(there)  # ended, nothing billing: not "so far"
 
     # `tpu-ops cost --run` in B (which launched it through Prefect: a launch record, no ledger) says the same
     launches.save(b, record)

@@ -34,6 +34,7 @@ PREFECT: Final = "prefect"  # a flow run of a served deployment
 LAUNCH: Final = "launch"
 UI: Final = "ui"
 SCHEDULE: Final = "schedule"
+LAUNCH_TAG: Final = "tpu-ops-launch"  # on the flow runs ``launch`` creates: another shell still says ``launch``
 
 
 @dataclass
