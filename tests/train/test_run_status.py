@@ -57,3 +57,24 @@ def test_a_prefect_run_cancel_saw_stop_stays_cancelled_when_neither_prefect_nor_
     assert run_status(settings, record, gcs).state == "cancelling"  # asked to stop, not seen stopping yet
     record.outcome = "cancelled"  # what `tpu-ops cancel` records once it saw the flow run stop
     assert run_status(settings, record, gcs).state == "cancelled"
+
+
+def test_a_slice_provisioned_by_a_prefect_worker_elsewhere_has_no_cost_that_looks_real(
+    local_stack: Any, tmp_path: Path
+) -> None:
+    """A provision run found through Prefect: no run state, no published copy, and its ledger on the worker that
+    provisioned it. Nothing billed here is not $0; a ledger here that billed it is the figure."""
+    from flows.commands.status import detail, table
+    from tpu_ops.provision.ledger import ACTIVE, Ledger
+
+    settings = local_stack.settings(state_dir=tmp_path)
+    record = LaunchRecord("ui-slice", "provision", PREFECT, zones=["us-central2-b"], hosts=1, origin="ui")
+    elsewhere = run_status(settings, record, None)
+    assert not elsewhere.cost_known and "cost not known here" in detail(elsewhere)
+    assert table([elsewhere]).splitlines()[1].split()[7] == "-"
+    Ledger(settings, "ui-slice").append(ACTIVE, resource_id="ui-slice-a1", zone="us-central2-b", tier="spot",
+                                        chips=4, generation="v4", t=1.0)  # fmt: skip
+    here = run_status(settings, record, None, now=3601.0)
+    assert here.cost_known and here.state == "up" and here.cost_usd > 0
+    launched = LaunchRecord("local-slice", "provision", PROCESS, zones=["us-central2-b"], hosts=1)
+    assert run_status(settings, launched, None).cost_known  # launched here in a process: its ledger is here

@@ -21,7 +21,7 @@ from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.efficiency import efficiency
 from tpu_ops.train.goodput import GoodputReport
 from tpu_ops.train.incarnations import absorb_heartbeats, mine
-from tpu_ops.train.launches import PIPELINE, PROVISION, LaunchRecord
+from tpu_ops.train.launches import PIPELINE, PREFECT, PROVISION, LaunchRecord
 from tpu_ops.train.layout import list_json
 from tpu_ops.train.runstate import RunState, StateStore
 
@@ -135,6 +135,10 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
             out.state = cancel.CANCELLED
         elif out.state == STARTING and alive is False:
             out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
+        if record.mode == PREFECT and not cost.slices:
+            # provisioned by a Prefect worker: its ledger (no run state, no published copy) may be on that
+            # machine, so nothing billed here says nothing; never a $0 that looks real
+            out.cost_known = False
         return out
     if layout is None:  # a flow run whose spec did not validate: no run state, its flow run's end says it all
         out.state, out.error = (record.outcome, record.error) if record.outcome else (flow_run or (STARTING, ""))
