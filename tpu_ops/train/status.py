@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from tpu_ops.errors import NotFoundError, TpuOpsError
+from tpu_ops.provision.ledger import RunCost
 from tpu_ops.provision.naming import slice_of
 from tpu_ops.provision.prices import load as load_prices
 from tpu_ops.settings import Settings
@@ -126,20 +127,7 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     out.cost_usd, out.open_slices = round(cost.usd_total, 4), cost.open_slices
     alive = out.supervisor_alive = record.supervisor_alive()
     if record.kind == PROVISION:  # no training: the slice is the run
-        out.state = UP if cost.open_slices else ("gone" if cost.slices else (record.outcome or STARTING))
-        for s in cost.slices:
-            if s.open:
-                index = slice_of(record.run_id, s.resource_id) or 0
-                out.slices.append(SliceStatus(s.resource_id, s.zone, s.tier, record.hosts, record.hosts, index))
-        if record.cancelled_at is not None and not cost.open_slices:
-            out.state = cancel.CANCELLED
-        elif out.state == STARTING and alive is False:
-            out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
-        if record.mode == PREFECT and not cost.slices:
-            # provisioned by a Prefect worker: its ledger (no run state, no published copy) may be on that
-            # machine, so nothing billed here says nothing; never a $0 that looks real
-            out.cost_known = False
-        return out
+        return _provision(out, record, cost, alive)
     if layout is None:  # a flow run whose spec did not validate: no run state, its flow run's end says it all
         out.state, out.error = (record.outcome, record.error) if record.outcome else (flow_run or (STARTING, ""))
         return out
@@ -171,6 +159,24 @@ def run_status(settings: Settings, record: LaunchRecord, gcs: Any, now: float | 
     elif not ended and alive is False:
         out.state = record.outcome if record.outcome in ENDED else LOST
         out.error = out.error or record.error
+    return out
+
+
+def _provision(out: RunStatus, record: LaunchRecord, cost: RunCost, alive: bool | None) -> RunStatus:
+    """A provision run's status: its slices are what its ledger says is open."""
+    out.state = UP if cost.open_slices else ("gone" if cost.slices else (record.outcome or STARTING))
+    for s in cost.slices:
+        if s.open:
+            index = slice_of(record.run_id, s.resource_id) or 0
+            out.slices.append(SliceStatus(s.resource_id, s.zone, s.tier, record.hosts, record.hosts, index))
+    if record.cancelled_at is not None and not cost.open_slices:
+        out.state = cancel.CANCELLED
+    elif out.state == STARTING and alive is False:
+        out.state, out.error = "failed", record.error or "the provisioning process ended without a slice"
+    if record.mode == PREFECT and not cost.slices:
+        # provisioned by a Prefect worker: its ledger (no run state, no published copy) may be on that
+        # machine, so nothing billed here says nothing; never a $0 that looks real
+        out.cost_known = False
     return out
 
 
