@@ -156,3 +156,14 @@ def test_every_accelerator_has_googles_published_peak() -> None:
     for acc in ACCELERATOR_TYPES.values():
         assert acc.peak_flops == acc.chips * PEAK_BF16_TFLOPS[acc.generation] * 1e12
     assert lookup("v5p-128").peak_flops == 64 * 459e12  # 128 TensorCores = 64 chips
+
+
+def test_steps_a_checkpoint_proves_count_as_in_the_goodput_report_when_their_records_are_lost() -> None:
+    # Slice 0's VM went before its last heartbeat: its records stop at step 2, but its checkpoint at 4 was
+    # committed (slice 1 resumed from it). Seen on a loaded machine: goodput said 8 steps kept, efficiency 6.
+    state = with_heartbeats(known_run())
+    state.incarnations[0].timeline = state.incarnations[0].timeline[:2]
+    steps, tokens, flops = kept_work(state)
+    assert steps == GoodputReport.derive(state, now=100.0).steps_kept == 8
+    assert (tokens, flops) == (4 * 5000 + 4 * 10000, 4 * 1.1e14 + 4 * 2.2e14)
+    assert efficiency(state, {"usd_total": 0.04}, "v4-8").productive_s == 6.0  # only recorded seconds are productive

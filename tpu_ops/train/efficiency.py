@@ -27,8 +27,8 @@ from typing import Any
 
 from tpu_ops.accelerators import PEAK_SOURCE, AcceleratorType, lookup
 from tpu_ops.provision.ledger import RunCost
-from tpu_ops.train.goodput import PRODUCTIVE, categorise, efficiency_line, intervals
-from tpu_ops.train.runstate import IncarnationState, RunState
+from tpu_ops.train.goodput import PRODUCTIVE, categorise, efficiency_line, intervals, kept_steps
+from tpu_ops.train.runstate import RunState
 
 
 @dataclass(frozen=True)
@@ -80,18 +80,10 @@ def _ratio(top: float | None, bottom: float) -> float | None:
     return top / bottom if top is not None and bottom > 0 else None
 
 
-def _kept(inc: IncarnationState, step: int) -> bool:
-    return (inc.resume_step or 0) < step <= (inc.kept_until if inc.kept_until is not None else -1)
-
-
 def kept_work(state: RunState) -> tuple[int, float | None, float | None]:
     """(kept steps, their tokens, their model FLOPs); a figure is None unless every kept step's
-    incarnation reported it."""
-    owner: dict[int, IncarnationState] = {}
-    for inc in state.incarnations:
-        for kind, step, _, _ in inc.timeline:
-            if kind == "step" and step is not None and _kept(inc, int(step)):
-                owner[int(step)] = inc
+    incarnation reported it. The kept steps are the goodput report's (:func:`kept_steps`)."""
+    owner = kept_steps(state)
 
     def total(name: str) -> float | None:
         figures = [getattr(inc, name) for inc in owner.values()]

@@ -54,6 +54,23 @@ def _kept(inc: IncarnationState, step: int) -> bool:
     return (inc.resume_step or 0) < step <= (inc.kept_until if inc.kept_until is not None else -1)
 
 
+def kept_steps(state: RunState) -> dict[int, IncarnationState]:
+    """Each kept step and the incarnation that ran it: the steps worker 0 recorded that a later incarnation
+    did not throw away, and every step an ended incarnation's committed checkpoint proves, even when its
+    records went with a VM deleted before its last heartbeat (the goodput report and the efficiency
+    figures count the same steps)."""
+    owner: dict[int, IncarnationState] = {}
+    for inc in state.incarnations:
+        for r in inc.timeline:
+            if r[0] == "step" and r[1] is not None and _kept(inc, int(r[1])):
+                owner[int(r[1])] = inc
+    for inc in state.incarnations:
+        if inc.kept_until is not None and inc.end in ("done", "preempted", "moved"):
+            for step in range((inc.resume_step or 0) + 1, inc.kept_until + 1):
+                owner.setdefault(step, inc)
+    return owner
+
+
 def intervals(state: RunState, end: float) -> list[tuple[str, float, float]]:
     """Every labelled interval of the run (they may overlap; ``categorise`` resolves that)."""
     out: list[tuple[str, float, float]] = []
@@ -149,13 +166,8 @@ class GoodputReport:
         """The report of ``state`` (a running run is measured up to ``now``)."""
         end = state.finished_at if state.finished_at is not None else now
         cats = categorise(intervals(state, end), state.started_at, end)
-        kept = {int(r[1]) for inc in state.incarnations for r in inc.timeline
-                if r[0] == "step" and r[1] is not None and _kept(inc, int(r[1]))}  # fmt: skip
-        # A committed checkpoint proves its steps kept even when their records went with a VM deleted before
-        # its last heartbeat: they count as kept steps (their seconds stay unattributed, in "other").
-        for inc in state.incarnations:
-            if inc.kept_until is not None and inc.end in ("done", "preempted", "moved"):
-                kept.update(range((inc.resume_step or 0) + 1, inc.kept_until + 1))
+        # Steps a checkpoint proves without their records count as kept; their seconds stay in "other".
+        kept = kept_steps(state)
         held = asked = 0.0
         for n, inc in enumerate(state.incarnations):
             stop = inc.ended_at if inc.ended_at is not None else end
