@@ -22,7 +22,7 @@ for _var in ("AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS"):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (``make pytest`` runs ``-n 2``) each worker gets its own Prefect home (unless the
+    """Under pytest-xdist (``make pytest`` runs ``-n 3``) each worker gets its own Prefect home (unless the
     shell set one): the in-process Prefect of two workers must not share ~/.prefect's files."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and "PREFECT_HOME" not in os.environ:

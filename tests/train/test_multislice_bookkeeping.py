@@ -62,6 +62,24 @@ def test_the_step_resumed_from_is_the_step_kept_exact_figures() -> None:
                             G.OTHER: 0.0}  # fmt: skip
 
 
+def test_a_step_saved_on_the_notice_after_the_last_heartbeat_counts_as_reached() -> None:
+    """Seen in a loaded dry run: the last heartbeat said 11, the workers agreed on 15 after the notice, caught
+    up and saved it, and the next incarnation resumed from 15. The preemption read last step 11, resume 15:
+    a step resumed from was reached, so the record says 15 and 0 lost, never a last step behind the resume."""
+    state, beats = committed_after_the_close()
+    p = state.preemptions[0]
+    p.last_step, p.resume_step, p.steps_lost = 11, None, None
+    absorb_heartbeats(state.incarnations[1], beats, state)  # p has no resume step yet: the walk sets it
+    p.resumed_from(15)
+    assert (p.last_step, p.resume_step, p.steps_lost) == (15, 15, 0)
+    p.resumed_from(10)  # an earlier step: what was reached stays, and the gap is lost
+    assert (p.last_step, p.resume_step, p.steps_lost) == (15, 10, 5)
+    p.last_step = 12
+    state.incarnations[1].resume_step = None
+    absorb_heartbeats(state.incarnations[1], beats, state)  # the workers' own resume step (15) corrects it
+    assert (p.last_step, p.resume_step, p.steps_lost) == (15, 15, 0)
+
+
 def test_without_the_workers_resume_step_five_kept_steps_are_timed_as_wasted() -> None:
     """What the supervisor did before: its own early readings (10 and 10) call steps 11-15 (kept and resumed
     from) wasted. The count stays right (the checkpoints prove every step kept); their seconds do not."""

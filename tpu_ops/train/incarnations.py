@@ -130,8 +130,7 @@ def follow_resume(state: RunState, inc: IncarnationState) -> None:
     prev.kept_until = inc.resume_step
     for p in state.preemptions:
         if p.incarnation == prev.number and p.resume_step is not None:
-            p.resume_step = inc.resume_step
-            p.steps_lost = max(0, (p.last_step or 0) - (inc.resume_step or 0))
+            p.resumed_from(inc.resume_step)
 
 
 def mine(inc: IncarnationState, docs: list[Any]) -> list[dict[str, Any]]:

@@ -260,6 +260,15 @@ class PreemptionState:
     reprovision_s: float = 0.0
     restore_s: float | None = None
 
+    def resumed_from(self, step: int | None) -> None:
+        """The next incarnation resumed from ``step``: the steps lost are those reached past it. The step
+        resumed from was saved, so it was reached, whatever the last heartbeat said (the workers catch up
+        to the step they agree on after the notice, and may save it after their last heartbeat)."""
+        self.resume_step = step
+        if step is not None and (self.last_step is None or step > self.last_step):
+            self.last_step = step
+        self.steps_lost = max(0, (self.last_step or 0) - (step or 0))
+
 
 @dataclass
 class MoveState:
