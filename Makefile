@@ -37,8 +37,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-## on 3 workers on the 2-core CI machine: the suite mostly waits (pytest-xdist; `make pytest WORKERS=0` for one process): a test file, or the files that
-## share a slow session fixture, runs on one worker, files with a slow test first (tests/conftest.py; docs/testing.md)
+## on 3 workers, even on the 2-core CI machine: the suite mostly waits (pytest-xdist; `make pytest WORKERS=0` for
+## one process): a test file, or the files that share a slow session fixture, runs on one worker, files with a
+## slow test first (tests/conftest.py; docs/testing.md)
 WORKERS ?= 3
 pytest: setup
 	$(VENV)/bin/pytest -q $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadfile)
