@@ -127,10 +127,9 @@ def _finish(keeper: Keeper, gcs: Any, layout: RunLayout, job: Job, state: RunSta
 def close_preemption(p: PreemptionState, inc: IncarnationState, gcs: Any, layout: RunLayout) -> None:
     """After the give-back: the step the workers reached (their exit reports) and the step kept."""
     reports = mine(inc, list_json(gcs, layout.workers))
+    reached = [s for s in [inc.last_step, *(r.get("last_step") for r in reports)] if s is not None]
+    p.last_step = max(reached, default=None)  # a step saved after them counts once resumed from (resumed_from)
     inc.kept_until = latest_complete_step(gcs, layout.steps_uri)
-    # A step saved on the notice was reached, even when no heartbeat or report showed it.
-    reached = [s for s in [inc.last_step, inc.kept_until, *(r.get("last_step") for r in reports)] if s is not None]
-    p.last_step = max(reached, default=None)
 
 
 def ready(
