@@ -37,10 +37,13 @@ def test_two_preemptions_one_mid_checkpoint_resume_bit_identical(
     report = run.result()
 
     assert report.outcome == "done" and report.final_step == steps
-    # the agents' SIGTERM notice usually beats the API's SUSPENDED to the supervisor; on a loaded machine
-    # the API may be seen first (the second preemption lands mid-checkpoint): either is a detection
-    seen = {"preemption notice (SIGTERM) from worker 0", "queued resource SUSPENDED"}
-    assert len(report.preemptions) == 2 and all(p.reason in seen for p in report.preemptions), report.preemptions
+    # the agents' SIGTERM notice usually beats the API to the supervisor; on a loaded machine the API may be
+    # seen first (the second preemption lands mid-checkpoint): the request SUSPENDED, or, when the preemption
+    # falls between the supervisor's two reads (the request, then its node), the node PREEMPTED. Each is a
+    # detection; a stall or "workers terminated" would mean the notice was missed.
+    seen = {"preemption notice (SIGTERM) from worker 0", "queued resource SUSPENDED", "node PREEMPTED"}
+    reasons = [p.reason for p in report.preemptions]
+    assert len(reasons) == 2 and set(reasons) <= seen, reasons
     first, second = report.preemptions
     # the first notice let the trainer save the step in hand (not only a multiple of checkpoint_every)
     assert first.resume_step is not None and first.resume_step < 20 and first.steps_lost == 0
