@@ -116,6 +116,9 @@ class HostSimulator:
         self.variant = variant
         self._terminating: set[tuple[str, str]] = set()  # told to stop (SIGTERM sent), kill comes next
         self.grace_s = grace_s
+        # A guest slow to act on its preemption notice: its workers get the SIGTERM this long after the control
+        # plane shows the VM stopping (a test's knob; the kill on delete still counts from the notice).
+        self.notice_lag_s = 0.0
         self._own_workdir = workdir is None
         if workdir is None:
             tempdirs.sweep(PREFIX)  # a killed stack's simulated hosts (their logs, a venv of the image's python)
@@ -202,10 +205,20 @@ class HostSimulator:
         return Worker(w, wd, proc, md)
 
     def _term_node(self, zone: str, node_id: str) -> None:
-        """SIGTERM only: the kill comes with the ``stopped`` event, when the fake's notice runs out."""
+        """SIGTERM only (``notice_lag_s`` later): the kill comes with the ``stopped`` event, when the fake's notice
+        runs out."""
         with self._lock:
             workers = list(self._nodes.get((zone, node_id), []))
             self._terminating.add((zone, node_id))
+        if self.notice_lag_s > 0:
+            timer = threading.Timer(self.notice_lag_s, self._signal, (workers,))
+            timer.daemon = True
+            timer.start()
+        else:
+            self._signal(workers)
+
+    @staticmethod
+    def _signal(workers: list[Worker]) -> None:
         for wk in workers:
             if wk.running:
                 with contextlib.suppress(ProcessLookupError):

@@ -12,6 +12,7 @@ from train_helpers import Run, blob_exists, job_spec, live_node, params_bytes, r
 
 from tpu_ops.audit.events import AuditEvent
 from tpu_ops.errors import TrainingError
+from tpu_ops.specs import TrainJobSpec
 from tpu_ops.train.checkpoints import latest_complete_step
 from tpu_ops.train.reference import step_work
 from tpu_ops.train.wheel import agent_wheel
@@ -138,3 +139,39 @@ def test_the_stock_outs_on_the_way_to_a_slice_are_kept_in_the_run_state(
     assert report.outcome == "done" and [i.tier for i in report.incarnations] == ["on-demand"]
     state = json.loads(gcs.bucket(ckpt_bucket).blob("runs/stocked-out/_tpu_ops/state.json").download_as_bytes())
     assert [(s["zone"], s["tier"]) for s in state["stockouts"]] == [("us-central2-b", "spot")]
+
+
+def test_a_stop_the_control_plane_shows_before_the_notice_still_lets_the_workers_save(
+    stack: Any, gcs: Any, ckpt_bucket: str, train_settings: Any
+) -> None:
+    """Compute Engine shows the spot VM STOPPING at once; its guest acts on the SIGTERM 2.5 s later. The
+    supervisor sees STOPPING first; it waits for the notice and the workers' save before deleting the VM, so
+    the step in hand is kept. Deleting at once killed the guest before its SIGTERM: nothing was saved."""
+    zone = "us-east5-a"
+    doc = json.loads(job_spec(ckpt_bucket, steps=60, checkpoint_every=40, term_grace="10s",
+                              hyperparameters={"step_delay_s": 0.1}).model_dump_json())  # fmt: skip
+    doc["provision"] = {
+        "slice": {"accelerator_type": "v5p-8", "backend": "compute", "region": "us-east5", "zones": [zone]},
+        "ladder": ["spot"], "budget_usd": 1000, "hours": 1, "queue_timeout": "10s", "overall_timeout": "60s",
+    }  # fmt: skip
+    job = TrainJobSpec.model_validate(doc)
+    stack.set_compute_capacity({zone: {"SPOT": 64}})
+
+    def step() -> int:
+        beat = gcs.bucket(ckpt_bucket).get_blob("runs/lag/_tpu_ops/heartbeats/worker-0.json")
+        return int((json.loads(beat.download_as_bytes()) if beat is not None else {}).get("step") or 0)
+
+    stack.compute_hosts.notice_lag_s = 2.5
+    try:
+        run = Run(job, "lag", train_settings)
+        wait_for(lambda: run.error or step() >= 5, what="step 5 (the first commit is step 40)")
+        assert run.error is None, run.error
+        stack.preempt_instance(zone, "lag-a1")
+        report = run.result()
+    finally:
+        stack.compute_hosts.notice_lag_s = 0.0
+    assert report.outcome == "done" and report.final_step == 60
+    (p,) = report.preemptions
+    assert "notice" not in p.reason, p.reason  # the control plane was seen first
+    assert p.resume_step is not None and p.resume_step >= 5 and p.steps_lost == 0, p
+    assert p.last_step == p.resume_step and report.incarnations[1].resume_step == p.resume_step

@@ -19,6 +19,10 @@ from tpu_ops.train.layout import list_json
 # How often the supervisor lists the notices between its full polls (one small listing each time),
 # so it starts recovering well within a second of the SIGTERM whatever the poll interval.
 POLL_S = 0.5
+# How long the supervisor waits for a notice when the control plane shows the hosts stopping first. The state
+# and the SIGTERM come together; the agent's notice follows within about a second, so 5 s leaves room on a
+# loaded machine and most of a spot VM's 30 s. Deleting the slice sooner would kill the save in hand.
+NOTICE_WAIT_S = 5.0
 
 
 def notices(gcs: Any, layout: RunLayout, incarnation_id: str, since: float = 0.0) -> list[dict[str, Any]]:
@@ -27,6 +31,23 @@ def notices(gcs: Any, layout: RunLayout, incarnation_id: str, since: float = 0.0
     if incarnation_id:
         return [d for d in docs if d.get("incarnation") == incarnation_id]
     return [d for d in docs if float(d.get("time") or 0) >= since]
+
+
+def await_notices(
+    gcs: Any, layout: RunLayout, incarnation_id: str, hosts: int, since: float = 0.0,
+    within_s: float = NOTICE_WAIT_S, poll_s: float = 0.1,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The notices of the incarnation, waiting up to ``within_s`` for a first one; [] sooner once every host
+    has reported its exit (no worker is left to save)."""
+    end = time.monotonic() + within_s
+    while True:
+        found = notices(gcs, layout, incarnation_id, since)
+        if found or time.monotonic() >= end:
+            return found
+        reports = [r for r in list_json(gcs, layout.workers) if r.get("incarnation") == incarnation_id]
+        if len({(int(r.get("slice") or 0), r.get("worker")) for r in reports}) >= hosts:
+            return []
+        time.sleep(poll_s)
 
 
 def wait_for_exit_reports(

@@ -58,6 +58,7 @@ class _Preempted(Exception):
         super().__init__(v.reason)
         self.reason = v.reason
         self.slice = v.slice if v.kind in Kind.LOST else None  # a slice lost, not a stall: the others may stay
+        self.notice_due = v.notice_due
 
 
 class Supervisor:
@@ -191,7 +192,7 @@ class Supervisor:
                 self._watch(inc)
                 return
             except _Preempted as p:
-                preemption = self._recover(inc, p.reason, lost=p.slice)
+                preemption = self._recover(inc, p.reason, lost=p.slice, notice_due=p.notice_due)
             except moves.Moved:  # the run state names the new incarnation: adopted next
                 preemption = None
 
@@ -208,7 +209,7 @@ class Supervisor:
         if v.kind not in Kind.LOST:
             return None  # _provision adopts it (same incarnation id: reports stay current)
         recovery.take_over(self.keeper, self.gcs, self.layout, live, v.slice)
-        return self._recover(live, v.reason, unsupervised=True, lost=v.slice)
+        return self._recover(live, v.reason, unsupervised=True, lost=v.slice, notice_due=v.notice_due)
 
     def _provision(self, preemption: PreemptionState | None) -> IncarnationState:
         if time.monotonic() >= self.deadline:
@@ -340,9 +341,11 @@ class Supervisor:
             self.notify(AuditEvent.SLICE_RECOVERED, payload)
 
     def _recover(
-        self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int | None = None
-    ) -> PreemptionState:
-        """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back."""
+        self, inc: IncarnationState, reason: str, *, unsupervised: bool = False, lost: int | None = None,
+        notice_due: bool = False,
+    ) -> PreemptionState:  # fmt: skip
+        """Record the loss (of slice ``lost``), let every worker save the step in hand, give the allocation back;
+        ``notice_due``: the control plane showed the hosts stopping before their notices came (wait for them)."""
         rid = recovery.lost_resource(inc, [s.queued_resource for s in self.keeper.slices], lost, unsupervised)
         p = recovery.open_preemption(self.state, inc, reason, rid, unsupervised=unsupervised, lost=lost)
         self.report.preemptions = self.state.preemptions
@@ -352,6 +355,9 @@ class Supervisor:
             self.gcs, self.layout, self.doc, inc, self.keeper.slices, lost, reason
         )
         self.notify(AuditEvent.SLICE_PREEMPTED, preemption_event(self.run_id, p))
+        if notice_due and not self._notices and self.doc.preemption_notice:
+            since = inc.ready_at or 0.0
+            self._notices = notices.await_notices(self.gcs, self.layout, inc.id, self._hosts, since)
         if self._notices or kept:  # the workers are saving: their grace first
             notices.wait_for_exit_reports(self.gcs, self.layout, inc.id, self._hosts, self._notices, kept=kept,
                                           stopped_until=stopped_until)  # fmt: skip

@@ -78,6 +78,9 @@ class Verdict:
     slice: int | None = None
     hosts: tuple[int, ...] = ()
     detail: Mapping[str, Any] = field(default_factory=dict)
+    # The control plane shows hosts stopping (preempted, suspended): their agents got SIGTERM with it, and
+    # their notices may still be on the way.
+    notice_due: bool = False
 
     @property
     def recover(self) -> bool:
@@ -111,11 +114,12 @@ def decide(f: Facts) -> Verdict:
         if s.phase is None:
             return Verdict(Kind.PREEMPTED, "slice missing", s.index)
         if s.phase not in SliceState.RUNNING and s.phase != Phase.BOOTING:
-            return Verdict(Kind.PREEMPTED, s.raw_state or str(s.phase), s.index)
+            return Verdict(Kind.PREEMPTED, s.raw_state or str(s.phase), s.index, notice_due=True)
     for s in f.slices:
         down = tuple(i for i, st in enumerate(s.host_states) if st.upper() in HOST_DOWN)
         if s.phase in SliceState.RUNNING and down:
-            return Verdict(Kind.HOST_LOST, f"host {', '.join(map(str, down))} {s.host_states[down[0]]}", s.index, down)
+            reason = f"host {', '.join(map(str, down))} {s.host_states[down[0]]}"
+            return Verdict(Kind.HOST_LOST, reason, s.index, down, notice_due=True)
     terminated = [r for r in f.reports if r.get("terminated") and r.get("exit_code") != 0]
     if terminated:
         where, hosts = _where(terminated)
