@@ -328,7 +328,9 @@ class Fleet:
         self.reservation_price, self.scarcity = reservation_price, scarcity
         self.rates = rates or scenario_rates(self.sc)
         self.half_life_s = half_life_h * 3600.0 if half_life_h is not None else None
-        self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each slice's record, folded
+        self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each record published, folded
+        # Each run's record so far (its state.json) and its fold: the capacity summary's entry for the run.
+        self.entries: dict[int, tuple[dict[str, Any], dict[H.Key, History]]] = {}
         # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
         self.window_end = max((r.deadline for r in runs), default=0.0)
         self.spec = fleet_spec(self.sc["written_ladder"], wait_s)
@@ -447,10 +449,7 @@ class Fleet:
         if not st.refused:
             return
         rec: dict[str, Any] = {"incarnations": [], "preemptions": [], "stockouts": st.refused}
-        folded = H.fold_run(rec, {"accelerator_type": "v5p-8", "backend": self.backend_name})
-        for k, h in folded.items():
-            self.history[k] = self.history.get(k, History()).merged(h)
-        self.records.append((rec, folded))
+        self._publish(st.spec.idx, rec)
         self.history_reads += 1
         self.history_writes += 1
         st.refused = []
@@ -584,11 +583,7 @@ class Fleet:
             rec["preemptions"].append({"zone": inc["zone"], "tier": inc["tier"], "detect_s": 0.0,
                                        "delete_s": self.sc["detect_delete_s"], "restore_s": self.sc["restore_s"],
                                        "steps_lost": lost_steps})  # fmt: skip
-        ident = {"accelerator_type": "v5p-8", "backend": self.backend_name}
-        folded = H.fold_run(rec, ident)
-        for k, h in folded.items():
-            self.history[k] = self.history.get(k, History()).merged(h)
-        self.records.append((rec, folded))
+        self._publish(st.spec.idx, rec)
         self.history_reads += 1
         self.history_writes += 1
         self.recorded_runs.add(st.spec.idx)
@@ -625,18 +620,32 @@ class Fleet:
         with self.api._lock:
             self.api._ops = {k: op for k, op in self.api._ops.items() if not op.done}
 
+    def _publish(self, idx: int, part: dict[str, Any]) -> None:
+        """What a run adds to its record, folded again whole by the real history code: as ``history.publish``
+        keeps one summary entry per run, and the ranking ages each entry by when its run was last seen
+        (``forgetting.summary_entries``), not each slice by when it ended."""
+        ident = {"accelerator_type": "v5p-8", "backend": self.backend_name}
+        self.records.append((part, H.fold_run(part, ident)))
+        old = self.entries.get(idx, ({"incarnations": [], "preemptions": [], "stockouts": []}, {}))[0]
+        rec = {k: old[k] + list(part.get(k) or []) for k in ("incarnations", "preemptions", "stockouts")}
+        self.entries[idx] = (rec, H.fold_run(rec, ident))
+        self.history = {}
+        for _, folded in self.entries.values():
+            for k, h in folded.items():
+                self.history[k] = self.history.get(k, History()).merged(h)
+
     def aged_history(self) -> dict[H.Key, History]:
         """The history as the ranking reads it: forgetting by default (:mod:`tpu_ops.provision.forgetting`,
         ``choose.half_life`` or a day, change-point resets); the plain sums without (``forget=False``)."""
         if self.forget:
-            entries = [(H.last_seen(rec), folded) for rec, folded in self.records]
+            entries = [(H.last_seen(rec), folded) for rec, folded in self.entries.values()]
             weighed, self.changes = forgetting.weigh(entries, self.clock.now(), self.half_life_s)
             return weighed
         if self.half_life_s is None:
             return self.history
         now = self.clock.now()
         out: dict[H.Key, History] = {}
-        for rec, folded in self.records:
+        for rec, folded in self.entries.values():
             w = H.weight(rec, now, self.half_life_s)
             for k, h in folded.items():
                 out[k] = out.get(k, History()).merged(h.scaled(w))

@@ -188,7 +188,7 @@ def test_a_patient_fleet_waits_for_spot_instead_of_buying_on_demand(sim: ModuleT
     assert p["deadline_hit_rate"] == h["deadline_hit_rate"] == 1.0 and p["slices_leaked"] == 0
 
 
-def test_auto_sees_the_swap_within_four_hours_and_asks_the_reservation_for_its_counts(sim: ModuleType) -> None:
+def test_auto_sees_the_swap_within_five_hours_and_asks_the_reservation_for_its_counts(sim: ModuleType) -> None:
     """Forgetting by default: the change-point reset fires on zone a's spot soon after the swap (hour 25);
     the fleet view reads the reservation's count / inUseCount before each ranking."""
     from tpu_ops.provision import forgetting
@@ -217,7 +217,9 @@ def test_auto_sees_the_swap_within_four_hours_and_asks_the_reservation_for_its_c
     finally:
         sim.forgetting.weigh = weigh
     first = min(t for t, k in resets if k == "spot@a")
-    assert 25.0 < first < 29.0  # fewer runs go to zone a's spot after the swap than before recourse: ~3.4 h
+    # ~4.2 h: fewer runs go to zone a's spot after the swap than before recourse, and a run's entry in the
+    # summary is aged as a whole (its slices before the swap count as recent as its last one)
+    assert 25.0 < first < 30.0
     # Each run that ranked by cost (not the first ones, in the written order: no history yet) left its ask.
     asks = [e["ask"] for e in fleet.summary["runs"].values()]
     assert r["slices_leaked"] == 0 and fleet.why_counts["cost"] > 100 and len(asks) > 50
