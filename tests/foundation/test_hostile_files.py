@@ -1,6 +1,6 @@
 """Hostile files are refused cleanly: quickly, without a traceback, naming the file and the field.
 
-The bound in these tests is generous (the machine is shared); `bench/hostile_bench.py` prints the
+The bound in these tests is on CPU time, and generous (the machine is shared); `bench/hostile_bench.py` prints the
 real figures.
 """
 
@@ -25,7 +25,9 @@ from tpu_ops.text import unsafe_char
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = (ROOT / "flows" / "dryrun.yaml").read_text()
-BOUND_S = 3.0  # what a refusal may take here, on a loaded 2-core machine; typically milliseconds
+# What a refusal may cost in CPU time, which another process's load does not inflate as it does wall time
+# (3.2 s of wall once, with 3 test workers and their emulators on 2 cores); typically milliseconds.
+BOUND_S = 3.0
 
 
 def hostile_files() -> dict[str, tuple[bytes, str, str]]:
@@ -93,9 +95,9 @@ def test_validate_refuses_each_hostile_file_quickly_naming_file_and_field(name: 
     content, field, words = hostile_files()[name]
     path = tmp_path / name
     path.write_bytes(content)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     code = main(["validate", "--json", str(path)])
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["ok"] is False and out["file"] == str(path)
     fields = [e["field"] for e in out["errors"]]
