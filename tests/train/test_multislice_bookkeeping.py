@@ -14,7 +14,7 @@ from tpu_ops.layout import RunLayout
 from tpu_ops.train import goodput as G
 from tpu_ops.train.incarnations import absorb_heartbeats
 from tpu_ops.train.layout import put_json
-from tpu_ops.train.notices import wait_for_exit_reports
+from tpu_ops.train.notices import await_notices, wait_for_exit_reports
 from tpu_ops.train.recovery import lost_resource, open_preemption
 from tpu_ops.train.runstate import IncarnationState, PreemptionState, RunState, SliceState
 
@@ -148,6 +148,28 @@ def test_the_kept_slices_workers_are_waited_for_until_their_own_grace(gcs: Any, 
     notice = {"slice": 1, "worker": 0, "incarnation": "0-a", "time": time.time(), "grace_s": 0.8}
     wait_for_exit_reports(gcs, layout, "0-a", 2, [notice], kept={(0, 0)}, stopped_until=time.time() + 30)
     assert 0.7 <= time.monotonic() - t0 < 10.0
+
+
+def test_a_notice_late_after_the_api_s_stop_is_waited_for_and_an_exit_report_ends_the_wait(
+    gcs: Any, bucket: str
+) -> None:
+    """The API showed the slice stopping first: its notice is waited for (not another incarnation's); the wait
+    gives up at ``within_s``, or at once when every host already reported its exit (nobody is left to save)."""
+    layout = RunLayout.of(f"gs://{bucket}/runs", "late")
+    put_json(gcs, layout.state("notices/worker-1.json"), {"worker": 1, "incarnation": "0-old", "time": 1.0})
+    t0 = time.monotonic()
+    assert await_notices(gcs, layout, "1-b", 2, within_s=0.6) == []  # the old incarnation's does not count
+    assert 0.5 <= time.monotonic() - t0 < 5.0
+
+    doc = {"worker": 0, "incarnation": "1-b", "time": time.time(), "grace_s": 25.0}
+    writer = threading.Timer(0.5, put_json, (gcs, layout.state("notices/worker-0.json"), doc))
+    writer.start()
+    assert await_notices(gcs, layout, "1-b", 2, within_s=60.0) == [doc]  # ends when it comes
+    writer.join()
+
+    for w in (0, 1):  # every host reported (a trainer that exited before its agent wrote anything)
+        put_json(gcs, layout.state(f"workers/worker-{w}.json"), {"worker": w, "incarnation": "2-c", "exit_code": 1})
+    assert await_notices(gcs, layout, "2-c", 2, within_s=600.0) == []  # at once, not after 600 s
 
 
 def test_stop_others_asks_every_worker_and_names_the_kept_hosts_and_their_deadline(gcs: Any, bucket: str) -> None:
