@@ -346,7 +346,6 @@ class Fleet:
         }
         self.api.configure_capacity(cap)
         self.api.set_latency(provision_s=self.sc["boot_s"], delete_s=0.0, op_polls=0)  # an answer at once
-        self.history: dict[H.Key, History] = {}
         self.events: list[tuple[float, int, str, int]] = []
         self.seq = itertools.count()
         self.state = {r.idx: RunState(r) for r in runs}
@@ -629,10 +628,15 @@ class Fleet:
         old = self.entries.get(idx, ({"incarnations": [], "preemptions": [], "stockouts": []}, {}))[0]
         rec = {k: old[k] + list(part.get(k) or []) for k in ("incarnations", "preemptions", "stockouts")}
         self.entries[idx] = (rec, H.fold_run(rec, ident))
-        self.history = {}
+
+    @property
+    def history(self) -> dict[H.Key, History]:
+        """Every run's sums added, unweighted."""
+        out: dict[H.Key, History] = {}
         for _, folded in self.entries.values():
             for k, h in folded.items():
-                self.history[k] = self.history.get(k, History()).merged(h)
+                out[k] = out.get(k, History()).merged(h)
+        return out
 
     def aged_history(self) -> dict[H.Key, History]:
         """The history as the ranking reads it: forgetting by default (:mod:`tpu_ops.provision.forgetting`,

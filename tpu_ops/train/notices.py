@@ -44,10 +44,15 @@ def await_notices(
         found = notices(gcs, layout, incarnation_id, since)
         if found or time.monotonic() >= end:
             return found
-        reports = [r for r in list_json(gcs, layout.workers) if r.get("incarnation") == incarnation_id]
-        if len({(int(r.get("slice") or 0), r.get("worker")) for r in reports}) >= hosts:
+        if len(_reported(gcs, layout, incarnation_id)) >= hosts:
             return []
         time.sleep(poll_s)
+
+
+def _reported(gcs: Any, layout: RunLayout, incarnation_id: str) -> set[tuple[int, Any]]:
+    """The (slice, worker) hosts whose exit report of the incarnation exists."""
+    reports = [r for r in list_json(gcs, layout.workers) if r.get("incarnation") == incarnation_id]
+    return {(int(r.get("slice") or 0), r.get("worker")) for r in reports}
 
 
 def wait_for_exit_reports(
@@ -63,8 +68,7 @@ def wait_for_exit_reports(
     """
     until = max(float(d.get("time", 0)) + float(d.get("grace_s", 0)) for d in found) if found else 0.0
     while time.time() < max(until, stopped_until):
-        reports = [r for r in list_json(gcs, layout.workers) if r.get("incarnation") == incarnation_id]
-        got = {(int(r.get("slice") or 0), r.get("worker")) for r in reports}
+        got = _reported(gcs, layout, incarnation_id)
         if len(got) >= hosts or (time.time() >= until and set(kept) <= got):
             return
         time.sleep(poll_s)
