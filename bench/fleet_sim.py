@@ -330,7 +330,7 @@ class Fleet:
         self.half_life_s = half_life_h * 3600.0 if half_life_h is not None else None
         self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each record published, folded
         # Each run's record so far (its state.json) and its fold: the capacity summary's entry for the run.
-        self.entries: dict[int, tuple[dict[str, Any], dict[H.Key, History]]] = {}
+        self.entries: dict[int, tuple[dict[str, Any], dict[H.Key, History], forgetting.Entry]] = {}
         # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
         self.window_end = max((r.deadline for r in runs), default=0.0)
         self.spec = fleet_spec(self.sc["written_ladder"], wait_s)
@@ -580,6 +580,7 @@ class Fleet:
         rec: dict[str, Any] = {"incarnations": [inc], "preemptions": []}
         if outcome == "preempted":
             rec["preemptions"].append({"zone": inc["zone"], "tier": inc["tier"], "detect_s": 0.0,
+                                       "detected_at": self.t0 + end - self.sc["detect_delete_s"],
                                        "delete_s": self.sc["detect_delete_s"], "restore_s": self.sc["restore_s"],
                                        "steps_lost": lost_steps})  # fmt: skip
         self._publish(st.spec.idx, rec)
@@ -625,15 +626,15 @@ class Fleet:
         (``forgetting.summary_entries``), not each slice by when it ended."""
         ident = {"accelerator_type": "v5p-8", "backend": self.backend_name}
         self.records.append((part, H.fold_run(part, ident)))
-        old = self.entries.get(idx, ({"incarnations": [], "preemptions": [], "stockouts": []}, {}))[0]
+        old = self.entries[idx][0] if idx in self.entries else {"incarnations": [], "preemptions": [], "stockouts": []}
         rec = {k: old[k] + list(part.get(k) or []) for k in ("incarnations", "preemptions", "stockouts")}
-        self.entries[idx] = (rec, H.fold_run(rec, ident))
+        self.entries[idx] = (rec, H.fold_run(rec, ident), forgetting.entry(H.entry(rec, ident)))
 
     @property
     def history(self) -> dict[H.Key, History]:
         """Every run's sums added, unweighted."""
         out: dict[H.Key, History] = {}
-        for _, folded in self.entries.values():
+        for _, folded, _ in self.entries.values():
             for k, h in folded.items():
                 out[k] = out.get(k, History()).merged(h)
         return out
@@ -642,14 +643,14 @@ class Fleet:
         """The history as the ranking reads it: forgetting by default (:mod:`tpu_ops.provision.forgetting`,
         ``choose.half_life`` or a day, change-point resets); the plain sums without (``forget=False``)."""
         if self.forget:
-            entries = [(H.last_seen(rec), folded) for rec, folded in self.entries.values()]
+            entries = [e for _, _, e in self.entries.values()]
             weighed, self.changes = forgetting.weigh(entries, self.clock.now(), self.half_life_s)
             return weighed
         if self.half_life_s is None:
             return self.history
         now = self.clock.now()
         out: dict[H.Key, History] = {}
-        for rec, folded in self.entries.values():
+        for rec, folded, _ in self.entries.values():
             w = H.weight(rec, now, self.half_life_s)
             for k, h in folded.items():
                 out[k] = out.get(k, History()).merged(h.scaled(w))

@@ -103,7 +103,7 @@ def _forgetting(rows: list[dict[str, Any]], runs: list[tuple[str, dict[str, Any]
 
     from tpu_ops.provision import forgetting, history
 
-    entries = [(history.last_seen(rec), history.fold_run(rec, ident)) for _, rec, ident in runs]
+    entries = [forgetting.entry(history.entry(rec, ident)) for _, rec, ident in runs]  # as the summary has them
     weighed, changes = forgetting.weigh(entries, time.time())
     for r in rows:
         key = (r["accelerator_type"], r["zone"], r["tier"], r["backend"])

@@ -152,10 +152,10 @@ def test_a_rate_well_outside_its_interval_resets_the_rung() -> None:
 def test_weighing_forgets_by_default_and_drops_a_changed_rung_s_past() -> None:
     day = 24 * 3600.0
     k, other = ("v5p-8", A, "spot", "compute"), ("v5p-8", B, "spot", "compute")
-    entries: list[tuple[float | None, dict[tuple[str, str, str, str], History]]] = [
-        (0.0, {k: History(hours=10.0, preemptions=1), other: History(hours=4.0, preemptions=2)}),
-        (day, {k: History(hours=3.0, preemptions=4), other: History(hours=2.0, preemptions=1)}),
-        (None, {other: History(hours=1.0)}),  # no time to age it by: counts whole
+    entries = [  # entries that list no observation by time (summaries written before they did)
+        forgetting.Entry(0.0, {k: History(hours=10.0, preemptions=1), other: History(hours=4.0, preemptions=2)}),
+        forgetting.Entry(day, {k: History(hours=3.0, preemptions=4), other: History(hours=2.0, preemptions=1)}),
+        forgetting.Entry(None, {other: History(hours=1.0)}),  # no time to age it by: counts whole
     ]
     got, changes = forgetting.weigh(entries, now=5 * day)  # age from the newest evidence (day 1), not now
     assert list(changes) == [k]
@@ -165,7 +165,9 @@ def test_weighing_forgets_by_default_and_drops_a_changed_rung_s_past() -> None:
     explicit, _ = forgetting.weigh(entries, now=2 * day, half_life_s=day)  # choose.half_life: age from now
     assert explicit[other].hours == pytest.approx(4.0 * 0.25 + 2.0 * 0.5 + 1.0, rel=1e-12)
     doc = {"runs": {"r1": {"seen": 5.0, "sums": [[*k, 1, 2, 3, 4, 5, 6, 7, 8]]}, "r2": {"sums": []}}}
-    assert forgetting.summary_entries(doc) == [(5.0, {k: History(1, 2, 3, 4, 5, 6, 7, 8)}), (None, {})]
+    assert forgetting.summary_entries(doc) == [
+        forgetting.Entry(5.0, {k: History(1, 2, 3, 4, 5, 6, 7, 8)}), forgetting.Entry(None, {})
+    ]
 
 
 # -- patience that knows its cost ------------------------------------------------------------------

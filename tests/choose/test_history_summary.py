@@ -227,3 +227,56 @@ def test_a_run_s_ask_for_the_reservation_survives_its_next_publish(gcs: Any) -> 
     assert fleet.asks(doc) == (0.001, 0.002)  # oldest first
     H.note_ask(client, root, "a", fleet.ask(0.003, 20.0))
     assert fleet.asks(H.read_summary(client, root)[0]) == (0.001, 0.003)  # type: ignore[arg-type]
+
+
+def _long_run() -> dict[str, Any]:
+    """Ten quiet hours on zone a's spot, seven on zone b's on-demand, then four slices of zone a's spot
+    preempted 45 minutes each: one run whose own record shows a change (4 preemptions in 3 h where its
+    older 10 h had 1). Every slice asked for 100 s before it was ready."""
+
+    def inc(zone: str, tier: str, ready: float, end: float) -> dict[str, Any]:
+        return {"zone": zone, "tier": tier, "requested_at": ready - 100, "ready_at": ready, "ended_at": end}
+
+    spot_a = [(62500.0 + i * 2800, 65200.0 + i * 2800) for i in range(4)]
+    return {
+        "incarnations": [inc("us-east5-a", "spot", 1000.0, 37000.0), inc("us-east5-b", "on-demand", 37200.0, 62400.0)]
+        + [inc("us-east5-a", "spot", r, e) for r, e in spot_a],
+        "preemptions": [
+            {"zone": "us-east5-a", "tier": "spot", "detected_at": e} for e in (37000.0, *(e for _, e in spot_a))
+        ],
+        "stockouts": [{"zone": "us-east5-a", "tier": "spot", "at": at} for at in (20000.0, 70850.0)],
+    }
+
+
+def test_an_entry_lists_its_last_six_hours_by_when_each_observation_happened() -> None:
+    from tpu_ops.provision import forgetting
+
+    doc = json.loads(json.dumps(H.entry(_long_run(), IDENT)))  # as the summary stores it
+    assert doc["seen"] == 73600.0
+    # Within 6 h of the last sight (from 52000): zone b's slice at its end, zone a's last four slices and
+    # their preemptions, the second refusal; not the first slice (ended 37000), its preemption, the refusal at 20000.
+    assert sorted(row[0] for row in doc["recent"]) == [
+        62400.0, 65200.0, 65200.0, 68000.0, 68000.0, 70800.0, 70800.0, 70850.0, 73600.0, 73600.0
+    ]  # fmt: skip
+    e = forgetting.entry(doc)
+    old, recent = forgetting.split(e, 73600.0)
+    assert recent[A] == History(hours=3.0, preemptions=4, obtained=4, obtain_s_total=400.0, stockouts=1)
+    assert old[A] == History(hours=10.0, preemptions=1, obtained=1, obtain_s_total=100.0, stockouts=1)
+    # Six hours later still, every observation of the run is older than RECENT_S.
+    assert forgetting.split(e, 73600.0 + 6 * 3600 + 1)[1] == {}
+
+
+def test_a_change_inside_one_long_run_resets_the_rung_by_when_it_was_seen() -> None:
+    """The run's older 10 h of zone a's spot predict 0-3 preemptions over its last 3 h there; it met 4. Split
+    by when each was seen, the rung resets to the recent evidence. Aged as one entry (a summary written before
+    entries listed their recent observations), all of it is recent: nothing old to contradict, no reset."""
+    from tpu_ops.provision import forgetting
+
+    e = forgetting.entry(json.loads(json.dumps(H.entry(_long_run(), IDENT))))
+    got, changes = forgetting.weigh([e], now=80000.0)  # by default, age from the newest evidence (73600)
+    assert list(changes) == [A] and changes[A].interval == (0, 3) and changes[A].recent_preemptions == 4
+    assert got[A] == History(hours=3.0, preemptions=4, obtained=4, obtain_s_total=400.0, stockouts=1)
+    od_b = ("v5p-32", "us-east5-b", "on-demand", "compute")
+    assert got[od_b] == History(hours=7.0, obtained=1, obtain_s_total=100.0)  # not reset: kept whole
+    whole, none = forgetting.weigh([forgetting.Entry(e.seen, e.sums)], now=80000.0)
+    assert none == {} and whole[A] == History(13.0, 5, 5, 500.0, 0, 0.0, 0, 2)

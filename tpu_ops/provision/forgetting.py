@@ -9,22 +9,23 @@ the fleet ranks the now-flaky zone first dozens of times). Two remedies, both on
   ``choose.half_life``, age from now; else ``DEFAULT_HALF_LIFE_S``, one day, age from the newest
   observation, so an idle fleet keeps what it last saw);
 - **a change-point reset**: per rung, the observations of the last ``RECENT_S`` (6 h, counted the same
-  way) are compared
+  way, each by when it happened: a slice at its end, a preemption at its detection; a run's entry lists its
+  last ``RECENT_S`` one by one) are compared
   with the rate the older ones give (shrunk towards the tier's prior, as the ranking believes it). If
   the recent preemption count falls outside the central ``1 - CHANGE_P`` (99%) Poisson interval of
   what that rate predicts over the recent hours, the older observations of that rung are dropped: its
   confidence resets, and its belief rests on the prior and the recent hours.
 
-Pure functions; :func:`weigh` takes ``(last seen, sums by key)`` per run, as the capacity summary keeps them.
+Pure functions; :func:`weigh` takes an :class:`Entry` per run, as the capacity summary keeps them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from tpu_ops.provision.choose import History, believe, poisson_cdf
+from tpu_ops.provision.choose import History, astuple, believe, poisson_cdf
 
 Key = tuple[str, str, str, str]
 DEFAULT_HALF_LIFE_S: Final = 24 * 3600.0
@@ -32,6 +33,15 @@ RECENT_S: Final = 6 * 3600.0
 CHANGE_P: Final = 0.01  # outside the central 99% of the prediction: a change, not bad luck
 MIN_OLD_HOURS: Final = 2.0  # below this, the old evidence predicts too little to contradict
 MIN_RECENT_HOURS: Final = 1.0  # below this, the recent evidence says too little to overturn
+
+
+class Entry(NamedTuple):
+    """One run as the summary keeps it: when it was last seen, its sums by key, and its observations of
+    the ``RECENT_S`` before that with their times (None: an entry written before it listed them)."""
+
+    seen: float | None
+    sums: dict[Key, History]
+    recent: tuple[tuple[float, Key, History], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,43 +84,70 @@ def changed(tier: str, old: History, recent: History) -> Change | None:
     return Change(rate, recent.hours, recent.preemptions, (lo, hi))
 
 
+def _less(h: History, minus: History | None) -> History:
+    if minus is None:
+        return h
+    return History(*(max(0.0, a - b) for a, b in zip(astuple(h), astuple(minus), strict=True)))
+
+
+def split(e: Entry, now: float) -> tuple[dict[Key, History], dict[Key, History]]:
+    """``e``'s sums as (older, last ``RECENT_S``) at ``now``: by each listed observation's time; an entry that
+    lists none is recent or old whole, by when its run was last seen."""
+    if e.recent is None:
+        whole = dict(e.sums)
+        return ({}, whole) if e.seen is not None and now - e.seen <= RECENT_S else (whole, {})
+    recent: dict[Key, History] = {}
+    for at, k, h in e.recent:
+        if now - at <= RECENT_S:
+            recent[k] = recent.get(k, History()).merged(h)
+    return {k: _less(h, recent.get(k)) for k, h in e.sums.items()}, recent
+
+
 def weigh(
-    entries: Iterable[tuple[float | None, dict[Key, History]]], now: float, half_life_s: float | None = None
+    entries: Iterable[Entry], now: float, half_life_s: float | None = None
 ) -> tuple[dict[Key, History], dict[Key, Change]]:
-    """The history ``entries`` (last seen, sums per key) make once weighed by age, and the rungs reset by
-    a change (their older entries dropped). ``half_life_s`` None: ``DEFAULT_HALF_LIFE_S``."""
+    """The history ``entries`` make once weighed by age (each run by when it was last seen), and the rungs
+    reset by a change (their observations older than ``RECENT_S`` dropped). ``half_life_s`` None:
+    ``DEFAULT_HALF_LIFE_S``."""
     listed = list(entries)
     if half_life_s is None:
         # By default, age counts from the newest evidence, not from now: a fleet idle for a month still
         # believes what it last saw (nothing newer contradicts it), while within a busy fleet old runs fade.
-        now = max((seen for seen, _ in listed if seen is not None), default=now)
+        now = max((e.seen for e in listed if e.seen is not None), default=now)
     half = DEFAULT_HALF_LIFE_S if half_life_s is None else half_life_s
+    parts = [(e, *split(e, now)) for e in listed]
     old: dict[Key, History] = {}
     recent: dict[Key, History] = {}
-    for seen, sums in listed:
-        into = recent if seen is not None and now - seen <= RECENT_S else old
-        for k, h in sums.items():
-            into[k] = into.get(k, History()).merged(h)
+    for _, o, r in parts:
+        for into, sums in ((old, o), (recent, r)):
+            for k, h in sums.items():
+                into[k] = into.get(k, History()).merged(h)
     changes = {k: c for k in recent if (c := changed(k[2], old.get(k, History()), recent[k])) is not None}
     out: dict[Key, History] = {}
-    for seen, sums in listed:
-        is_recent = seen is not None and now - seen <= RECENT_S
-        w = 1.0 if seen is None else float(0.5 ** (max(0.0, now - seen) / half))
-        for k, h in sums.items():
-            if k in changes and not is_recent:
-                continue
-            out[k] = out.get(k, History()).merged(h.scaled(w))
+    for e, _, r in parts:
+        w = 1.0 if e.seen is None else float(0.5 ** (max(0.0, now - e.seen) / half))
+        for k, h in e.sums.items():
+            kept = r.get(k) if k in changes else h
+            if kept is not None:
+                out[k] = out.get(k, History()).merged(kept.scaled(w))
     return out, changes
 
 
-def summary_entries(doc: dict[str, Any]) -> list[tuple[float | None, dict[Key, History]]]:
+def _history(row: list[Any], at: int) -> tuple[Key, History]:
+    return (str(row[at]), str(row[at + 1]), str(row[at + 2]), str(row[at + 3])), History(
+        *(float(v) for v in row[at + 4 :])
+    )
+
+
+def entry(e: dict[str, Any]) -> Entry:
+    """One run's line of a capacity summary (:func:`tpu_ops.provision.history.entry`) as :func:`weigh` takes it."""
+    seen = e.get("seen")
+    sums = dict(_history(r, 0) for r in e.get("sums") or [])
+    rows = e.get("recent")
+    recent = None if rows is None else tuple((float(r[0]), *_history(r, 1)) for r in rows)
+    return Entry(float(seen) if isinstance(seen, int | float) else None, sums, recent)
+
+
+def summary_entries(doc: dict[str, Any]) -> list[Entry]:
     """A capacity summary's runs as :func:`weigh` takes them."""
-    out: list[tuple[float | None, dict[Key, History]]] = []
-    for e in (doc.get("runs") or {}).values():
-        seen = e.get("seen")
-        sums = {
-            (str(r[0]), str(r[1]), str(r[2]), str(r[3])): History(*(float(v) for v in r[4:]))
-            for r in e.get("sums") or []
-        }
-        out.append((float(seen) if isinstance(seen, int | float) else None, sums))
-    return out
+    return [entry(e) for e in (doc.get("runs") or {}).values()]

@@ -17,7 +17,8 @@ shrink them towards its prior by how much they rest on. A run refreshes the hist
 ``tpu-ops capacity stats`` prints it.
 
 A ranking reads the history in one request: ``ROOT/_tpu_ops/capacity-summary.json`` keeps each run's
-folded sums (and when it was last seen, for ``choose.half_life``). A supervised run publishes its own
+folded sums, when it was last seen (for aging), and its observations of the 6 h before that one by one
+with their times (for the change-point reset, :mod:`tpu_ops.provision.forgetting`). A supervised run publishes its own
 entry at each milestone of its state (a slice obtained, preempted, recovered, ended) with a
 read-modify-write under the object's generation precondition, retried on 412, so concurrent runs
 never lose each other's updates. Where the summary does not exist yet it is built once from a full
@@ -37,6 +38,7 @@ from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import CloudError, NotFoundError, TpuOpsError
 from tpu_ops.layout import RunLayout, state_root
 from tpu_ops.provision.choose import History, astuple
+from tpu_ops.provision.forgetting import RECENT_S
 from tpu_ops.uris import ObjectUri
 
 Key = tuple[str, str, str, str]  # (accelerator type, zone, tier, backend)
@@ -54,16 +56,20 @@ def _add(out: dict[Key, History], key: Key, h: History) -> None:
     out[key] = out.get(key, History()).merged(h)
 
 
-def fold_run(
+Timed = tuple[float | None, Key, History]  # one observation, when it happened (None: not said), its key
+
+
+def observations(
     record: dict[str, Any], identity: dict[str, Any] | None = None, now: float | None = None
-) -> dict[Key, History]:
-    """One run's observations by key, from its ``state.json`` or ``goodput.json`` document."""
+) -> list[Timed]:
+    """One run's observations one by one, each with when it happened: a slice's hours at its end, a
+    preemption at its detection, a refusal when it was met (from its ``state.json`` or ``goodput.json``)."""
     ident = identity or {}
     acc = str(ident.get("accelerator_type") or record.get("accelerator_type") or UNKNOWN)
     backend = str(ident.get("backend") or record.get("backend") or "tpu-api")
     incs = [i for i in record.get("incarnations") or [] if isinstance(i, dict)]
     pres = [p for p in record.get("preemptions") or [] if isinstance(p, dict)]
-    out: dict[Key, History] = {}
+    out: list[Timed] = []
     started = _f(record.get("started_at"))
     wall = _f(record.get("wall_s"))
     run_end = _f(record.get("finished_at")) or (started + wall if started is not None and wall else None)
@@ -88,24 +94,38 @@ def fold_run(
         obtain: float | None = ready - requested if requested is not None else None
         if obtain is None and n > 0 and n - 1 < len(pres):
             obtain = _f(pres[n - 1].get("reprovision_s"))  # the report's time to get this replacement
-        _add(out, key(inc), History(
+        out.append((end, key(inc), History(
             hours=max(0.0, end - ready) / 3600.0,
             obtained=1 if obtain is not None else 0,
             obtain_s_total=max(0.0, obtain) if obtain is not None else 0.0,
-        ))  # fmt: skip
+        )))  # fmt: skip
     for refused in record.get("stockouts") or []:
         if isinstance(refused, dict):  # a request the rung refused for capacity: how often it is full
-            _add(out, key(refused), History(stockouts=1))
+            out.append((_f(refused.get("at")), key(refused), History(stockouts=1)))
     for p in pres:
         parts = [_f(p.get(k)) for k in ("detect_s", "delete_s", "restore_s")]
         measured = p.get("restore_s") is not None
         lost_steps = p.get("steps_lost")
-        _add(out, key(p), History(
+        out.append((_f(p.get("detected_at")), key(p), History(
             preemptions=1,
             recoveries=1 if measured else 0,
             recovery_s_total=sum(v for v in parts if v is not None) if measured else 0.0,
             steps_lost_total=int(lost_steps) if isinstance(lost_steps, int) else 0,
-        ))  # fmt: skip
+        )))  # fmt: skip
+    return out
+
+
+def fold_run(
+    record: dict[str, Any], identity: dict[str, Any] | None = None, now: float | None = None
+) -> dict[Key, History]:
+    """One run's observations by key, from its ``state.json`` or ``goodput.json`` document."""
+    return _summed(observations(record, identity, now))
+
+
+def _summed(timed: Iterable[Timed]) -> dict[Key, History]:
+    out: dict[Key, History] = {}
+    for _, k, h in timed:
+        _add(out, k, h)
     return out
 
 
@@ -202,11 +222,16 @@ def summary_uri(root: ObjectUri) -> ObjectUri:
 
 
 def entry(record: dict[str, Any], identity: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
-    """One run's line in the summary: its folded sums by key, and when it was last seen."""
+    """One run's line in the summary: its folded sums by key, when it was last seen, and its observations of
+    the ``RECENT_S`` before that, each with its time (a change-point reset splits old from recent by them)."""
     from tpu_ops.provision.fleet import holding
 
-    folded = fold_run(record, identity, now)
-    out: dict[str, Any] = {"seen": last_seen(record), "sums": [[*k, *astuple(h)] for k, h in sorted(folded.items())]}
+    timed = observations(record, identity, now)
+    seen = last_seen(record)
+    out: dict[str, Any] = {"seen": seen, "sums": [[*k, *astuple(h)] for k, h in sorted(_summed(timed).items())]}
+    if seen is not None:  # the run's last RECENT_S one by one, when each happened: a change shows by when it
+        # was seen, not by when its run was last seen (tpu_ops.provision.forgetting)
+        out["recent"] = [[at, *k, *astuple(h)] for at, k, h in timed if at is not None and at >= seen - RECENT_S]
     holds = holding(record)  # the fleet view: which slice the run holds now (tpu_ops.provision.fleet)
     if holds is not None:
         out["holds"] = holds
