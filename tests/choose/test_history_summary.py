@@ -253,11 +253,11 @@ def test_an_entry_lists_its_last_six_hours_by_when_each_observation_happened() -
 
     doc = json.loads(json.dumps(H.entry(_long_run(), IDENT)))  # as the summary stores it
     assert doc["seen"] == 73600.0
-    # Within 6 h of the last sight (from 52000): zone b's slice at its end, zone a's last four slices and
-    # their preemptions, the second refusal; not the first slice (ended 37000), its preemption, the refusal at 20000.
-    assert sorted(row[0] for row in doc["recent"]) == [
-        62400.0, 65200.0, 65200.0, 68000.0, 68000.0, 70800.0, 70800.0, 70850.0, 73600.0, 73600.0
-    ]  # fmt: skip
+    # Within 6 h of the last sight (from 52000): zone b's slice at its end, zone a's last four slices with
+    # their preemptions (one row each: the same key within 10 minutes), the second refusal with the slice
+    # preempted 50 s before it; not the first slice (ended 37000), its preemption, the refusal at 20000.
+    assert [row[0] for row in doc["recent"]] == [62400.0, 65200.0, 68000.0, 70850.0, 73600.0]
+    assert doc["recent"][3] == [70850.0, *A, 0.75, 1, 1, 100.0, 0, 0.0, 0, 1]
     e = forgetting.entry(doc)
     old, recent = forgetting.split(e, 73600.0)
     assert recent[A] == History(hours=3.0, preemptions=4, obtained=4, obtain_s_total=400.0, stockouts=1)
@@ -280,3 +280,14 @@ def test_a_change_inside_one_long_run_resets_the_rung_by_when_it_was_seen() -> N
     assert got[od_b] == History(hours=7.0, obtained=1, obtain_s_total=100.0)  # not reset: kept whole
     whole, none = forgetting.weigh([forgetting.Entry(e.seen, e.sums)], now=80000.0)
     assert none == {} and whole[A] == History(13.0, 5, 5, 500.0, 0, 0.0, 0, 2)
+
+
+def test_a_run_refused_every_minute_keeps_its_summary_entry_small() -> None:
+    """Six hours of refusals, one a minute, on one rung: 36 rows of 10 minutes (and the slice), all 360 counted."""
+    record = {
+        "incarnations": [{"zone": "us-east5-a", "tier": "spot", "ready_at": 0.0, "ended_at": 21600.0}],
+        "stockouts": [{"zone": "us-east5-b", "tier": "spot", "at": 60.0 * i} for i in range(360)],
+    }
+    rows = H.entry(record, IDENT)["recent"]
+    assert len(rows) == 37 and sum(r[-1] for r in rows) == 360
+    assert {r[0] for r in rows if r[1:5] == list(B)} == {600.0 * b + 540 for b in range(36)}
