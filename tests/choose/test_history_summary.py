@@ -291,3 +291,33 @@ def test_a_run_refused_every_minute_keeps_its_summary_entry_small() -> None:
     rows = H.entry(record, IDENT)["recent"]
     assert len(rows) == 37 and sum(r[-1] for r in rows) == 360
     assert {r[0] for r in rows if r[1:5] == list(B)} == {600.0 * b + 540 for b in range(36)}
+
+
+def test_a_publish_drops_the_recent_rows_no_reader_can_count_again(gcs: Any) -> None:
+    """Rows older than 6 h before the newest run's last sight are old for every reader: the write drops them,
+    keeping the (empty) list, so the older run is still split by time: all of it old."""
+    from tpu_ops.provision import forgetting
+
+    client, root = gcs.client, parse_gs(f"gs://{gcs.name}/ckpt")
+
+    def rows_after(later_seen: float) -> list[float]:
+        inc = {
+            "zone": "us-east5-b",
+            "tier": "spot",
+            "requested_at": 80000.0,
+            "ready_at": 80100.0,
+            "ended_at": later_seen,
+        }
+        H.publish(client, root, "later", {"incarnations": [inc]}, IDENT)
+        doc, _ = H.read_summary(client, root)
+        assert doc is not None
+        return [r[0] for r in doc["runs"]["long"]["recent"]]
+
+    H.publish(client, root, "long", _long_run(), IDENT)  # seen 73600, rows from 62400
+    assert rows_after(84000.0) == [62400.0, 65200.0, 68000.0, 70850.0, 73600.0]  # from 62400 on: all may count
+    assert rows_after(94800.0) == [73600.0]  # before 73200, no reader's now can make them recent again
+    assert rows_after(200000.0) == []
+    doc, _ = H.read_summary(client, root)
+    assert doc is not None
+    long = forgetting.entry(doc["runs"]["long"])
+    assert long.recent == () and forgetting.split(long, 200000.0)[0][A].hours == 13.0

@@ -33,6 +33,8 @@ RECENT_S: Final = 6 * 3600.0
 CHANGE_P: Final = 0.01  # outside the central 99% of the prediction: a change, not bad luck
 MIN_OLD_HOURS: Final = 2.0  # below this, the old evidence predicts too little to contradict
 MIN_RECENT_HOURS: Final = 1.0  # below this, the recent evidence says too little to overturn
+RECENT_BUCKET_S: Final = 600.0  # a summary entry's recent observations: one row per key and 10 minutes
+Timed = tuple[float | None, Key, History]  # one observation: when it happened (None: not said), its key, its sums
 
 
 class Entry(NamedTuple):
@@ -131,6 +133,31 @@ def weigh(
             if kept is not None:
                 out[k] = out.get(k, History()).merged(kept.scaled(w))
     return out, changes
+
+
+def recent_rows(timed: list[Timed], since: float) -> list[list[Any]]:
+    """The observations from ``since`` as summary rows ``[at, *key, *sums]``; those of one key within one
+    ``RECENT_BUCKET_S`` share a row, at the newest one's time (a run refused every minute stays small)."""
+    rows: dict[tuple[Key, int], tuple[float, History]] = {}
+    for at, k, h in timed:
+        if at is not None and at >= since:
+            bucket = (k, int(at // RECENT_BUCKET_S))
+            last, sums = rows.get(bucket, (at, History()))
+            rows[bucket] = (max(last, at), sums.merged(h))
+    return [[at, *k, *astuple(h)] for (k, _), (at, h) in sorted(rows.items(), key=lambda r: (r[1][0], r[0][0]))]
+
+
+def prune(doc: dict[str, Any]) -> None:
+    """Drop the recent rows no reader can count as recent again: older than ``RECENT_S`` before the newest
+    run's last sight (a reader's now is at least that). The list stays, empty: the entry is still split by
+    time, all of it old, so the summary grows with the runs of the last hours, not with every run's past."""
+    entries = [e for e in (doc.get("runs") or {}).values() if isinstance(e, dict)]
+    newest = max((float(e["seen"]) for e in entries if isinstance(e.get("seen"), int | float)), default=None)
+    if newest is None:
+        return
+    for e in entries:
+        if isinstance(e.get("recent"), list):
+            e["recent"] = [r for r in e["recent"] if float(r[0]) >= newest - RECENT_S]
 
 
 def _history(row: list[Any], at: int) -> tuple[Key, History]:

@@ -38,14 +38,13 @@ from tpu_ops.cloud.translate import google_errors
 from tpu_ops.errors import CloudError, NotFoundError, TpuOpsError
 from tpu_ops.layout import RunLayout, state_root
 from tpu_ops.provision.choose import History, astuple
-from tpu_ops.provision.forgetting import RECENT_S
+from tpu_ops.provision.forgetting import RECENT_S, Timed, prune, recent_rows
 from tpu_ops.uris import ObjectUri
 
 Key = tuple[str, str, str, str]  # (accelerator type, zone, tier, backend)
 UNKNOWN: Final = "?"  # a run recorded before its identity was
 SUMMARY: Final = "capacity-summary.json"  # under ROOT/_tpu_ops/: every run's sums, read in one request
 SUMMARY_VERSION: Final = 1
-RECENT_BUCKET_S: Final = 600.0  # a summary entry's recent observations: one row per key and 10 minutes
 PUBLISH_ATTEMPTS: Final = 8  # read-modify-write retries when another run wrote the summary in between
 
 
@@ -55,9 +54,6 @@ def _f(v: Any) -> float | None:
 
 def _add(out: dict[Key, History], key: Key, h: History) -> None:
     out[key] = out.get(key, History()).merged(h)
-
-
-Timed = tuple[float | None, Key, History]  # one observation, when it happened (None: not said), its key
 
 
 def observations(
@@ -232,22 +228,11 @@ def entry(record: dict[str, Any], identity: dict[str, Any] | None, now: float | 
     out: dict[str, Any] = {"seen": seen, "sums": [[*k, *astuple(h)] for k, h in sorted(_summed(timed).items())]}
     if seen is not None:  # the run's last RECENT_S by when each observation happened: a change shows by when
         # it was seen, not by when its run was last seen (tpu_ops.provision.forgetting)
-        out["recent"] = _recent(timed, seen - RECENT_S)
+        out["recent"] = recent_rows(timed, seen - RECENT_S)
     holds = holding(record)  # the fleet view: which slice the run holds now (tpu_ops.provision.fleet)
     if holds is not None:
         out["holds"] = holds
     return out
-
-
-def _recent(timed: list[Timed], since: float) -> list[list[Any]]:
-    """The observations from ``since`` as summary rows ``[at, *key, *sums]``; those of one key within one
-    ``RECENT_BUCKET_S`` share a row, at the newest one's time (a run refused every minute stays small)."""
-    rows: dict[tuple[Key, int], tuple[float, History]] = {}
-    for at, k, h in timed:
-        if at is not None and at >= since:
-            last, sums = rows.get((k, int(at // RECENT_BUCKET_S)), (at, History()))
-            rows[(k, int(at // RECENT_BUCKET_S))] = (max(last, at), sums.merged(h))
-    return [[at, *k, *astuple(h)] for (k, _), (at, h) in sorted(rows.items(), key=lambda r: (r[1][0], r[0][0]))]
 
 
 def combine(doc: dict[str, Any], now: float | None = None, half_life_s: float | None = None) -> dict[Key, History]:
@@ -328,6 +313,7 @@ def update(gcs: Any, root: ObjectUri, run_id: str, change: Callable[[dict[str, A
         runs = doc.setdefault("runs", {})
         old = runs.get(run_id)
         runs[run_id] = change(old if isinstance(old, dict) else {})
+        prune(doc)
         try:
             write_summary(gcs, root, doc, generation)
             return lost
