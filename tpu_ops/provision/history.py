@@ -17,8 +17,8 @@ shrink them towards its prior by how much they rest on. A run refreshes the hist
 ``tpu-ops capacity stats`` prints it.
 
 A ranking reads the history in one request: ``ROOT/_tpu_ops/capacity-summary.json`` keeps each run's
-folded sums, when it was last seen (for aging), and its observations of the 6 h before that one by one
-with their times (for the change-point reset, :mod:`tpu_ops.provision.forgetting`). A supervised run publishes its own
+folded sums, when it was last seen (for aging), and its observations of the 6 h before that with their
+times (for the change-point reset, :mod:`tpu_ops.provision.forgetting`). A supervised run publishes its own
 entry at each milestone of its state (a slice obtained, preempted, recovered, ended) with a
 read-modify-write under the object's generation precondition, retried on 412, so concurrent runs
 never lose each other's updates. Where the summary does not exist yet it is built once from a full
