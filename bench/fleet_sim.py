@@ -928,7 +928,8 @@ def table(results: list[dict[str, Any]]) -> str:
     if results:
         mean = sum(r["auto_saving_vs_best_fixed"] for r in results) / len(results)
         worst = min(results, key=lambda r: r["auto_saving_vs_best_fixed"])
-        lines.append(f"mean saving of auto vs the best fixed ladder: {mean:.1%}; worst {worst['scenario']} seed "
+        # Two decimals: the target is 15%, and 14.96% is not it, whatever one decimal says.
+        lines.append(f"mean saving of auto vs the best fixed ladder: {mean:.2%}; worst {worst['scenario']} seed "
                      f"{worst['seed']}: {worst['auto_saving_vs_best_fixed']:.1%} ($ per 1k kept steps; the best "
                      "fixed ladder chosen with hindsight among those at a hit rate ≥ auto's)")  # fmt: skip
     lines.append("")
