@@ -329,8 +329,8 @@ class Fleet:
         self.rates = rates or scenario_rates(self.sc)
         self.half_life_s = half_life_h * 3600.0 if half_life_h is not None else None
         self.records: list[tuple[dict[str, Any], dict[H.Key, History]]] = []  # each record published, folded
-        # Each run's record so far (its state.json) and its fold: the capacity summary's entry for the run.
-        self.entries: dict[int, tuple[dict[str, Any], dict[H.Key, History], forgetting.Entry]] = {}
+        # Each run's record so far (its state.json) and the capacity summary's entry for the run (its sums in it).
+        self.entries: dict[int, tuple[dict[str, Any], forgetting.Entry]] = {}
         # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
         self.window_end = max((r.deadline for r in runs), default=0.0)
         self.spec = fleet_spec(self.sc["written_ladder"], wait_s)
@@ -628,14 +628,14 @@ class Fleet:
         self.records.append((part, H.fold_run(part, ident)))
         old = self.entries[idx][0] if idx in self.entries else {"incarnations": [], "preemptions": [], "stockouts": []}
         rec = {k: old[k] + list(part.get(k) or []) for k in ("incarnations", "preemptions", "stockouts")}
-        self.entries[idx] = (rec, H.fold_run(rec, ident), forgetting.entry(H.entry(rec, ident)))
+        self.entries[idx] = (rec, forgetting.entry(H.entry(rec, ident)))
 
     @property
     def history(self) -> dict[H.Key, History]:
         """Every run's sums added, unweighted."""
         out: dict[H.Key, History] = {}
-        for _, folded, _ in self.entries.values():
-            for k, h in folded.items():
+        for _, e in self.entries.values():
+            for k, h in e.sums.items():
                 out[k] = out.get(k, History()).merged(h)
         return out
 
@@ -643,16 +643,16 @@ class Fleet:
         """The history as the ranking reads it: forgetting by default (:mod:`tpu_ops.provision.forgetting`,
         ``choose.half_life`` or a day, change-point resets); the plain sums without (``forget=False``)."""
         if self.forget:
-            entries = [e for _, _, e in self.entries.values()]
+            entries = [e for _, e in self.entries.values()]
             weighed, self.changes = forgetting.weigh(entries, self.clock.now(), self.half_life_s)
             return weighed
         if self.half_life_s is None:
             return self.history
         now = self.clock.now()
         out: dict[H.Key, History] = {}
-        for rec, folded, _ in self.entries.values():
+        for rec, e in self.entries.values():
             w = H.weight(rec, now, self.half_life_s)
-            for k, h in folded.items():
+            for k, h in e.sums.items():
                 out[k] = out.get(k, History()).merged(h.scaled(w))
         return out
 
