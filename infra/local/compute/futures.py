@@ -278,12 +278,14 @@ class FutureReservationsMixin(ResizeMixin):
                         self._start_delete(inst, "reservation-ended")
         return changed
 
-    def _reservation_coming(self, project: str, zone: str, props: dict[str, Any]) -> bool:
+    def _reservation_coming(self, project: str, zone: str, props: dict[str, Any], now: float) -> bool:
+        """Whether the reservation ``props`` consume is a calendar one whose window opens after ``now``: the
+        moment the caller's pass judged the windows at (a fresh clock read could fall after a start that pass
+        did not deliver yet, and fail a request the next pass would fill)."""
         aff = props.get("reservationAffinity") or {}
         if aff.get("key") != RESERVATION_KEY or not aff.get("values"):
             return False
         name = last(str(aff["values"][0]))
-        now = self.clock.now()
         return any(
             fr.project == project and fr.zone == zone and fr.reservation == name and now < fr.start
             and fr.status not in ENDED

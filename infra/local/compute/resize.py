@@ -272,7 +272,7 @@ class ResizeMixin(GroupsMixin):
             machine, model, reservation, _ = self._placement(rr.project, rr.zone, props)
         except exc.ApiError as e:
             err = _error("RESOURCE_NOT_FOUND" if isinstance(e, exc.NotFound) else (e.reason or e.status), e.message)
-            if isinstance(e, exc.NotFound) and self._reservation_coming(rr.project, rr.zone, props):
+            if isinstance(e, exc.NotFound) and self._reservation_coming(rr.project, rr.zone, props, now):
                 rr.last_error = err  # a calendar reservation's window has not opened yet
                 return False
             self._end(rr, State.FAILED, err)
@@ -302,8 +302,9 @@ class ResizeMixin(GroupsMixin):
             rr.run_until = now + self.latency.provision_s + rr.run_s
         return True
 
-    def _reservation_coming(self, project: str, zone: str, props: dict[str, Any]) -> bool:
-        """Whether a future reservation will create the reservation ``props`` targets (futures override)."""
+    def _reservation_coming(self, project: str, zone: str, props: dict[str, Any], now: float) -> bool:
+        """Whether a future reservation will create, after ``now``, the reservation ``props`` targets (futures
+        override)."""
         return False
 
 

@@ -189,3 +189,17 @@ def test_a_bad_calendar_capacity_is_refused_naming_the_allowed_keys(fake: Any) -
 def _rrs(fake: Any) -> Any:
     kw: dict[str, Any] = {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=fake.url)}
     return compute_v1.InstanceGroupManagerResizeRequestsClient(**kw)
+
+
+def test_a_reservation_is_coming_by_the_moment_the_scheduler_judged_the_windows_at(fake: Any) -> None:
+    """The resize scheduler's pass delivers the windows open at its ``now``, then tries its requests: a
+    reservation not there yet is "coming" by that same ``now``, not by a later read of the clock, which once
+    fell just past the start under load and failed a request the next pass would have filled (CI)."""
+    from infra.local.compute.placement import RESERVATION_KEY
+
+    _book(fake, "cal", start_in=60, chips=16)
+    start = next(fr.start for fr in fake.backend._futures.values() if fr.name == "cal")
+    props = {"reservationAffinity": {"key": RESERVATION_KEY, "values": ["cal-res"]}}
+    fake.clock.advance(start + 1 - fake.clock.now())  # the clock is past the start already
+    assert fake.backend._reservation_coming(PROJECT, ZONE, props, start - 0.001)
+    assert not fake.backend._reservation_coming(PROJECT, ZONE, props, start)
