@@ -295,8 +295,10 @@ def trace(seed: int, *key: Any) -> random.Random:
     return random.Random(int.from_bytes(h[:8], "big"))
 
 
-def fleet_spec(ladder: list[str], wait_s: float | None = None) -> ProvisionSpec:
-    choose: dict[str, Any] = {"max_miss": SCENARIO["max_miss"]}
+def fleet_spec(ladder: list[str], wait_s: float | None = None, queue: bool = True) -> ProvisionSpec:
+    choose: dict[str, Any] = {"max_miss": SCENARIO["max_miss"]}  # choose.queue: its default (10 min), or null
+    if not queue:
+        choose["queue"] = None
     if wait_s is not None:
         choose["wait"] = f"{wait_s:.0f}s"
     return ProvisionSpec.model_validate({
@@ -313,7 +315,7 @@ class Fleet:
                  reservation_price: ranking.ReservationPrice = "prepaid", rates: Rates | None = None,
                  half_life_h: float | None = None, scarcity: bool = True,
                  wait_s: float | None = None, sc: dict[str, Any] | None = None, forget: bool = True,
-                 view: bool = True, moves: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 view: bool = True, moves: dict[str, Any] | None = None, queue: bool = True) -> None:  # fmt: skip
         self.sc = sc or SCENARIO
         # Voluntary moves at checkpoints (``auto`` only; fixed ladders never rank): None, or the
         # keywords of :func:`moving.worth_moving` plus the simulator's own rules (``MOVES``).
@@ -333,7 +335,7 @@ class Fleet:
         self.entries: dict[int, tuple[dict[str, Any], forgetting.Entry]] = {}
         # The reservation's paid window: the same for every policy (arrivals and deadlines are the runs').
         self.window_end = max((r.deadline for r in runs), default=0.0)
-        self.spec = fleet_spec(self.sc["written_ladder"], wait_s)
+        self.spec = fleet_spec(self.sc["written_ladder"], wait_s, queue)
         self.steps = plan(self.spec)
         self.table = _prices(self.sc)
         self.backend_name = ranking.backend_of(self.spec)
@@ -350,6 +352,7 @@ class Fleet:
         self.seq = itertools.count()
         self.state = {r.idx: RunState(r) for r in runs}
         self.rankings = 0
+        self.queued = 0  # walks that waited for the full reservation (choose.queue)
         self.held: dict[str, float] = {}  # slice-hours by tier@zone
         self.held_by_class: dict[str, dict[str, float]] = {}  # the same, per run class (where the gap is)
         self.reserved_in_window_h = 0.0  # reservation hours used within its paid window
@@ -391,7 +394,9 @@ class Fleet:
             st.api_calls += 1
             view = ranking.view_for(self.steps, self.summary, lambda z, n: self.api.get_reservation(PROJECT, z, n))
         ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
-                                        self.reservation_price, self.scarcity, view)  # fmt: skip
+                                        self.reservation_price, self.scarcity, view, queue=True)  # fmt: skip
+        if choice.try_now == 0:
+            self.queued += 1
         if view is not None and choice.method == "cost":  # history.note_ask in production
             self.summary["runs"].setdefault(st.spec.idx, {})["ask"] = fleet.ask(fleet.gain(choice), self.clock.now())
         self.rankings += 1
@@ -822,6 +827,7 @@ AUTOS: dict[str, dict[str, Any]] = {
     "auto with moves as last round (checkpoints only, keeping no ask)": {
         "moves": {"every_s": math.inf, "note_ask": False}},
     "auto with moves and choose.wait 10 min": {"moves": {}, "wait_s": 600.0},  # both opt-in levers at once
+    "auto with moves, never queueing (as the eighth look)": {"moves": {}, "queue": False},  # choose.queue: false
 }
 
 
@@ -868,7 +874,8 @@ def compare(runs: list[RunSpec], seed: int, name: str, orders: dict[str, list[in
     autos: dict[str, dict[str, Any]] = {}
     for v in variants:
         fleet = Fleet(runs, seed, None, rates=rates, sc=sc, **AUTOS[v])
-        autos[v] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts}
+        autos[v] = {**fleet.run(), "rankings": fleet.rankings, "ranking_methods": fleet.why_counts,
+                    "queued_walks": fleet.queued}  # fmt: skip
     for a in autos.values():  # each variant against the best fixed ladder at its own hit rate
         pool_a = {k: v for k, v in results.items() if v["deadline_hit_rate"] >= a["deadline_hit_rate"]} or results
         best_a = min(pool_a, key=lambda k: pool_a[k]["usd_per_kept_step"])

@@ -9,7 +9,17 @@ import pytest
 from three_rungs import OD, RES, SEEN, SPOT, A, B
 
 from tpu_ops.provision import fleet, forgetting, recourse
-from tpu_ops.provision.choose import PRIOR_WEIGHT, History, Rung, RunModel, expect, poisson_cdf, rank, wait_pays
+from tpu_ops.provision.choose import (
+    PRIOR_WEIGHT,
+    Choice,
+    History,
+    Rung,
+    RunModel,
+    expect,
+    poisson_cdf,
+    rank,
+    wait_pays,
+)
 from tpu_ops.provision.ranking import View, with_view
 
 
@@ -129,6 +139,39 @@ def test_the_view_moves_a_reservation_this_run_should_leave() -> None:
     assert [r.expectation.rung for r in waits.ranked] == [SPOT, RES, OD]
 
 
+def test_a_run_queues_for_a_full_reservation_only_while_the_wait_costs_time_not_money() -> None:
+    """``fleet.queue``: a walk waits ``choose.queue`` for a full reservation when a freed VM would go to it and
+    the wait leaves it ample slack (half its work + 1 h) and its best other rung no dearer; each guard alone
+    turns it off (issue 30, ninth look)."""
+    from dataclasses import replace
+
+    view = View({"team-res": 0}, (), {"team-res": 3})
+
+    def ranked(deadline_s: float | None, rungs: list[Rung] | None = None) -> tuple[RunModel, Choice, Choice]:
+        run = RunModel(7200, 1.0, 300, deadline_s=deadline_s)
+        later = replace(run, deadline_s=None if deadline_s is None else deadline_s - 600.0)
+        now = with_view(rank([RES, SPOT, OD], run, SEEN), view)
+        return run, now, with_view(rank(rungs or [RES, SPOT, OD], later, SEEN), view)
+
+    run, now, later = ranked(15000.0)  # 15000 - 600 - 7200 = 7200 s of slack left = 0.5 x 7200 + 3600
+    assert fleet.best_other(now) == fleet.best_other(later) == expect(SPOT, run, SEEN[SPOT.key]).usd_per_step
+    why = fleet.queue(now, later, 0, 3, (), run, 600.0)
+    assert why is not None and "2.0 h of slack left after the wait" in why
+    short, now_s, later_s = ranked(14999.0)
+    assert fleet.queue(now_s, later_s, 0, 3, (), short, 600.0) is None  # one second short
+    assert fleet.queue(now, later, 0, 3, (), run, 601.0) is None  # a longer wait leaves less
+    assert fleet.queue(now, later, 1, 3, (), run, 600.0) is None  # a VM is free: take it now
+    assert fleet.queue(now, later, 0, 0, (), run, 600.0) is None  # no VM at all: none ever frees
+    g = fleet.gain(now)
+    assert fleet.queue(now, later, 0, 3, (g, g * 2, g * 3), run, 600.0) is None  # a freed VM goes to others
+    assert fleet.queue(now, later, 0, 3, (g / 2, g, g * 3), run, 600.0) is not None  # the median itself
+    # The wait would cost it its cheaper rung (here: only on-demand is left later): not worth it.
+    run, now, dearer = ranked(15000.0, [RES, OD])
+    assert fleet.best_other(dearer) > fleet.best_other(now) and fleet.queue(now, dearer, 0, 3, (), run, 600.0) is None
+    run, now, later = ranked(None)
+    assert fleet.queue(now, later, 0, 3, (), run, 600.0) is None  # no deadline: no slack to measure
+
+
 # -- forgetting ------------------------------------------------------------------------------------
 def test_the_poisson_interval() -> None:
     assert forgetting.interval(2.0) == (0, 6)  # P(X ≤ 5) = 0.9834 < 0.995 ≤ P(X ≤ 6) = 0.9955
@@ -166,7 +209,8 @@ def test_weighing_forgets_by_default_and_drops_a_changed_rung_s_past() -> None:
     assert explicit[other].hours == pytest.approx(4.0 * 0.25 + 2.0 * 0.5 + 1.0, rel=1e-12)
     doc = {"runs": {"r1": {"seen": 5.0, "sums": [[*k, 1, 2, 3, 4, 5, 6, 7, 8]]}, "r2": {"sums": []}}}
     assert forgetting.summary_entries(doc) == [
-        forgetting.Entry(5.0, {k: History(1, 2, 3, 4, 5, 6, 7, 8)}), forgetting.Entry(None, {})
+        forgetting.Entry(5.0, {k: History(1, 2, 3, 4, 5, 6, 7, 8)}),
+        forgetting.Entry(None, {}),
     ]
 
 

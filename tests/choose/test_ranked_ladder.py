@@ -187,6 +187,62 @@ def test_without_time_to_wait_the_ladder_buys_on_demand_at_once(settings: Settin
         teardown("rk-4", settings, zones=list(spec.slice.zones))
 
 
+def test_a_run_with_time_to_spare_queues_for_the_full_reservation_and_gets_the_vm_it_frees(
+    settings: Settings, compute: Any
+) -> None:
+    """``choose.queue`` through the real ladder (issue 30, ninth look): the reservation's only VM is held by
+    another run and this one has hours of slack, so its walk tries no rung and waits (a ``waiting`` ledger
+    event, the plan saying why); when the other run gives the VM back, the next walk gets it. No spot or
+    on-demand slice is requested meanwhile."""
+    import threading
+    import time
+
+    from infra.local.compute.models import RESERVATION_KEY
+    from tpu_ops.provision import ledger as L
+
+    _seed_history(settings, "queued")
+    ladder = ["reservation:team-res@us-east5-a", "spot", "on-demand"]
+    base = _spec("gs://queued/ckpt").model_dump(mode="json")
+    base["choose"] = {**base["choose"], "max_duration": "10h", "queue": "1s"}  # 1 h of work, 10 h to do it
+    spec = ProvisionSpec.model_validate({**base, "ladder": ladder})
+    was = compute.backend.capacity.to_json()["zones"]
+    compute.backend.configure_capacity({"us-east5-a": {"SPOT": 64, "STANDARD": 64, "reservations": {
+        "team-res": {"count": 1, "machineType": "ct5p-hightpu-4t"}}}})  # fmt: skip
+    body = {"name": "other-run", "machineType": "zones/us-east5-a/machineTypes/ct5p-hightpu-4t",
+            "scheduling": {"provisioningModel": "RESERVATION_BOUND", "onHostMaintenance": "TERMINATE"},
+            "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION", "key": RESERVATION_KEY,
+                                    "values": ["team-res"]}}  # fmt: skip
+    compute.backend.insert_instance("tpu-ops-local", "us-east5-a", body)
+    compute.backend.tick()
+    got: list[Any] = []
+    walk = threading.Thread(target=lambda: got.append(provision(spec, "rk-q", settings, progress=lambda: None)))
+    try:
+        walk.start()
+        waited = lambda: [e for e in Ledger(settings, "rk-q").events() if e["kind"] == L.WAITING]  # noqa: E731
+        t_end = time.monotonic() + 30.0
+        while not waited() and time.monotonic() < t_end:
+            time.sleep(0.05)
+        assert waited(), "the walk never queued"
+        assert waited()[0]["seconds"] == 1.0
+        assert compute.backend.state()["instances"] == 1  # only the other run's VM: nothing requested
+        first = _plans(settings, "rk-q")[0]
+        assert first["try_now"] == 0 and first["wait_s"] == 1.0 and "queued: the reservation is full" in first["note"]
+        compute.backend.delete_instance("tpu-ops-local", "us-east5-a", "other-run")  # the other run is done
+        compute.backend.tick()
+        walk.join(timeout=60.0)
+        assert not walk.is_alive() and got, "the queued walk never got a slice"
+        (s,) = got
+        assert (s.zone, s.tier) == ("us-east5-a", "reservation") and [a.tier for a in s.attempts] == ["reservation"]
+    finally:
+        walk.join(timeout=60.0)
+        if any(i["name"] == "other-run" for i in compute.backend.list_instances("tpu-ops-local", "us-east5-a").get(
+            "items", [])):
+            compute.backend.delete_instance("tpu-ops-local", "us-east5-a", "other-run")
+        compute.backend.tick()
+        compute.backend.configure_capacity({"us-east5-a": was.get("us-east5-a", was["*"])})
+        teardown("rk-q", settings, zones=list(spec.slice.zones))
+
+
 def test_a_full_reservation_is_tried_last_through_the_fleet_view_and_the_ask_is_kept(
     settings: Settings, compute: Any
 ) -> None:

@@ -97,7 +97,7 @@ def test_the_view_reads_the_reservation_by_zone_and_name_and_the_asks_from_the_s
         return {"specificReservation": {"count": "3", "inUseCount": "2"}}
 
     doc = {"runs": {"r2": {"ask": {"gain": 2.0, "at": 20.0}}, "r1": {"ask": {"gain": 1.0, "at": 10.0}}, "r3": {}}}
-    assert view_for(STEPS, doc, read) == View({"team-res": 1}, (1.0, 2.0))  # oldest first
+    assert view_for(STEPS, doc, read) == View({"team-res": 1}, (1.0, 2.0), {"team-res": 3})  # asks oldest first
     assert calls == [(A, "team-res")]
     assert view_for(STEPS, doc, None) is None  # no source (the Cloud TPU API): no view
     assert view_for(STEPS, doc, lambda z, n: None) is None  # no such reservation: no view

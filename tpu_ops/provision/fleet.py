@@ -13,7 +13,10 @@ than those that lose little (issue 30). This module holds what every run can kno
   holding it instead of its next-best rung (:func:`gain`); when several runs ask at once,
   :func:`allocate` gives the free VMs to the largest gains; a run asking alone for the *last* free VM
   gets it only if it gains at least the median of the fleet's recent asks (:func:`admit`), so one
-  that loses little on spot leaves it to the next that loses much.
+  that loses little on spot leaves it to the next that loses much;
+- **who queues for it**: a run that finds the reservation full, would win a freed VM and has time to
+  spare waits for one rather than buy other capacity now (:func:`queue`): the reservation is paid for
+  whether used or not, so work moved into its hours costs nothing, and a wait costs time, not money.
 
 Pure functions, no I/O.
 """
@@ -26,10 +29,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tpu_ops.provision.choose import Choice, Expectation
+from tpu_ops.provision.choose import Choice, Expectation, RunModel
 
 RECENT_ASKS: Final = 50  # the gains remembered to set the bar for the last free VM
 ENDLESS: Final = 1.0  # $ per kept step: a gain only the reservation makes possible, as kept in JSON
+# The slack a queued run keeps after each wait: this share of its remaining work, plus QUEUE_ROOM_S, so that
+# its other rungs, preemptions included, still make the deadline if no VM frees (measured: docs/fleet.md).
+QUEUE_ROOM_SHARE: Final = 0.5
+QUEUE_ROOM_S: Final = 3600.0
 
 
 @dataclass(frozen=True)
@@ -152,3 +159,34 @@ def admit(gain_: float, free: int, recent: Sequence[float]) -> bool:
     if free > 1 or not recent:
         return True
     return gain_ >= statistics.median(recent[-RECENT_ASKS:])
+
+
+def best_other(choice: Choice) -> float:
+    """$ per kept step of the cheapest rung that makes the deadline and is not a reservation (inf: none)."""
+    return min((r.expectation.usd_per_step for r in choice.ranked
+                if r.eligible and r.expectation.rung.tier != "reservation"), default=math.inf)  # fmt: skip
+
+
+def queue(choice: Choice, later: Choice, free: int, size: int, recent: Sequence[float], run: RunModel,
+          wait_s: float) -> str | None:  # fmt: skip
+    """Why this run should wait ``wait_s`` (``choose.queue``) for the reservation instead of taking another rung
+    now (None: it should not). ``choice`` ranks it now, ``later`` the same ``wait_s`` later; ``free`` and
+    ``size``: the reservation's VMs free and in all. All must hold:
+
+    - the reservation has VMs and all are in use (a free one it may take now; none at all never frees);
+    - a freed VM would go to this run: its gain is at least the median of the fleet's recent asks
+      (:func:`admit`, as for the last free VM);
+    - after the wait it keeps ``QUEUE_ROOM_SHARE`` of its remaining work plus ``QUEUE_ROOM_S`` of slack;
+    - the wait does not make its best other rung dearer (per kept step, deadline risk included): it
+      costs time, not money."""
+    if choice.method != "cost" or size <= 0 or free > 0 or run.deadline_s is None:
+        return None
+    g = gain(choice)
+    if not admit(g, 1, recent):
+        return None
+    slack = run.deadline_s - wait_s - run.work_s
+    if slack < QUEUE_ROOM_SHARE * run.work_s + QUEUE_ROOM_S or best_other(later) > best_other(choice):
+        return None
+    return (f"the reservation is full and a freed VM would go to this run (it gains ${g * 1000:.3f} per 1k "
+            f"kept steps), with {slack / 3600:.1f} h of slack left after the wait: waiting "
+            f"{wait_s:.0f} s for it costs time, not money")  # fmt: skip

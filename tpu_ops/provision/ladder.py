@@ -147,7 +147,8 @@ class _Ladder:
                     return result
             if hold is None:
                 break
-            # Every rung cheaper than on-demand refused, and on-demand still makes the deadline later.
+            # Every rung tried before waiting refused (choose.wait), or none tried: queued for a full
+            # reservation (choose.queue).
             self.ledger.append(L.WAITING, seconds=hold[1], t=time.time())
             time.sleep(hold[1])
             choice, start = self._ranked(), 0
@@ -166,8 +167,11 @@ class _Ladder:
         return choice
 
     def _hold(self, choice: Choice | None, start: int) -> tuple[int, float] | None:
-        """Where this walk stops to wait, and for how long (``choose.wait``); None: it tries every rung."""
-        if choice is None or choice.try_now is None or choice.wait_s is None or start >= choice.try_now:
+        """Where this walk stops to wait, and for how long (``choose.wait``; ``choose.queue``: before the first
+        rung); None: it tries every rung."""
+        if choice is None or choice.try_now is None or choice.wait_s is None:
+            return None
+        if start >= choice.try_now and (start > 0 or choice.try_now > 0):  # resuming past where it would wait
             return None
         if time.monotonic() + choice.wait_s >= self.deadline:
             return None  # the overall timeout leaves no time to wait

@@ -27,7 +27,7 @@ ACTIVE: Final = "active"
 PREEMPTED: Final = "preempted"
 DELETE_REQUESTED: Final = "delete-requested"
 GONE: Final = "gone"
-WAITING: Final = "waiting"  # every rung cheaper than on-demand refused: waiting to ask again (choose.wait)
+WAITING: Final = "waiting"  # waiting to ask again: every rung tried refused (choose.wait), or queued (choose.queue)
 # The slice was handed to the user (``tpu-ops provision`` returned it); it lives until teardown or
 # the reaper's TTL, even though the process that provisioned it has exited.
 HANDOFF: Final = "handoff"

@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Final, Literal, Protocol
 
@@ -124,11 +124,13 @@ def order(
     reservation: ReservationPrice = "prepaid",
     scarcity: bool = True,
     view: View | None = None,
+    queue: bool = False,
 ) -> tuple[list[Any], Choice]:
     """The planned attempts reordered by the choice (their numbers, hence resource names, kept).
     ``reservation``: how a reservation is priced (:func:`rank_price`); ``scarcity``: whether contended
     rungs carry their scarcity charge (:mod:`tpu_ops.provision.choose`); the fleet simulator compares.
-    ``view``: what the fleet holds now (:func:`with_view`)."""
+    ``view``: what the fleet holds now (:func:`with_view`); ``queue``: a walk, which may wait for a full
+    reservation (``choose.queue``: :func:`_queued`)."""
     c = spec.choose or ChooseSpec()
     rungs = candidates(spec, steps, table, reservation, scarcity)
     wait_s = c.wait.total_seconds() if c.wait is not None else None
@@ -137,6 +139,8 @@ def order(
     choice = rank(rungs, run, histories, max_miss=c.max_miss, wait_s=wait_s)
     if view is not None:
         choice = with_view(choice, view)
+        if queue and c.queue is not None and choice.try_now is None:
+            choice = _queued(choice, rungs, run, histories, c.max_miss, view, c.queue.total_seconds())
     by_number = {s.number: s for s in steps}
     ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
     if c.auto and choice.method == "written-order":
@@ -155,10 +159,29 @@ def order(
 @dataclass(frozen=True)
 class View:
     """The fleet now (:mod:`tpu_ops.provision.fleet`): free VMs per reservation name (absent: unknown),
-    and the gains of the fleet's recent asks for the reservation."""
+    the gains of the fleet's recent asks for the reservation, and each reservation's VMs in all."""
 
     free: dict[str, int]
     recent_gains: tuple[float, ...] = ()
+    size: dict[str, int] = field(default_factory=dict)
+
+
+def _queued(choice: Choice, rungs: Sequence[Rung], run: RunModel, histories: dict[Key, History], max_miss: float,
+            view: View, wait_s: float) -> Choice:  # fmt: skip
+    """``choice`` trying no rung now, to rank again in ``wait_s`` (``choose.queue``), if
+    :func:`tpu_ops.provision.fleet.queue` says so."""
+    from tpu_ops.provision import fleet
+
+    names = {r.reservation for r in rungs if r.tier == "reservation" and r.reservation in view.free}
+    if not names:
+        return choice
+    later = replace(run, deadline_s=None if run.deadline_s is None else run.deadline_s - wait_s)
+    again = with_view(rank(rungs, later, histories, max_miss=max_miss), view)
+    why = fleet.queue(choice, again, max(view.free[n] for n in names), sum(view.size.get(n, 0) for n in names),
+                      view.recent_gains, run, wait_s)  # fmt: skip
+    if why is None:
+        return choice
+    return replace(choice, try_now=0, wait_s=wait_s, note=f"{choice.note}; queued: {why}")
 
 
 def _free_is_free(rungs: Sequence[Rung], histories: dict[Key, History], view: View) -> dict[Key, History]:
@@ -300,13 +323,14 @@ def view_for(steps: Sequence[Any], doc: dict[str, Any] | None, read: ReadReserva
     if read is None:
         return None
     free: dict[str, int] = {}
+    size: dict[str, int] = {}
     for s in steps:
         zone, name = str(s.zone), str(s.reservation).rsplit("/", 1)[-1]
         if str(s.tier) == "reservation" and name and name not in free:
             live = fleet.counts(partial(_read_or_empty, read, zone, name))
             if live is not None:
-                free[name] = live.free
-    return View(free, fleet.asks(doc or {})) if free else None
+                free[name], size[name] = live.free, live.count
+    return View(free, fleet.asks(doc or {}), size) if free else None
 
 
 def write_plan(spec: ProvisionSpec, clients: Clients, run_id: str, doc: dict[str, Any]) -> None:
@@ -383,7 +407,7 @@ def apply(
     run = run_model(spec, steps_done=done, started_at=started, now=now)
     summary = summary_for(spec, clients)
     view = view_for(steps, summary, read)
-    ordered, choice = order(spec, steps, table, weigh(spec, summary, now), run, view=view)
+    ordered, choice = order(spec, steps, table, weigh(spec, summary, now), run, view=view, queue=True)
     keep_ask(spec, clients, run_id, choice, view, now)
     doc = plan_document(spec, choice, run, table)
     ledger.append(CHOICE_EVENT, plan=doc)

@@ -47,6 +47,13 @@ class ChooseSpec(StrictModel):
         "still make the deadline this much later and the expected saving beats the deadline risk it adds, wait "
         "this long and ask again instead of buying on-demand now. Default: never wait.",
     )
+    queue: Duration(timedelta(seconds=1), timedelta(days=1)) | None = Field(  # type: ignore[valid-type]
+        timedelta(minutes=10),
+        description="With a fleet view of a named reservation (Compute Engine): when it is full, a freed VM would go "
+        "to this run and its deadline leaves ample slack (half its remaining work + 1 h after the wait), wait this "
+        "long and rank again instead of taking other capacity now: the reservation is paid for whether used or not "
+        "(docs/fleet.md). null: never queue for it.",
+    )
     move: bool = Field(
         True,
         description="A training run already placed ranks its remaining work again at each committed checkpoint and "
