@@ -187,6 +187,23 @@ def test_without_time_to_wait_the_ladder_buys_on_demand_at_once(settings: Settin
         teardown("rk-4", settings, zones=list(spec.slice.zones))
 
 
+def _another_run_holds_the_only_reservation_vm(compute: Any) -> Any:
+    """Zone a gets a 1-VM reservation ``team-res``, held by another run's VM ``other-run``; returns the zones'
+    capacity before, to restore."""
+    from infra.local.compute.models import RESERVATION_KEY
+
+    was = compute.backend.capacity.to_json()["zones"]
+    compute.backend.configure_capacity({"us-east5-a": {"SPOT": 64, "STANDARD": 64, "reservations": {
+        "team-res": {"count": 1, "machineType": "ct5p-hightpu-4t"}}}})  # fmt: skip
+    body = {"name": "other-run", "machineType": "zones/us-east5-a/machineTypes/ct5p-hightpu-4t",
+            "scheduling": {"provisioningModel": "RESERVATION_BOUND", "onHostMaintenance": "TERMINATE"},
+            "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION", "key": RESERVATION_KEY,
+                                    "values": ["team-res"]}}  # fmt: skip
+    compute.backend.insert_instance("tpu-ops-local", "us-east5-a", body)
+    compute.backend.tick()
+    return was
+
+
 def test_a_run_with_time_to_spare_queues_for_the_full_reservation_and_gets_the_vm_it_frees(
     settings: Settings, compute: Any
 ) -> None:
@@ -197,7 +214,6 @@ def test_a_run_with_time_to_spare_queues_for_the_full_reservation_and_gets_the_v
     import threading
     import time
 
-    from infra.local.compute.models import RESERVATION_KEY
     from tpu_ops.provision import ledger as L
 
     _seed_history(settings, "queued")
@@ -205,15 +221,7 @@ def test_a_run_with_time_to_spare_queues_for_the_full_reservation_and_gets_the_v
     base = _spec("gs://queued/ckpt").model_dump(mode="json")
     base["choose"] = {**base["choose"], "max_duration": "10h", "queue": "1s"}  # 1 h of work, 10 h to do it
     spec = ProvisionSpec.model_validate({**base, "ladder": ladder})
-    was = compute.backend.capacity.to_json()["zones"]
-    compute.backend.configure_capacity({"us-east5-a": {"SPOT": 64, "STANDARD": 64, "reservations": {
-        "team-res": {"count": 1, "machineType": "ct5p-hightpu-4t"}}}})  # fmt: skip
-    body = {"name": "other-run", "machineType": "zones/us-east5-a/machineTypes/ct5p-hightpu-4t",
-            "scheduling": {"provisioningModel": "RESERVATION_BOUND", "onHostMaintenance": "TERMINATE"},
-            "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION", "key": RESERVATION_KEY,
-                                    "values": ["team-res"]}}  # fmt: skip
-    compute.backend.insert_instance("tpu-ops-local", "us-east5-a", body)
-    compute.backend.tick()
+    was = _another_run_holds_the_only_reservation_vm(compute)
     got: list[Any] = []
     walk = threading.Thread(target=lambda: got.append(provision(spec, "rk-q", settings, progress=lambda: None)))
     try:
@@ -250,21 +258,12 @@ def test_a_full_reservation_is_tried_last_through_the_fleet_view_and_the_ask_is_
     reservation's own ``inUseCount`` (Compute Engine's ``reservations.get``, over HTTP) says it is
     full, so the ranking tries it after every other rung instead of being refused first; the run's ask
     is kept in the capacity summary, where the next rankings read it."""
-    from infra.local.compute.models import RESERVATION_KEY
     from tpu_ops.cloud.clients import storage_client
 
     _seed_history(settings, "viewed")
     ladder = ["reservation:team-res@us-east5-a", "spot", "on-demand"]
     spec = ProvisionSpec.model_validate({**_spec("gs://viewed/ckpt").model_dump(mode="json"), "ladder": ladder})
-    was = compute.backend.capacity.to_json()["zones"]
-    compute.backend.configure_capacity({"us-east5-a": {"SPOT": 64, "STANDARD": 64, "reservations": {
-        "team-res": {"count": 1, "machineType": "ct5p-hightpu-4t"}}}})  # fmt: skip
-    body = {"name": "other-run", "machineType": "zones/us-east5-a/machineTypes/ct5p-hightpu-4t",
-            "scheduling": {"provisioningModel": "RESERVATION_BOUND", "onHostMaintenance": "TERMINATE"},
-            "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION", "key": RESERVATION_KEY,
-                                    "values": ["team-res"]}}  # fmt: skip
-    compute.backend.insert_instance("tpu-ops-local", "us-east5-a", body)  # another run holds its only VM
-    compute.backend.tick()
+    was = _another_run_holds_the_only_reservation_vm(compute)
     try:
         s = provision(spec, "rk-5", settings, progress=lambda: None)
         assert (s.zone, s.tier) == ("us-east5-b", "spot") and [a.tier for a in s.attempts] == ["spot"]
