@@ -35,7 +35,9 @@ paid window; for each policy the gap to it is split into on-demand hours, idle r
 Voluntary moves (``auto with moves``, the table's ``auto``): at every checkpoint a running run ranks
 its remaining work again and, when :func:`tpu_ops.provision.moving.worth_moving` says so, moves
 make-before-break (the new slice inserted while the old trains; the old saves the step in hand and is
-deleted when the new one is up; both billed during the new one's boot). See docs/fleet.md.
+deleted when the new one is up; both billed during the new one's boot). See docs/fleet.md. A walk that finds
+the reservation full may wait for it (``choose.queue``, its default 10 min, as in production: ``ranking.order(...,
+queue=True)``); ``auto with moves, never queueing (as the eighth look)`` turns that off.
 
     .venv/bin/python bench/fleet_sim.py [--runs 100] [--seeds 7,8] [--scenario NAME ...] [--jobs 2]
         [--variants NAME ...] [--written-only] [--json] [--json-out FILE] [--fixed-cache DIR]
@@ -827,7 +829,7 @@ AUTOS: dict[str, dict[str, Any]] = {
     "auto with moves as last round (checkpoints only, keeping no ask)": {
         "moves": {"every_s": math.inf, "note_ask": False}},
     "auto with moves and choose.wait 10 min": {"moves": {}, "wait_s": 600.0},  # both opt-in levers at once
-    "auto with moves, never queueing (as the eighth look)": {"moves": {}, "queue": False},  # choose.queue: false
+    "auto with moves, never queueing (as the eighth look)": {"moves": {}, "queue": False},  # choose.queue: null
 }
 
 
