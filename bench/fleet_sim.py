@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from infra.local.compute.models import RESERVATION_KEY, ComputeBackend
 from infra.local.core.clock import ManualClock
-from tpu_ops.provision import fleet, forgetting, moving, ranking
+from tpu_ops.provision import fleet, forgetting, moving, ranking, viewing
 from tpu_ops.provision import history as H
 from tpu_ops.provision.choose import History, RunModel
 from tpu_ops.provision.ladder import Step, plan
@@ -394,7 +394,7 @@ class Fleet:
         if self.view:  # as the production ladder builds it (ranking.apply): the reservation's own count /
             # inUseCount as Compute Engine answers them, and the asks kept in the capacity summary
             st.api_calls += 1
-            view = ranking.view_for(self.steps, self.summary, lambda z, n: self.api.get_reservation(PROJECT, z, n))
+            view = viewing.view_for(self.steps, self.summary, lambda z, n: self.api.get_reservation(PROJECT, z, n))
         ordered, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
                                         self.reservation_price, self.scarcity, view, queue=True)  # fmt: skip
         if choice.try_now == 0:
@@ -510,7 +510,7 @@ class Fleet:
         view = None
         if self.view:
             st.api_calls += 1
-            view = ranking.view_for(self.steps, self.summary, lambda z, n: self.api.get_reservation(PROJECT, z, n))
+            view = viewing.view_for(self.steps, self.summary, lambda z, n: self.api.get_reservation(PROJECT, z, n))
         _, choice = ranking.order(self.spec, self.steps, self.table, self.aged_history(), run,
                                   self.reservation_price, self.scarcity, view)  # fmt: skip
         if view is not None and choice.method == "cost" and self.moves.get("note_ask"):

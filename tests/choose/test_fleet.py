@@ -20,7 +20,7 @@ from tpu_ops.provision.choose import (
     rank,
     wait_pays,
 )
-from tpu_ops.provision.ranking import View, with_view
+from tpu_ops.provision.viewing import View, with_view
 
 
 # -- the fleet view --------------------------------------------------------------------------------
@@ -155,21 +155,27 @@ def test_a_run_queues_for_a_full_reservation_only_while_the_wait_costs_time_not_
 
     run, now, later = ranked(15000.0)  # 15000 - 600 - 7200 = 7200 s of slack left = 0.5 x 7200 + 3600
     assert fleet.best_other(now) == fleet.best_other(later) == expect(SPOT, run, SEEN[SPOT.key]).usd_per_step
-    why = fleet.queue(now, later, 0, 3, (), run, 600.0)
+    why = fleet.queue(now, lambda: later, 0, 3, (), run, 600.0)
     assert why is not None and "2.0 h of slack left after the wait" in why
     short, now_s, later_s = ranked(14999.0)
-    assert fleet.queue(now_s, later_s, 0, 3, (), short, 600.0) is None  # one second short
-    assert fleet.queue(now, later, 0, 3, (), run, 601.0) is None  # a longer wait leaves less
-    assert fleet.queue(now, later, 1, 3, (), run, 600.0) is None  # a VM is free: take it now
-    assert fleet.queue(now, later, 0, 0, (), run, 600.0) is None  # no VM at all: none ever frees
+    assert fleet.queue(now_s, lambda: later_s, 0, 3, (), short, 600.0) is None  # one second short
+    assert fleet.queue(now, lambda: later, 0, 3, (), run, 601.0) is None  # a longer wait leaves less
+    assert fleet.queue(now, lambda: later, 1, 3, (), run, 600.0) is None  # a VM is free: take it now
+
+    def unranked() -> Choice:
+        raise AssertionError("ranked again although a cheaper guard already said no")
+
+    assert fleet.queue(now, unranked, 1, 3, (), run, 600.0) is None  # the second ranking only when it can decide
+    assert fleet.queue(now, lambda: later, 0, 0, (), run, 600.0) is None  # no VM at all: none ever frees
     g = fleet.gain(now)
-    assert fleet.queue(now, later, 0, 3, (g, g * 2, g * 3), run, 600.0) is None  # a freed VM goes to others
-    assert fleet.queue(now, later, 0, 3, (g / 2, g, g * 3), run, 600.0) is not None  # the median itself
+    assert fleet.queue(now, lambda: later, 0, 3, (g, g * 2, g * 3), run, 600.0) is None  # a freed VM goes to others
+    assert fleet.queue(now, lambda: later, 0, 3, (g / 2, g, g * 3), run, 600.0) is not None  # the median itself
     # The wait would cost it its cheaper rung (here: only on-demand is left later): not worth it.
     run, now, dearer = ranked(15000.0, [RES, OD])
-    assert fleet.best_other(dearer) > fleet.best_other(now) and fleet.queue(now, dearer, 0, 3, (), run, 600.0) is None
+    assert fleet.best_other(dearer) > fleet.best_other(now)
+    assert fleet.queue(now, lambda: dearer, 0, 3, (), run, 600.0) is None
     run, now, later = ranked(None)
-    assert fleet.queue(now, later, 0, 3, (), run, 600.0) is None  # no deadline: no slack to measure
+    assert fleet.queue(now, lambda: later, 0, 3, (), run, 600.0) is None  # no deadline: no slack to measure
 
 
 # -- forgetting ------------------------------------------------------------------------------------
@@ -271,7 +277,7 @@ def test_the_plan_carries_obtain_recovery_wait_and_eligibility() -> None:
 
 
 def test_a_reservation_free_now_is_not_charged_for_the_scarcity_the_history_remembers() -> None:
-    from tpu_ops.provision.ranking import _free_is_free
+    from tpu_ops.provision.viewing import free_is_free
 
     hist = {**SEEN, RES.key: History(hours=10.0, obtained=2, stockouts=6)}
     run = RunModel(7200, 1.0, 300)
@@ -282,11 +288,11 @@ def test_a_reservation_free_now_is_not_charged_for_the_scarcity_the_history_reme
         )
 
     assert res_scarcity(hist) == pytest.approx(2.0 * 16.8 * 6 / 10, rel=1e-2)  # ~2 h held x 6/10 full x 16.8
-    free = _free_is_free([RES, SPOT, OD], hist, View({"team-res": 1}))
+    free = free_is_free([RES, SPOT, OD], hist, View({"team-res": 1}))
     assert free[RES.key] == History(hours=10.0, obtained=2) and free[SPOT.key] is hist[SPOT.key]
     assert res_scarcity(free) == 0.0
-    assert _free_is_free([RES, SPOT, OD], hist, View({"team-res": 0})) == hist  # full now: the history stands
-    assert _free_is_free([RES, SPOT, OD], hist, View({})) == hist  # no view of it
+    assert free_is_free([RES, SPOT, OD], hist, View({"team-res": 0})) == hist  # full now: the history stands
+    assert free_is_free([RES, SPOT, OD], hist, View({})) == hist  # no view of it
 
 
 # -- what mutation testing of choose.py left (issue 30) --------------------------------------------

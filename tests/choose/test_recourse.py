@@ -11,7 +11,7 @@ from three_rungs import OD, RES, SEEN, SPOT, A, B
 
 from tpu_ops.provision import fleet, recourse
 from tpu_ops.provision.choose import History, Rung, RunModel, expect, rank
-from tpu_ops.provision.ranking import View, view_for
+from tpu_ops.provision.viewing import View, view_for
 
 RUN = RunModel(3600, 1.0, 300, deadline_s=3600.0 + 1200.0)  # an hour of work, 20 minutes to spare
 
@@ -120,7 +120,7 @@ def test_two_runs_asking_for_the_last_vm_at_once_it_goes_to_the_one_that_gains_m
     assert gains["long"] > gains["short"] > 0
     doc = {"runs": {n: {"ask": fleet.ask(g, float(i))} for i, (n, g) in enumerate(gains.items())}}
     view = view_for(STEPS, doc, lambda z, n: {"specificReservation": {"count": "3", "inUseCount": "2"}})
-    from tpu_ops.provision.ranking import with_view
+    from tpu_ops.provision.viewing import with_view
 
     first = {n: with_view(rank([RES, SPOT, OD], r, SEEN), view).ranked[0].expectation.rung  # type: ignore[arg-type]
              for n, r in (("long", long_run), ("short", short_run))}  # fmt: skip

@@ -19,8 +19,8 @@ from tpu_ops.provision.choose import RunModel, rank
 from tpu_ops.provision.moving import worth_moving
 from tpu_ops.provision.naming import resource_id
 from tpu_ops.provision.prices import shipped
-from tpu_ops.provision.ranking import View, with_view
 from tpu_ops.provision.rewalk import decide, move_s, over_budget, overlap_s
+from tpu_ops.provision.viewing import View, with_view
 from tpu_ops.specs.slice import ProvisionSpec
 from tpu_ops.uris import parse_gs
 

@@ -167,11 +167,11 @@ def best_other(choice: Choice) -> float:
                 if r.eligible and r.expectation.rung.tier != "reservation"), default=math.inf)  # fmt: skip
 
 
-def queue(choice: Choice, later: Choice, free: int, size: int, recent: Sequence[float], run: RunModel,
+def queue(choice: Choice, later: Callable[[], Choice], free: int, size: int, recent: Sequence[float], run: RunModel,
           wait_s: float) -> str | None:  # fmt: skip
     """Why this run should wait ``wait_s`` (``choose.queue``) for the reservation instead of taking another rung
-    now (None: it should not). ``choice`` ranks it now, ``later`` the same ``wait_s`` later; ``free`` and
-    ``size``: the reservation's VMs free and in all. All must hold:
+    now (None: it should not). ``choice`` ranks it now, ``later()`` the same ``wait_s`` later (called last, only
+    if the other guards pass); ``free`` and ``size``: the reservation's VMs free and in all. All must hold:
 
     - the reservation has VMs and all are in use (a free one it may take now; none at all never frees);
     - a freed VM would go to this run: its gain is at least the median of the fleet's recent asks
@@ -185,7 +185,7 @@ def queue(choice: Choice, later: Choice, free: int, size: int, recent: Sequence[
     if not admit(g, 1, recent):
         return None
     slack = run.deadline_s - wait_s - run.work_s
-    if slack < QUEUE_ROOM_SHARE * run.work_s + QUEUE_ROOM_S or best_other(later) > best_other(choice):
+    if slack < QUEUE_ROOM_SHARE * run.work_s + QUEUE_ROOM_S or best_other(later()) > best_other(choice):
         return None
     return (f"the reservation is full and a freed VM would go to this run (it gains ${g * 1000:.3f} per 1k "
             f"kept steps), with {slack / 3600:.1f} h of slack left after the wait: waiting "

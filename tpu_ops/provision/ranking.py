@@ -12,14 +12,14 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import replace
 from typing import Any, Final, Literal, Protocol
 
 from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import ConfigError
 from tpu_ops.provision.choose import Choice, History, Rung, RunModel, rank
 from tpu_ops.provision.prices import PriceTable
+from tpu_ops.provision.viewing import ReadReservation, View, free_is_free, queued, view_for, with_view
 from tpu_ops.specs.choose import ChooseSpec
 from tpu_ops.specs.slice import ProvisionSpec
 
@@ -130,17 +130,17 @@ def order(
     ``reservation``: how a reservation is priced (:func:`rank_price`); ``scarcity``: whether contended
     rungs carry their scarcity charge (:mod:`tpu_ops.provision.choose`); the fleet simulator compares.
     ``view``: what the fleet holds now (:func:`with_view`); ``queue``: a walk, which may wait for a full
-    reservation (``choose.queue``: :func:`_queued`)."""
+    reservation (``choose.queue``: :func:`tpu_ops.provision.viewing.queued`)."""
     c = spec.choose or ChooseSpec()
     rungs = candidates(spec, steps, table, reservation, scarcity)
     wait_s = c.wait.total_seconds() if c.wait is not None else None
     if view is not None:
-        histories = _free_is_free(rungs, histories, view)
+        histories = free_is_free(rungs, histories, view)
     choice = rank(rungs, run, histories, max_miss=c.max_miss, wait_s=wait_s)
     if view is not None:
         choice = with_view(choice, view)
         if queue and c.queue is not None and choice.try_now is None:
-            choice = _queued(choice, rungs, run, histories, c.max_miss, view, c.queue.total_seconds())
+            choice = queued(choice, rungs, run, histories, c.max_miss, view, c.queue.total_seconds())
     by_number = {s.number: s for s in steps}
     ordered = [by_number[r.expectation.rung.order] for r in choice.ranked]
     if c.auto and choice.method == "written-order":
@@ -154,72 +154,6 @@ def order(
         choice = replace(choice, note=f"{choice.note}; a rung the fleet finds full also costs, per hour held, "
                          "the share of requests it refuses x (on-demand - its price)")  # fmt: skip
     return ordered, choice
-
-
-@dataclass(frozen=True)
-class View:
-    """The fleet now (:mod:`tpu_ops.provision.fleet`): free VMs per reservation name (absent: unknown),
-    the gains of the fleet's recent asks for the reservation, and each reservation's VMs in all."""
-
-    free: dict[str, int]
-    recent_gains: tuple[float, ...] = ()
-    size: dict[str, int] = field(default_factory=dict)
-
-
-def _queued(choice: Choice, rungs: Sequence[Rung], run: RunModel, histories: dict[Key, History], max_miss: float,
-            view: View, wait_s: float) -> Choice:  # fmt: skip
-    """``choice`` trying no rung now, to rank again in ``wait_s`` (``choose.queue``), if
-    :func:`tpu_ops.provision.fleet.queue` says so."""
-    from tpu_ops.provision import fleet
-
-    names = {r.reservation for r in rungs if r.tier == "reservation" and r.reservation in view.free}
-    if not names:
-        return choice
-    later = replace(run, deadline_s=None if run.deadline_s is None else run.deadline_s - wait_s)
-    again = with_view(rank(rungs, later, histories, max_miss=max_miss), view)
-    why = fleet.queue(choice, again, max(view.free[n] for n in names), sum(view.size.get(n, 0) for n in names),
-                      view.recent_gains, run, wait_s)  # fmt: skip
-    if why is None:
-        return choice
-    return replace(choice, try_now=0, wait_s=wait_s, note=f"{choice.note}; queued: {why}")
-
-
-def _free_is_free(rungs: Sequence[Rung], histories: dict[Key, History], view: View) -> dict[Key, History]:
-    """A reservation the view says has a free VM now is not scarce now, whatever the history says of
-    how often it was full: its refusals are left out of this ranking."""
-    out = dict(histories)
-    for r in rungs:
-        if r.tier == "reservation" and view.free.get(r.reservation, 0) > 0 and r.key in out:
-            out[r.key] = replace(out[r.key], stockouts=0.0)
-    return out
-
-
-def with_view(choice: Choice, view: View) -> Choice:
-    """The reservation after every other rung when the view says this run should not take it now: it
-    is full, or only its last VM is free and this run gains less from it than the fleet's median ask
-    (:func:`tpu_ops.provision.fleet.admit`), so it is left to a run that gains more."""
-    from tpu_ops.provision import fleet
-
-    res = [r for r in choice.ranked if r.expectation.rung.tier == "reservation" and r.expectation.rung.reservation
-           in view.free]  # fmt: skip
-    if not res or choice.method != "cost":
-        return choice
-    free = min(view.free[r.expectation.rung.reservation] for r in res)
-    g = fleet.gain(choice)
-    if fleet.admit(g, free, view.recent_gains):
-        return replace(choice, note=f"{choice.note}; fleet: {free} reservation VM(s) free, this run gains "
-                       f"${g * 1000:.3f} per 1k kept steps from one")  # fmt: skip
-    why = "full now (fleet view)" if free <= 0 else (
-        f"its last free VM is left to a run that gains more (this one: ${g * 1000:.3f} per 1k kept steps)")  # fmt: skip
-    moved = {id(r): replace(r, why=f"{why}; {r.why}") for r in res}
-    # With patience (``try_now``), the reservation stays among the rungs tried before waiting, last of
-    # them: waiting for it to free can still beat buying on-demand now (one refused request costs little).
-    n = choice.try_now if choice.try_now is not None else len(choice.ranked)
-    groups = (list(choice.ranked[:n]), list(choice.ranked[n:]))
-    order = [r for grp in groups for r in [*(x for x in grp if id(x) not in moved), *(moved[id(x)] for x in grp
-             if id(x) in moved)]]  # fmt: skip
-    ranked = tuple(replace(r, position=i + 1) for i, r in enumerate(order))
-    return replace(choice, ranked=ranked, note=f"{choice.note}; fleet: the reservation {why}")
 
 
 def plan_document(spec: ProvisionSpec, choice: Choice, run: RunModel, table: PriceTable) -> dict[str, Any]:
@@ -305,32 +239,6 @@ def weigh(spec: ProvisionSpec, doc: dict[str, Any] | None, now: float | None = N
     half_life = c.half_life.total_seconds() if c.half_life is not None else None
     weighed, _ = forgetting.weigh(forgetting.summary_entries(doc), time.time() if now is None else now, half_life)
     return weighed
-
-
-ReadReservation = Callable[[str, str], "dict[str, Any] | None"]  # (zone, name) -> reservations.get's JSON
-
-
-def _read_or_empty(read: ReadReservation, zone: str, name: str) -> dict[str, Any]:
-    return read(zone, name) or {}
-
-
-def view_for(steps: Sequence[Any], doc: dict[str, Any] | None, read: ReadReservation | None) -> View | None:
-    """The fleet now, as a ranking sees it: each reservation rung's free VMs from the reservation's own
-    ``count`` / ``inUseCount`` (``read``: the provider's ``reservation_document``), and the fleet's recent
-    asks from the capacity summary ``doc``; None when no reservation's count could be read."""
-    from tpu_ops.provision import fleet
-
-    if read is None:
-        return None
-    free: dict[str, int] = {}
-    size: dict[str, int] = {}
-    for s in steps:
-        zone, name = str(s.zone), str(s.reservation).rsplit("/", 1)[-1]
-        if str(s.tier) == "reservation" and name and name not in free:
-            live = fleet.counts(partial(_read_or_empty, read, zone, name))
-            if live is not None:
-                free[name], size[name] = live.free, live.count
-    return View(free, fleet.asks(doc or {}), size) if free else None
 
 
 def write_plan(spec: ProvisionSpec, clients: Clients, run_id: str, doc: dict[str, Any]) -> None:

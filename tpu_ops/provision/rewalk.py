@@ -15,7 +15,7 @@ from typing import Any
 
 from tpu_ops.cloud.clients import Clients
 from tpu_ops.errors import TpuOpsError
-from tpu_ops.provision import ranking
+from tpu_ops.provision import ranking, viewing
 from tpu_ops.provision.choose import Choice, Expectation, RunModel
 from tpu_ops.provision.moving import Move, worth_moving
 from tpu_ops.provision.prices import PriceTable
@@ -32,10 +32,10 @@ def rank_now(
     table: PriceTable,
     kept: int,
     started_at: float,
-    read: ranking.ReadReservation | None = None,
+    read: viewing.ReadReservation | None = None,
     now: float | None = None,
     run_id: str | None = None,
-) -> tuple[Choice, RunModel, ranking.View | None]:
+) -> tuple[Choice, RunModel, viewing.View | None]:
     """The run's remaining work (``kept`` steps already kept) ranked as a re-walk now would rank it; with
     ``run_id``, its ask for the reservation kept in the capacity summary as a walk keeps it.
 
@@ -46,7 +46,7 @@ def rank_now(
     run = ranking.run_model(spec, steps_done=kept, started_at=started_at, now=now)
     steps = plan(spec)
     summary = ranking.summary_for(spec, clients)
-    view = ranking.view_for(steps, summary, read)
+    view = viewing.view_for(steps, summary, read)
     _, choice = ranking.order(spec, steps, table, ranking.weigh(spec, summary, now), run, view=view)
     if run_id is not None:
         ranking.keep_ask(spec, clients, run_id, choice, view, now)
